@@ -1,0 +1,5 @@
+"""``python -m fronde`` runs the CLI."""
+
+from fronde.cli import main
+
+main()

@@ -1,0 +1,1 @@
+"""The OpenAI-compatible HTTP API: app factory, routes, SSE relay."""

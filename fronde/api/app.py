@@ -1,0 +1,175 @@
+"""The app factory: ``create_app(settings)`` builds the FastAPI app and owns its runtime.
+
+The lifespan owns the backend pool and the one pooled :class:`httpx.AsyncClient`
+to the backends. Backends start in the background, so ``/health`` can answer 503
+while they load; if none comes up at all, ``on_fatal`` is called (the CLI then
+stops the server and exits non-zero). Errors become HTTP here, in one place:
+every body is ``{"error": {"message", "type", "param", "code"}}``, FastAPI's own
+404/405/422 included (422 becomes 400, as OpenAI answers malformed requests).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import time
+from collections.abc import AsyncGenerator, Callable
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from fronde.api.deps import Runtime
+from fronde.api.routes import router
+from fronde.backends.client import BackendClient, make_http_client
+from fronde.backends.pool import BackendPool
+from fronde.config import Settings
+from fronde.errors import BackendUnavailableError, ConfigError, FrondeError, openai_error_body
+from fronde.logging import get_logger
+from fronde.runtime.install import find_llama_binary
+from fronde.runtime.models import load_profile
+
+__all__ = ["build_pool", "create_app"]
+
+log = get_logger(__name__)
+
+LOG_RUNS_KEPT = 10
+"""How many per-run backend log folders are kept under ``<cache>/logs``."""
+
+
+def _run_log_dir(cache_dir: Path) -> Path:
+    root = cache_dir / "logs"
+    root.mkdir(parents=True, exist_ok=True)
+    runs = sorted(p for p in root.iterdir() if p.is_dir())
+    for old in runs[: max(0, len(runs) - LOG_RUNS_KEPT + 1)]:
+        for f in old.iterdir():
+            f.unlink(missing_ok=True)
+        with contextlib.suppress(OSError):
+            old.rmdir()
+    run = root / f"{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}"
+    run.mkdir(exist_ok=True)
+    return run
+
+
+def build_pool(settings: Settings) -> BackendPool:
+    """Build (not start) the pool for ``settings``: binary, profile, one spec per mode.
+
+    Raises:
+        InstallError: no llama-server is installed and none is configured.
+        ManifestError: the profile does not exist or is malformed.
+    """
+    binary = find_llama_binary(settings.cache_dir, settings.llama_server)
+    profile = load_profile(settings.models_dir, settings.profile)
+    return BackendPool.from_settings(settings, profile, binary, _run_log_dir(settings.cache_dir))
+
+
+def _error_response(
+    status: int, body: dict[str, object], headers: dict[str, str] | None = None
+) -> JSONResponse:
+    return JSONResponse(body, status_code=status, headers=headers)
+
+
+def create_app(
+    settings: Settings,
+    pool: BackendPool | None = None,
+    on_fatal: Callable[[str], None] | None = None,
+) -> FastAPI:
+    """Build the Fronde app.
+
+    Args:
+        settings: the settings tree.
+        pool: a pool to use instead of :func:`build_pool` (tests pass one with a fake
+            llama-server).
+        on_fatal: called with a one-line reason when no backend could start.
+
+    Returns:
+        The ASGI app; its lifespan starts and stops the backends.
+
+    Raises:
+        InstallError, ManifestError: from :func:`build_pool`, before anything starts.
+    """
+    the_pool = pool if pool is not None else build_pool(settings)
+    if settings.default_mode not in the_pool.backends:
+        reason = the_pool.left_out.get(settings.default_mode, "it is not in the `modes` setting")
+        raise ConfigError(f"default_mode {settings.default_mode} cannot run: {reason}")
+
+    async def start_backends() -> None:
+        await the_pool.start()
+        ready = the_pool.ready_modes()
+        if not ready:
+            reasons = "; ".join(
+                f"{mode}: {info.get('error')}" for mode, info in the_pool.status().items()
+            )
+            log.error("serve.no_backend", reasons=reasons)
+            if on_fatal is not None:
+                on_fatal(f"no llama-server backend could start ({reasons})")
+        else:
+            log.info("serve.ready", modes=[str(m) for m in ready])
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncGenerator[None]:
+        http = make_http_client(settings.upstream)
+        app.state.runtime = Runtime(settings, the_pool, BackendClient(http), time.time())
+        starter = asyncio.create_task(start_backends())
+        try:
+            yield
+        finally:
+            starter.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await starter
+            await the_pool.stop()
+            await http.aclose()
+
+    app = FastAPI(title="Fronde", version="0.1.0", lifespan=lifespan)
+
+    @app.exception_handler(FrondeError)
+    async def fronde_error(request: Request, exc: FrondeError) -> JSONResponse:  # pyright: ignore[reportUnusedFunction]
+        headers: dict[str, str] = {}
+        if isinstance(exc, BackendUnavailableError):
+            headers["retry-after"] = str(exc.retry_after_s)
+        if exc.status_code >= 500:
+            log.warning("request.failed", path=request.url.path, error=exc.message)
+        return _error_response(exc.status_code, exc.to_body(), headers)
+
+    @app.exception_handler(RequestValidationError)
+    async def validation_error(request: Request, exc: RequestValidationError) -> JSONResponse:  # pyright: ignore[reportUnusedFunction]
+        errors: list[dict[str, Any]] = list(exc.errors())
+        first = errors[0] if errors else {}
+        loc = [str(p) for p in first.get("loc", ()) if p != "body"]
+        msg = f"{'.'.join(loc) or 'body'}: {first.get('msg', 'invalid request')}"
+        return _error_response(
+            400,
+            openai_error_body(
+                msg, "invalid_request_error", ".".join(loc) or None, "invalid_request"
+            ),
+        )
+
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:  # pyright: ignore[reportUnusedFunction]
+        code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code)
+        kind = "invalid_request_error" if exc.status_code < 500 else "server_error"
+        return _error_response(
+            exc.status_code,
+            openai_error_body(
+                f"{request.method} {request.url.path}: {exc.detail}", kind, None, code
+            ),
+            dict(exc.headers or {}),
+        )
+
+    @app.exception_handler(Exception)
+    async def unexpected_error(request: Request, exc: Exception) -> JSONResponse:  # pyright: ignore[reportUnusedFunction]
+        log.exception("request.crashed", path=request.url.path)
+        return _error_response(
+            500,
+            openai_error_body(
+                f"internal error: {type(exc).__name__}", "server_error", None, "internal_error"
+            ),
+        )
+
+    app.include_router(router)
+    return app

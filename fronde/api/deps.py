@@ -1,0 +1,33 @@
+"""What the routes depend on: the :class:`Runtime` the lifespan builds, and its getter."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Annotated
+
+from fastapi import Depends, Request
+
+from fronde.backends.client import BackendClient
+from fronde.backends.pool import BackendPool
+from fronde.config import Settings
+
+__all__ = ["Runtime", "RuntimeDep", "get_runtime"]
+
+
+@dataclass
+class Runtime:
+    """What the routes need: settings, the pool, the backend client, start time (epoch s)."""
+
+    settings: Settings
+    pool: BackendPool
+    client: BackendClient
+    started_at: float
+
+
+def get_runtime(request: Request) -> Runtime:
+    """Return the app's :class:`Runtime` (set by the lifespan in ``create_app``)."""
+    runtime: Runtime = request.app.state.runtime
+    return runtime
+
+
+RuntimeDep = Annotated[Runtime, Depends(get_runtime)]

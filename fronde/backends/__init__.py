@@ -1,0 +1,1 @@
+"""llama-server backends: one process per mode, the pool that supervises them, the client."""

@@ -1,0 +1,176 @@
+"""HTTP client to a llama-server backend, translating httpx errors to Fronde's.
+
+Every low-level failure becomes the most specific :class:`~fronde.errors.BackendError`
+(``raise ... from exc``, as httpx's own transports map socket errors), so the
+API layer deals in Fronde errors only.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncGenerator
+from contextlib import asynccontextmanager
+from typing import Any, cast
+
+import httpx
+
+from fronde.config import UpstreamSettings
+from fronde.errors import (
+    BackendConnectionError,
+    BackendError,
+    BackendHTTPError,
+    BackendTimeoutError,
+)
+
+__all__ = ["BackendClient", "forwardable_headers", "make_http_client"]
+
+# Hop-by-hop and client-identity headers never travel to a backend.
+_DROP_HEADERS = frozenset(
+    {
+        "authorization",
+        "connection",
+        "keep-alive",
+        "proxy-authenticate",
+        "proxy-authorization",
+        "te",
+        "trailer",
+        "transfer-encoding",
+        "upgrade",
+        "host",
+        "content-length",
+        "accept-encoding",
+        "cookie",
+    }
+)
+
+
+def make_http_client(upstream: UpstreamSettings) -> httpx.AsyncClient:
+    """Build the one pooled client Fronde uses for all backends.
+
+    Timeouts come from settings, never httpx's 5 s default; responses are not
+    gzip-negotiated (``accept-encoding: identity``) so SSE bytes flow unbuffered.
+    """
+    return httpx.AsyncClient(
+        timeout=httpx.Timeout(
+            connect=upstream.connect_timeout_s,
+            read=upstream.read_timeout_s,
+            write=upstream.write_timeout_s,
+            pool=upstream.pool_timeout_s,
+        ),
+        limits=httpx.Limits(max_connections=512, max_keepalive_connections=64),
+        headers={"accept-encoding": "identity"},
+    )
+
+
+def _error_message(resp_body: bytes, status: int) -> str:
+    """Pull llama-server's ``{"error": {"message"}}`` out of a body, else a generic line."""
+    try:
+        data = json.loads(resp_body)
+    except ValueError:
+        text = resp_body.decode("utf-8", "replace").strip()
+        return text[:300] or f"backend answered HTTP {status}"
+    err = cast("dict[str, Any]", data).get("error") if isinstance(data, dict) else None
+    if isinstance(err, dict):
+        message = cast("dict[str, Any]", err).get("message")
+        if isinstance(message, str):
+            return message
+    if isinstance(err, str):
+        return err
+    return f"backend answered HTTP {status}"
+
+
+def _translate(exc: httpx.HTTPError, url: str) -> BackendError:
+    if isinstance(exc, httpx.TimeoutException):
+        return BackendTimeoutError(f"backend {url} timed out ({type(exc).__name__})")
+    return BackendConnectionError(f"backend {url} failed: {type(exc).__name__}: {exc}")
+
+
+def forwardable_headers(headers: dict[str, str]) -> dict[str, str]:
+    """Return the client headers safe to pass to a backend (no auth, no hop-by-hop)."""
+    return {k: v for k, v in headers.items() if k.lower() not in _DROP_HEADERS}
+
+
+class BackendClient:
+    """Calls a backend's HTTP API through one shared :class:`httpx.AsyncClient`.
+
+    Args:
+        http: the pooled client, owned by the app's lifespan.
+    """
+
+    def __init__(self, http: httpx.AsyncClient) -> None:
+        self.http = http
+
+    async def get_json(self, base_url: str, path: str) -> Any:
+        """GET ``base_url + path`` and return the decoded JSON.
+
+        Raises:
+            BackendConnectionError, BackendTimeoutError: transport failure.
+            BackendHTTPError: status ≥ 400, with the backend's message.
+        """
+        url = base_url + path
+        try:
+            resp = await self.http.get(url)
+        except httpx.HTTPError as exc:
+            raise _translate(exc, url) from exc
+        if resp.status_code >= 400:
+            raise BackendHTTPError(
+                _error_message(resp.content, resp.status_code), status_code=resp.status_code
+            )
+        return resp.json()
+
+    async def post_json(self, base_url: str, path: str, body: dict[str, Any]) -> dict[str, Any]:
+        """POST ``body`` as JSON and return the decoded JSON object.
+
+        Raises:
+            BackendConnectionError: connection refused, reset, or a non-JSON answer.
+            BackendTimeoutError: no answer within the read timeout.
+            BackendHTTPError: status ≥ 400, with the backend's message.
+        """
+        url = base_url + path
+        try:
+            resp = await self.http.post(url, json=body)
+        except httpx.HTTPError as exc:
+            raise _translate(exc, url) from exc
+        if resp.status_code >= 400:
+            raise BackendHTTPError(
+                _error_message(resp.content, resp.status_code), status_code=resp.status_code
+            )
+        try:
+            data = resp.json()
+        except ValueError as exc:
+            raise BackendConnectionError(f"backend {url} sent a body that is not JSON") from exc
+        if not isinstance(data, dict):
+            raise BackendConnectionError(f"backend {url} sent JSON that is not an object")
+        return data  # pyright: ignore[reportUnknownVariableType]
+
+    @asynccontextmanager
+    async def stream(
+        self, base_url: str, path: str, body: dict[str, Any]
+    ) -> AsyncGenerator[httpx.Response]:
+        """POST ``body`` and yield the response with its body still unread (for SSE).
+
+        The status is checked before yielding, so an error that happens before the
+        first byte reaches the client still becomes a proper HTTP error. The
+        response is closed on exit, also when the consumer is cancelled (client
+        disconnect), which closes the connection and frees the llama-server slot.
+
+        Raises:
+            BackendConnectionError, BackendTimeoutError: transport failure before the
+                response headers arrived.
+            BackendHTTPError: status ≥ 400.
+        """
+        url = base_url + path
+        request = self.http.build_request("POST", url, json=body)
+        try:
+            resp = await self.http.send(request, stream=True)
+        except httpx.HTTPError as exc:
+            raise _translate(exc, url) from exc
+        try:
+            if resp.status_code >= 400:
+                content = await resp.aread()
+                raise BackendHTTPError(
+                    _error_message(content, resp.status_code), status_code=resp.status_code
+                )
+            yield resp
+        finally:
+            await resp.aclose()

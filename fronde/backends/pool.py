@@ -1,0 +1,259 @@
+"""The pool: one supervised llama-server per mode, restarted when it crashes.
+
+The pool owns the backends. Each started backend has one supervisor task that
+waits for the child to exit and, unless the pool is stopping, restarts it with
+exponential back-off, up to ``max_restarts`` within ``restart_window_s``; past
+that the mode is marked failed and left out. A mode whose model is missing (the
+draft mode on a profile without a draft model) is never started; it is listed in
+:attr:`BackendPool.left_out` with the reason, for ``/health`` and ``/v1/models``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import time
+from collections import deque
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from fronde.backends.process import BackendState, LaunchSpec, LlamaServerProcess, log_tail
+from fronde.config import Settings
+from fronde.errors import BackendStartError, BackendUnavailableError, ModelError, UnknownModeError
+from fronde.logging import get_logger
+from fronde.modes import Mode, mode_args
+from fronde.runtime.models import Profile, model_path
+
+__all__ = ["BackendPool", "PoolPlan", "plan_pool"]
+
+log = get_logger(__name__)
+
+RESTART_BACKOFF_S = (1.0, 2.0, 4.0, 8.0, 16.0, 30.0)
+"""Wait before the n-th consecutive restart of a crashed backend, seconds."""
+
+
+@dataclass(frozen=True)
+class PoolPlan:
+    """What to start: a launch spec per mode, and the modes left out with why."""
+
+    specs: dict[Mode, LaunchSpec]
+    left_out: dict[Mode, str]
+
+
+def plan_pool(settings: Settings, profile: Profile, binary: Path, log_dir: Path) -> PoolPlan:
+    """Turn settings and a profile into one :class:`LaunchSpec` per runnable mode.
+
+    Args:
+        settings: Fronde settings (modes, backend and speculation parameters).
+        profile: the model profile (target, optional draft, extra server args).
+        binary: the llama-server executable.
+        log_dir: folder for the children's logs, one ``<mode>.log`` each.
+
+    Returns:
+        The plan. The draft mode is left out when the profile has no draft model
+        or its file is missing; every mode is left out when the target is missing.
+    """
+    b = settings.backend
+    specs: dict[Mode, LaunchSpec] = {}
+    left_out: dict[Mode, str] = {}
+    try:
+        target = model_path(settings.models_dir, profile.target)
+    except ModelError as exc:
+        return PoolPlan({}, dict.fromkeys(settings.modes, exc.message))
+    common = [
+        "-m",
+        str(target),
+        "-c",
+        str(b.ctx_size),
+        "-t",
+        str(b.threads),
+        "-np",
+        str(b.parallel),
+    ]
+    common += ["--metrics", "--no-webui"]
+    if profile.chat_template:
+        common += ["--chat-template", profile.chat_template]
+    if b.n_gpu_layers is not None:
+        common += ["-ngl", str(b.n_gpu_layers)]
+    common += [*profile.server_args, *b.extra_args]
+    for mode in settings.modes:
+        draft: Path | None = None
+        if mode is Mode.DRAFT:
+            if profile.draft is None:
+                left_out[mode] = (
+                    f"profile {profile.name} has no draft model sharing the target's vocabulary"
+                )
+                continue
+            try:
+                draft = model_path(settings.models_dir, profile.draft)
+            except ModelError as exc:
+                left_out[mode] = exc.message
+                continue
+        args = [*common, *mode_args(mode, settings.speculation, draft)]
+        specs[mode] = LaunchSpec(mode, binary, args, log_dir / f"{mode}.log")
+    return PoolPlan(specs, left_out)
+
+
+class BackendPool:
+    """Starts, supervises and stops one llama-server per planned mode.
+
+    Args:
+        plan: from :func:`plan_pool`.
+        start_timeout_s: per-start health deadline, seconds.
+        stop_grace_s: SIGTERM to SIGKILL grace, seconds.
+        max_restarts: restarts allowed per mode within ``restart_window_s``.
+        restart_window_s: the window, seconds.
+    """
+
+    def __init__(
+        self,
+        plan: PoolPlan,
+        *,
+        start_timeout_s: float = 180.0,
+        stop_grace_s: float = 5.0,
+        max_restarts: int = 5,
+        restart_window_s: float = 300.0,
+    ) -> None:
+        self.left_out: dict[Mode, str] = dict(plan.left_out)
+        self.backends: dict[Mode, LlamaServerProcess] = {
+            mode: LlamaServerProcess(spec, start_timeout_s, stop_grace_s)
+            for mode, spec in plan.specs.items()
+        }
+        self.restarts: dict[Mode, int] = dict.fromkeys(self.backends, 0)
+        self._max_restarts = max_restarts
+        self._window_s = restart_window_s
+        self._supervisors: list[asyncio.Task[None]] = []
+        self._stopping = False
+        for mode, reason in self.left_out.items():
+            log.warning("backend.left_out", mode=str(mode), reason=reason)
+
+    @classmethod
+    def from_settings(
+        cls, settings: Settings, profile: Profile, binary: Path, log_dir: Path
+    ) -> BackendPool:
+        """Plan the pool from settings and build it (nothing is started yet)."""
+        b = settings.backend
+        return cls(
+            plan_pool(settings, profile, binary, log_dir),
+            start_timeout_s=b.start_timeout_s,
+            stop_grace_s=b.stop_grace_s,
+            max_restarts=b.max_restarts,
+            restart_window_s=b.restart_window_s,
+        )
+
+    async def start(self) -> None:
+        """Start every backend concurrently and supervise the ones that came up.
+
+        A backend that fails to start is retried once on a fresh port (the port
+        race of :func:`~fronde.backends.process.free_port`), then marked failed.
+        Never raises for a failed backend: check :meth:`ready_modes`.
+        """
+
+        async def start_one(proc: LlamaServerProcess) -> None:
+            for attempt in (1, 2):
+                try:
+                    await proc.start()
+                except BackendStartError as exc:
+                    log.error(
+                        "backend.start_failed",
+                        mode=str(proc.mode),
+                        attempt=attempt,
+                        error=exc.message,
+                    )
+                    continue
+                self._supervisors.append(asyncio.create_task(self._supervise(proc)))
+                return
+
+        await asyncio.gather(*(start_one(p) for p in self.backends.values()))
+
+    async def _supervise(self, proc: LlamaServerProcess) -> None:
+        recent: deque[float] = deque()
+        consecutive = 0
+        while True:
+            status = await proc.wait()
+            if self._stopping or proc.state in (BackendState.STOPPING, BackendState.STOPPED):
+                return
+            now = time.monotonic()
+            while recent and now - recent[0] > self._window_s:
+                recent.popleft()
+            reason = f"exited with status {status}: {log_tail(proc.spec.log_path, 4)}"
+            proc.state = BackendState.FAILED
+            proc.last_error = reason
+            log.error("backend.crashed", mode=str(proc.mode), pid=proc.pid, reason=reason)
+            if len(recent) >= self._max_restarts:
+                log.error(
+                    "backend.given_up",
+                    mode=str(proc.mode),
+                    restarts=len(recent),
+                    window_s=self._window_s,
+                )
+                return
+            await asyncio.sleep(RESTART_BACKOFF_S[min(consecutive, len(RESTART_BACKOFF_S) - 1)])
+            if self._stopping:
+                return
+            recent.append(now)
+            self.restarts[proc.mode] += 1
+            try:
+                await proc.start()
+                consecutive = 0
+                log.info(
+                    "backend.restarted", mode=str(proc.mode), restarts=self.restarts[proc.mode]
+                )
+            except BackendStartError as exc:
+                consecutive += 1
+                log.error("backend.restart_failed", mode=str(proc.mode), error=exc.message)
+
+    def ready_modes(self) -> list[Mode]:
+        """Return the modes whose backend is READY now, in :class:`Mode` order."""
+        return [
+            m for m in Mode if m in self.backends and self.backends[m].state is BackendState.READY
+        ]
+
+    def get(self, mode: Mode) -> LlamaServerProcess:
+        """Return the READY backend for ``mode``.
+
+        Raises:
+            UnknownModeError: the mode was left out of this pool (message says why).
+            BackendUnavailableError: the mode is configured but not ready now
+                (loading, restarting, or failed).
+        """
+        if mode not in self.backends:
+            reason = self.left_out.get(mode, "not enabled in the settings")
+            raise UnknownModeError(f"mode {mode} is not available: {reason}", param="model")
+        proc = self.backends[mode]
+        if proc.state is not BackendState.READY:
+            detail = f": {proc.last_error}" if proc.last_error else ""
+            raise BackendUnavailableError(f"backend {mode} is {proc.state}{detail}")
+        return proc
+
+    def status(self) -> dict[str, Any]:
+        """Return a JSON-ready view of every mode: state, url, pid, restarts, error."""
+        out: dict[str, Any] = {}
+        for mode, proc in self.backends.items():
+            out[str(mode)] = {
+                "state": str(proc.state),
+                "url": proc.url if proc.port is not None else None,
+                "pid": proc.pid,
+                "restarts": self.restarts[mode],
+                "error": proc.last_error,
+            }
+        for mode, reason in self.left_out.items():
+            out[str(mode)] = {"state": "left-out", "error": reason}
+        return out
+
+    def pids(self) -> list[int]:
+        """Return the PIDs of children that are still running."""
+        return [p.pid for p in self.backends.values() if p.pid is not None and p.returncode is None]
+
+    async def stop(self) -> None:
+        """Stop supervising and stop every child (SIGTERM, grace, SIGKILL, reap)."""
+        self._stopping = True
+        for task in self._supervisors:
+            task.cancel()
+        for task in self._supervisors:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        await asyncio.gather(*(p.stop() for p in self.backends.values()))
+        log.info("pool.stopped", pid=os.getpid())

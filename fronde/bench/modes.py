@@ -1,0 +1,372 @@
+"""Each mode's decode speed through Fronde and directly, interleaved in one run.
+
+`fronde serve` is started as its own process (as a user runs it), then the same
+streamed completion is sent, for every mode, once through Fronde (mode forced
+with ``x-fronde-mode``) and once straight to that mode's llama-server, alternating
+which goes first on each repetition so that drift hits both sides alike. Two
+decode rates are kept per request:
+
+- ``server_tok_s``: llama-server's own ``timings.predicted_per_second`` (decode only,
+  excludes the first token; it cannot see the proxy);
+- ``client_tok_s``: (``predicted_n`` − 1) ÷ (time of the last content chunk − time of
+  the first), as the client receives it, so it includes the relay's cost.
+
+Medians over ``reps`` are reported; ratios are computed within this one run.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import platform
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Literal
+
+import httpx
+import numpy as np
+from pydantic import BaseModel
+from rich.table import Table
+
+from fronde.backends.process import free_port, log_tail
+from fronde.config import Settings
+from fronde.errors import FrondeError
+
+__all__ = [
+    "BENCH_PROMPT",
+    "ModeSummary",
+    "ModesReport",
+    "Sample",
+    "format_table",
+    "run_modes_bench",
+]
+
+SCHEMA_VERSION = 1
+
+BENCH_PROMPT = """# file: stats.py (original)
+def mean(values):
+    total = 0
+    for v in values:
+        total += v
+    return total / len(values)
+
+
+def variance(values):
+    m = mean(values)
+    total = 0
+    for v in values:
+        total += (v - m) ** 2
+    return total / len(values)
+
+
+def clamp(x, lo, hi):
+    if x < lo:
+        return lo
+    if x > hi:
+        return hi
+    return x
+
+# file: stats.py (unchanged copy)
+def mean(values):
+"""
+"""A completion-style prompt a base model continues by copying: the case n-gram
+speculation is for. The full battery comes with the benchmark harness."""
+
+
+class Sample(BaseModel):
+    """One streamed request's measurements (tok/s are decode rates)."""
+
+    mode: str
+    path: Literal["proxy", "direct"]
+    rep: int
+    predicted_n: int
+    server_tok_s: float
+    client_tok_s: float
+    draft_n: int | None
+    draft_n_accepted: int | None
+    wall_s: float
+    output_sha256: str
+    output_head: str
+
+
+class ModeSummary(BaseModel):
+    """Medians per mode over the repetitions."""
+
+    mode: str
+    proxy_client_tok_s: float
+    direct_client_tok_s: float
+    proxy_over_direct: float
+    direct_server_tok_s: float
+    speedup_vs_baseline: float | None
+    alpha: float | None
+    same_output_proxy_direct: bool
+
+
+class ModesReport(BaseModel):
+    """A versioned record of one run of :func:`run_modes_bench`."""
+
+    schema_version: int = SCHEMA_VERSION
+    started_at: str
+    machine: dict[str, Any]
+    commit: str | None
+    dirty: bool | None
+    profile: str
+    max_tokens: int
+    reps: int
+    samples: list[Sample]
+    summary: list[ModeSummary]
+
+
+def _git_state() -> tuple[str | None, bool | None]:
+    root = Path(__file__).resolve().parents[2]
+    try:
+        commit = subprocess.run(
+            ["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, check=True
+        ).stdout.strip()
+        dirty = bool(
+            subprocess.run(
+                ["git", "status", "--porcelain", "--untracked-files=no"],
+                cwd=root,
+                capture_output=True,
+                text=True,
+                check=True,
+            ).stdout.strip()
+        )
+    except (OSError, subprocess.CalledProcessError):
+        return None, None
+    return commit, dirty
+
+
+def machine_info() -> dict[str, Any]:
+    """Return what identifies the machine: CPU model, core count, OS, Python."""
+    cpu = platform.processor()
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    return {
+        "cpu": cpu,
+        "cpus": os.cpu_count(),
+        "system": platform.platform(),
+        "python": platform.python_version(),
+    }
+
+
+def _stream_once(
+    http: httpx.Client, url: str, body: dict[str, Any], headers: dict[str, str]
+) -> dict[str, Any]:
+    """Send one streamed completion; return timings, chunk times and text.
+
+    Raises:
+        FrondeError: non-200 status, an in-band error event, or no final timings.
+    """
+    t_start = time.perf_counter()
+    first: float | None = None
+    last: float | None = None
+    text: list[str] = []
+    timings: dict[str, Any] | None = None
+    with http.stream("POST", url, json=body, headers=headers) as resp:
+        if resp.status_code != 200:
+            raise FrondeError(f"{url} answered {resp.status_code}: {resp.read()[:300]!r}")
+        for line in resp.iter_lines():
+            if not line.startswith("data: ") or line == "data: [DONE]":
+                continue
+            event = json.loads(line[6:])
+            if "error" in event:
+                raise FrondeError(f"{url} streamed an error: {event['error']}")
+            piece = "".join(c.get("text") or "" for c in event.get("choices", []))
+            if piece:
+                now = time.perf_counter()
+                first = now if first is None else first
+                last = now
+                text.append(piece)
+            if "timings" in event:
+                timings = event["timings"]
+    if timings is None or first is None or last is None:
+        raise FrondeError(f"{url}: stream ended without timings or text")
+    return {
+        "timings": timings,
+        "first": first,
+        "last": last,
+        "t_start": t_start,
+        "text": "".join(text),
+    }
+
+
+def _sample(mode: str, path: Literal["proxy", "direct"], rep: int, r: dict[str, Any]) -> Sample:
+    t = r["timings"]
+    n = int(t["predicted_n"])
+    span = r["last"] - r["first"]
+    text: str = r["text"]
+    return Sample(
+        mode=mode,
+        path=path,
+        rep=rep,
+        predicted_n=n,
+        server_tok_s=float(t["predicted_per_second"]),
+        client_tok_s=(n - 1) / span if span > 0 and n > 1 else 0.0,
+        draft_n=t.get("draft_n"),
+        draft_n_accepted=t.get("draft_n_accepted"),
+        wall_s=r["last"] - r["t_start"],
+        output_sha256=hashlib.sha256(text.encode()).hexdigest(),
+        output_head=text[:120],
+    )
+
+
+def _summarize(samples: list[Sample]) -> list[ModeSummary]:
+    modes = list(dict.fromkeys(s.mode for s in samples))
+
+    def med(mode: str, path: str, attr: str) -> float:
+        vals = [getattr(s, attr) for s in samples if s.mode == mode and s.path == path]
+        return float(np.median(vals))
+
+    base = med("baseline", "direct", "server_tok_s") if "baseline" in modes else None
+    out: list[ModeSummary] = []
+    for m in modes:
+        proxy, direct = med(m, "proxy", "client_tok_s"), med(m, "direct", "client_tok_s")
+        drafted = sum(s.draft_n or 0 for s in samples if s.mode == m)
+        accepted = sum(s.draft_n_accepted or 0 for s in samples if s.mode == m)
+        shas = {(s.path, s.output_sha256) for s in samples if s.mode == m}
+        server = med(m, "direct", "server_tok_s")
+        out.append(
+            ModeSummary(
+                mode=m,
+                proxy_client_tok_s=round(proxy, 2),
+                direct_client_tok_s=round(direct, 2),
+                proxy_over_direct=round(proxy / direct, 4) if direct else 0.0,
+                direct_server_tok_s=round(server, 2),
+                speedup_vs_baseline=round(server / base, 3) if base else None,
+                alpha=round(accepted / drafted, 3) if drafted else None,
+                same_output_proxy_direct=len({sha for _, sha in shas}) == 1,
+            )
+        )
+    return out
+
+
+def _wait_ready(
+    http: httpx.Client, base: str, proc: subprocess.Popen[bytes], log: Path, timeout_s: float
+) -> dict[str, Any]:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise FrondeError(f"fronde serve exited with {proc.returncode}: {log_tail(log, 4)}")
+        with contextlib.suppress(httpx.TransportError):
+            r = http.get(f"{base}/health")
+            states = {v["state"] for v in r.json()["backends"].values()}
+            if r.status_code == 200 and not states & {"starting", "stopped"}:
+                health: dict[str, Any] = r.json()
+                return health
+        time.sleep(0.5)
+    raise FrondeError(f"fronde serve not ready after {timeout_s:.0f} s: {log_tail(log, 4)}")
+
+
+def run_modes_bench(
+    settings: Settings, config_file: Path | None, *, max_tokens: int = 128, reps: int = 3
+) -> ModesReport:
+    """Run the interleaved proxy-vs-direct decode benchmark over every ready mode.
+
+    Args:
+        settings: settings for the run (profile, cache, binary).
+        config_file: passed on to the `fronde serve` child.
+        max_tokens: tokens generated per request.
+        reps: repetitions; medians are reported.
+
+    Returns:
+        The report, samples included.
+
+    Raises:
+        FrondeError: `fronde serve` did not come up, or a request failed.
+    """
+    port = free_port()
+    base = f"http://127.0.0.1:{port}"
+    log = Path(tempfile.mkstemp(prefix="fronde-bench-serve-", suffix=".log")[1])
+    argv = [sys.executable, "-m", "fronde", "serve", "--port", str(port)]
+    if config_file is not None:
+        argv += ["--config", str(config_file)]
+    env = {**os.environ, "FRONDE_LOG_FORMAT": "json"}
+    with log.open("wb") as fh:
+        proc = subprocess.Popen(argv, stdout=fh, stderr=subprocess.STDOUT, env=env)
+    commit, dirty = _git_state()
+    started = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    samples: list[Sample] = []
+    try:
+        with httpx.Client(timeout=httpx.Timeout(600.0, connect=5.0)) as http:
+            health = _wait_ready(http, base, proc, log, settings.backend.start_timeout_s + 30)
+            urls = {m: b["url"] for m, b in health["backends"].items() if b["state"] == "ready"}
+            body = {
+                "prompt": BENCH_PROMPT,
+                "max_tokens": max_tokens,
+                "temperature": 0.0,
+                "seed": 42,
+                "stream": True,
+            }
+            for url in urls.values():  # warm-up: load pages, fill caches
+                _stream_once(http, f"{url}/v1/completions", {**body, "max_tokens": 8}, {})
+            for rep in range(reps):
+                for mode, url in urls.items():
+                    order: list[Literal["proxy", "direct"]] = ["proxy", "direct"]
+                    if rep % 2:
+                        order.reverse()
+                    for path in order:
+                        if path == "proxy":
+                            r = _stream_once(
+                                http, f"{base}/v1/completions", body, {"x-fronde-mode": mode}
+                            )
+                        else:
+                            r = _stream_once(http, f"{url}/v1/completions", body, {})
+                        samples.append(_sample(mode, path, rep, r))
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+    return ModesReport(
+        started_at=started,
+        machine=machine_info(),
+        commit=commit,
+        dirty=dirty,
+        profile=settings.profile,
+        max_tokens=max_tokens,
+        reps=reps,
+        samples=samples,
+        summary=_summarize(samples),
+    )
+
+
+def format_table(report: ModesReport) -> Table:
+    """Render the summary as a rich table (decode tok/s, medians)."""
+    table = Table(
+        title=f"decode tok/s, {report.profile}, {report.max_tokens} tokens, median of {report.reps}"
+    )
+    for col in (
+        "mode",
+        "via Fronde (client)",
+        "direct (client)",
+        "Fronde ÷ direct",
+        "llama-server decode",
+        "× baseline",
+        "α",
+        "same text",
+    ):
+        table.add_column(col, justify="right")
+    for s in report.summary:
+        table.add_row(
+            s.mode,
+            f"{s.proxy_client_tok_s:.1f}",
+            f"{s.direct_client_tok_s:.1f}",
+            f"{s.proxy_over_direct:.3f}",
+            f"{s.direct_server_tok_s:.1f}",
+            f"{s.speedup_vs_baseline:.2f}" if s.speedup_vs_baseline is not None else "-",
+            f"{s.alpha:.2f}" if s.alpha is not None else "-",
+            "yes" if s.same_output_proxy_direct else "no",
+        )
+    return table

@@ -1,0 +1,226 @@
+"""The ``fronde`` command: serve, install, models, bench.
+
+Every expected failure ends in one line on stderr, ``fronde: error: ...``, that says
+what to fix, and exit status 1; a traceback means a bug.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+import uvicorn
+from rich.console import Console
+from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeElapsedColumn
+
+from fronde.config import Settings, load_settings
+from fronde.errors import FrondeError
+from fronde.logging import configure_logging
+from fronde.modes import Mode
+
+__all__ = ["app", "main"]
+
+app = typer.Typer(
+    name="fronde",
+    help="OpenAI-compatible proxy that routes each request to the fastest llama.cpp "
+    "speculative-decoding mode.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    add_completion=False,
+)
+models_app = typer.Typer(
+    help="List and fetch model profiles (models/*.toml).", no_args_is_help=True
+)
+bench_app = typer.Typer(help="Measure decode speed.", no_args_is_help=True)
+app.add_typer(models_app, name="models")
+app.add_typer(bench_app, name="bench")
+
+err = Console(stderr=True)
+
+ConfigOpt = Annotated[
+    Path | None, typer.Option("--config", "-c", help="TOML settings file (see config.example.toml)")
+]
+
+
+def _settings(config: Path | None, **overrides: Any) -> Settings:
+    return load_settings(config, **{k: v for k, v in overrides.items() if v is not None})
+
+
+@app.command()
+def serve(
+    config: ConfigOpt = None,
+    host: Annotated[str | None, typer.Option(help="bind address [default: 127.0.0.1]")] = None,
+    port: Annotated[int | None, typer.Option(help="TCP port [default: 8080]")] = None,
+    profile: Annotated[
+        str | None, typer.Option(help="model profile [default: cpu-gemma-270m]")
+    ] = None,
+    mode: Annotated[
+        list[Mode] | None, typer.Option("--mode", help="run only these modes (repeatable)")
+    ] = None,
+    default_mode: Annotated[Mode | None, typer.Option(help="mode for unforced requests")] = None,
+) -> None:
+    """Start the backends and serve the OpenAI API until Ctrl-C or SIGTERM."""
+    from fronde.api.app import create_app
+
+    server_over = {k: v for k, v in {"host": host, "port": port}.items() if v is not None}
+    settings = _settings(
+        config,
+        profile=profile,
+        modes=mode,
+        default_mode=default_mode,
+        server=server_over or None,
+    )
+    configure_logging(settings.log_format, settings.log_level)
+    fatal: list[str] = []
+    holder: dict[str, uvicorn.Server] = {}
+
+    def on_fatal(reason: str) -> None:
+        fatal.append(reason)
+        holder["server"].should_exit = True
+
+    fastapi_app = create_app(settings, on_fatal=on_fatal)
+    server = uvicorn.Server(
+        uvicorn.Config(
+            fastapi_app,
+            host=settings.server.host,
+            port=settings.server.port,
+            log_config=None,
+            timeout_graceful_shutdown=int(settings.backend.stop_grace_s) + 5,
+        )
+    )
+    holder["server"] = server
+    server.run()
+    if fatal:
+        raise FrondeError(fatal[0])
+    if not server.started:
+        raise FrondeError(
+            f"could not listen on {settings.server.host}:{settings.server.port} (port in use?)"
+        )
+
+
+@app.command()
+def install(
+    config: ConfigOpt = None,
+    cuda: Annotated[bool, typer.Option(help="CUDA build (-DGGML_CUDA=ON)")] = False,
+    cuda_arch: Annotated[
+        str | None, typer.Option(help="CUDA architectures, e.g. 90 for H100/H200")
+    ] = None,
+    cmake_flag: Annotated[
+        list[str] | None, typer.Option("--cmake-flag", help="extra CMake flag (repeatable)")
+    ] = None,
+    jobs: Annotated[
+        int | None, typer.Option(help="parallel compile jobs [default: all CPUs]")
+    ] = None,
+) -> None:
+    """Build llama.cpp b11434's llama-server and llama-bench from source, into the cache."""
+    from fronde.runtime.install import build_key, cmake_flags
+    from fronde.runtime.install import install as do_install
+
+    settings = _settings(config)
+    flags = cmake_flags(cuda=cuda, cuda_arch=cuda_arch, extra=cmake_flag or ())
+    err.print(f"llama.cpp b11434 → {settings.cache_dir / 'llama.cpp' / build_key(flags)}")
+    with Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        TextColumn("{task.completed}/{task.total}"),
+        TimeElapsedColumn(),
+        console=err,
+        transient=False,
+    ) as progress:
+        task = progress.add_task("preparing", total=None)
+
+        def on_progress(done: int, total: int, message: str) -> None:
+            if total:
+                progress.update(task, completed=done, total=total, description="compiling")
+            else:
+                progress.update(task, description=message)
+
+        result = do_install(
+            settings.cache_dir,
+            cuda=cuda,
+            cuda_arch=cuda_arch,
+            extra_flags=cmake_flag or (),
+            jobs=jobs,
+            on_progress=on_progress,
+        )
+    how = "already built (cache hit)" if result.cached else f"built in {result.seconds:.0f} s"
+    err.print(f"{result.llama_server}: {result.version_line} — {how}")
+
+
+@models_app.command("list")
+def models_list(config: ConfigOpt = None) -> None:
+    """List the profiles and whether their model files are on disk."""
+    from fronde.runtime.models import list_profiles, load_profile
+
+    settings = _settings(config)
+    out = Console()
+    for name in list_profiles(settings.models_dir):
+        profile = load_profile(settings.models_dir, name)
+        mark = "*" if name == settings.profile else " "
+        out.print(f"{mark} {name}: {profile.description}")
+        for m in profile.models:
+            path = settings.models_dir / m.file
+            state = "present" if path.is_file() else "missing"
+            out.print(f"    {m.role:6} {m.file} ({state}) sha256 {m.sha256[:12]}…")
+
+
+@models_app.command("fetch")
+def models_fetch(
+    profile: Annotated[str | None, typer.Argument(help="profile [default: cpu-gemma-270m]")] = None,
+    config: ConfigOpt = None,
+) -> None:
+    """Download a profile's models into models/, checking size and sha256."""
+    import time
+
+    from fronde.runtime.models import fetch_model, load_profile
+
+    settings = _settings(config, profile=profile)
+    prof = load_profile(settings.models_dir, settings.profile)
+    for entry in prof.models:
+        t0 = time.monotonic()
+        with Progress(
+            TextColumn(f"{entry.file}"),
+            BarColumn(),
+            DownloadColumn(),
+            TimeElapsedColumn(),
+            console=err,
+        ) as progress:
+            task = progress.add_task("fetch", total=entry.size)
+
+            def on_bytes(done: int, total: int | None, task_id: Any = task) -> None:
+                progress.update(task_id, completed=done, total=total)
+
+            path, fetched = fetch_model(settings.models_dir, entry, progress=on_bytes)
+        took = time.monotonic() - t0
+        how = f"fetched and verified in {took:.1f} s" if fetched else "already present, sha256 ok"
+        err.print(f"{path}: {how}")
+
+
+@bench_app.command("modes")
+def bench_modes(
+    config: ConfigOpt = None,
+    max_tokens: Annotated[int, typer.Option(help="tokens generated per request", min=8)] = 128,
+    reps: Annotated[int, typer.Option(help="repetitions (median reported)", min=1)] = 3,
+    out: Annotated[Path | None, typer.Option(help="also write the records as JSON here")] = None,
+) -> None:
+    """Decode tok/s of each mode, through Fronde and directly, interleaved in one run."""
+    from fronde.bench.modes import format_table, run_modes_bench
+
+    settings = _settings(config)
+    report = run_modes_bench(settings, config, max_tokens=max_tokens, reps=reps)
+    Console().print(format_table(report))
+    if out is not None:
+        out.write_text(report.model_dump_json(indent=2))
+
+
+def main() -> None:
+    """Console-script entry point: run the CLI, turning Fronde errors into one line."""
+    try:
+        app()
+    except FrondeError as exc:
+        err.print(f"fronde: error: {exc.message}", markup=False, highlight=False, soft_wrap=True)
+        sys.exit(1)
+    except KeyboardInterrupt:
+        sys.exit(130)

@@ -1,0 +1,230 @@
+"""Fronde's settings tree: defaults, then a TOML file, then ``FRONDE_*`` environment.
+
+Precedence, highest first: explicit keyword arguments (the CLI's flags), environment
+variables (``FRONDE_PORT``, ``FRONDE_BACKEND__THREADS`` with ``__`` between levels,
+and ``FRONDE_LLAMA_SERVER`` for a user's own binary), the TOML file given with
+``--config``, then the defaults below. ``config.example.toml`` at the repository root
+shows every field and is loaded by a test.
+"""
+
+from __future__ import annotations
+
+import os
+from contextvars import ContextVar
+from pathlib import Path
+from typing import Any, Literal
+
+import platformdirs
+from pydantic import BaseModel, Field, ValidationError
+from pydantic_settings import (
+    BaseSettings,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+    TomlConfigSettingsSource,
+)
+
+from fronde.errors import ConfigError
+from fronde.modes import Mode, SpeculationSettings
+
+__all__ = [
+    "DEFAULT_PROFILE",
+    "BackendSettings",
+    "ServerSettings",
+    "Settings",
+    "UpstreamSettings",
+    "default_models_dir",
+    "load_settings",
+]
+
+DEFAULT_PROFILE = "cpu-gemma-270m"
+
+_CONFIG_FILE: ContextVar[Path | None] = ContextVar("fronde_config_file", default=None)
+
+
+def default_models_dir() -> Path:
+    """Return the folder holding profile manifests and fetched GGUF files.
+
+    A source checkout (the supported install, ``pip install -e .``) keeps them in
+    ``models/`` at the repository root; otherwise the per-user data folder.
+    """
+    checkout = Path(__file__).resolve().parent.parent / "models"
+    if checkout.is_dir():
+        return checkout
+    return Path(platformdirs.user_data_dir("fronde")) / "models"
+
+
+def _default_threads() -> int:
+    # llama.cpp decodes fastest with one thread per physical core; 2 cores here.
+    return max(1, min(os.cpu_count() or 1, 8))
+
+
+class ServerSettings(BaseModel):
+    """Where `fronde serve` listens."""
+
+    host: str = Field(
+        default="127.0.0.1", description="bind address; loopback unless told otherwise"
+    )
+    port: int = Field(default=8080, ge=1, le=65535, description="TCP port of the OpenAI API")
+
+
+class BackendSettings(BaseModel):
+    """How each llama-server backend process is started and supervised."""
+
+    ctx_size: int = Field(
+        default=4096, ge=256, le=1_048_576, description="-c: context size in tokens"
+    )
+    threads: int = Field(
+        default_factory=_default_threads, ge=1, le=256, description="-t: decode threads"
+    )
+    parallel: int = Field(default=1, ge=1, le=64, description="-np: slots (concurrent requests)")
+    n_gpu_layers: int | None = Field(
+        default=None,
+        ge=0,
+        le=999,
+        description="-ngl: layers offloaded to the GPU; None = llama default",
+    )
+    extra_args: list[str] = Field(
+        default_factory=list, description="extra argv appended to every llama-server"
+    )
+    start_timeout_s: float = Field(
+        default=180.0, gt=0, le=3600, description="deadline for /health to answer 200, seconds"
+    )
+    stop_grace_s: float = Field(
+        default=5.0, gt=0, le=120, description="SIGTERM to SIGKILL grace period, seconds"
+    )
+    max_restarts: int = Field(
+        default=5, ge=0, le=1000, description="restarts allowed per backend within restart_window_s"
+    )
+    restart_window_s: float = Field(
+        default=300.0,
+        gt=0,
+        le=86_400,
+        description="window over which restarts are counted, seconds",
+    )
+
+
+class UpstreamSettings(BaseModel):
+    """Timeouts of the HTTP client from Fronde to the backends.
+
+    httpx's default of 5 s is far too short for a long prefill on a CPU
+    (516 tok/s prefill here: a 4096-token prompt alone takes ~8 s).
+    """
+
+    connect_timeout_s: float = Field(default=5.0, gt=0, le=600, description="TCP connect, seconds")
+    read_timeout_s: float = Field(
+        default=600.0, gt=0, le=86_400, description="gap between two bytes from a backend, seconds"
+    )
+    write_timeout_s: float = Field(
+        default=60.0, gt=0, le=3600, description="request upload, seconds"
+    )
+    pool_timeout_s: float = Field(
+        default=60.0, gt=0, le=3600, description="wait for a free pooled connection, seconds"
+    )
+
+
+class Settings(BaseSettings):
+    """The whole settings tree of Fronde.
+
+    Raises:
+        pydantic.ValidationError: on construction, when a value is out of bounds;
+            :func:`load_settings` turns it into a one-line :class:`ConfigError`.
+    """
+
+    model_config = SettingsConfigDict(
+        env_prefix="FRONDE_",
+        env_nested_delimiter="__",
+        extra="forbid",
+        validate_default=True,
+    )
+
+    profile: str = Field(
+        default=DEFAULT_PROFILE,
+        min_length=1,
+        description="model profile: a manifest models/<profile>.toml",
+    )
+    models_dir: Path = Field(
+        default_factory=default_models_dir, description="folder of manifests and GGUF files"
+    )
+    cache_dir: Path = Field(
+        default_factory=lambda: Path(platformdirs.user_cache_dir("fronde")),
+        description="per-user cache: llama-server builds, downloads",
+    )
+    llama_server: Path | None = Field(
+        default=None,
+        description="a llama-server binary of your own (env FRONDE_LLAMA_SERVER); "
+        "default: the one `fronde install` built",
+    )
+    modes: list[Mode] = Field(
+        default_factory=lambda: list(Mode),
+        min_length=1,
+        description="modes to run; one whose model is missing is left out and reported",
+    )
+    default_mode: Mode = Field(
+        default=Mode.NGRAM_SIMPLE,
+        description="mode for requests that name none (fixed routing until the router lands)",
+    )
+    public_model: str = Field(
+        default="fronde", min_length=1, description="model name advertised in /v1/models"
+    )
+    log_format: Literal["auto", "json", "console"] = Field(
+        default="auto", description="auto = console on a TTY, JSON otherwise"
+    )
+    log_level: Literal["debug", "info", "warning", "error"] = Field(default="info")
+    server: ServerSettings = Field(default_factory=ServerSettings)
+    backend: BackendSettings = Field(default_factory=BackendSettings)
+    upstream: UpstreamSettings = Field(default_factory=UpstreamSettings)
+    speculation: SpeculationSettings = Field(default_factory=SpeculationSettings)
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        """Order the sources: init kwargs, environment, then the TOML file if any."""
+        sources: list[PydanticBaseSettingsSource] = [init_settings, env_settings]
+        config_file = _CONFIG_FILE.get()
+        if config_file is not None:
+            sources.append(TomlConfigSettingsSource(settings_cls, toml_file=config_file))
+        return tuple(sources)
+
+
+def _one_line(exc: ValidationError, origin: str) -> str:
+    parts: list[str] = []
+    for err in exc.errors():
+        where = ".".join(str(p) for p in err["loc"]) or "(root)"
+        got = err.get("input")
+        shown = "" if isinstance(got, dict | list) else f" (got {got!r})"
+        parts.append(f"{where}: {err['msg']}{shown}")
+    return f"invalid setting in {origin}: " + "; ".join(parts)
+
+
+def load_settings(config_file: Path | None = None, **overrides: Any) -> Settings:
+    """Build :class:`Settings` from defaults, ``config_file``, the environment and overrides.
+
+    Args:
+        config_file: a TOML file shaped like ``config.example.toml``, or None.
+        **overrides: field values that win over every other source (CLI flags).
+
+    Returns:
+        Validated settings.
+
+    Raises:
+        ConfigError: the file is missing or unreadable, or a value is invalid; the
+            message is one line naming the field and why.
+    """
+    if config_file is not None and not config_file.is_file():
+        raise ConfigError(f"config file not found: {config_file}")
+    origin = str(config_file) if config_file is not None else "environment/defaults"
+    token = _CONFIG_FILE.set(config_file)
+    try:
+        return Settings(**overrides)
+    except ValidationError as exc:
+        raise ConfigError(_one_line(exc, origin)) from exc
+    except (OSError, ValueError) as exc:  # tomllib.TOMLDecodeError is a ValueError
+        raise ConfigError(f"cannot read {origin}: {exc}") from exc
+    finally:
+        _CONFIG_FILE.reset(token)

@@ -1,0 +1,212 @@
+"""Fronde's exception tree and the OpenAI-shaped error body.
+
+Every error Fronde raises on purpose derives from :class:`FrondeError`::
+
+    FrondeError
+    ├── ConfigError                 bad settings file or environment value
+    ├── InstallError                `fronde install` could not produce llama-server
+    │   ├── ToolMissingError        no C/C++ compiler, no cmake
+    │   └── BuildFailedError        cmake or the compiler failed (points at the log)
+    ├── ModelError
+    │   ├── ManifestError           a manifest in models/ is missing or malformed
+    │   ├── ModelMissingError       the GGUF named by a profile is not on disk
+    │   ├── ModelFetchError         download failed (no network, pip error)
+    │   └── ChecksumMismatchError   sha256 or size differs from the manifest
+    ├── BackendError                one llama-server process or its HTTP API
+    │   ├── BackendStartError       exited early or never became healthy
+    │   ├── BackendUnavailableError no ready backend for the mode (HTTP 503)
+    │   ├── BackendConnectionError  connection refused or reset (HTTP 502)
+    │   ├── BackendTimeoutError     no answer within the configured timeout (HTTP 504)
+    │   └── BackendHTTPError        the backend answered with an error status
+    └── RequestError                the client's request is wrong (HTTP 4xx)
+        ├── InvalidRequestError     malformed JSON, bad field (HTTP 400)
+        └── UnknownModeError        `x-fronde-mode` or `fronde:MODE` names no mode (HTTP 400)
+
+Errors that can reach an HTTP client carry ``status_code``, ``error_type`` and
+``code``; the app factory turns them into the body OpenAI clients parse,
+``{"error": {"message", "type", "param", "code"}}`` (see OpenAI's API reference,
+"Error codes"). The mapping lives in one place: :func:`fronde.api.app.create_app`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = [
+    "BackendConnectionError",
+    "BackendError",
+    "BackendHTTPError",
+    "BackendStartError",
+    "BackendTimeoutError",
+    "BackendUnavailableError",
+    "BuildFailedError",
+    "ChecksumMismatchError",
+    "ConfigError",
+    "FrondeError",
+    "InstallError",
+    "InvalidRequestError",
+    "ManifestError",
+    "ModelError",
+    "ModelFetchError",
+    "ModelMissingError",
+    "RequestError",
+    "ToolMissingError",
+    "UnknownModeError",
+    "openai_error_body",
+]
+
+
+class FrondeError(Exception):
+    """Root of every error Fronde raises on purpose.
+
+    Attributes:
+        status_code: HTTP status used when the error reaches an HTTP client.
+        error_type: OpenAI ``error.type`` string.
+        code: OpenAI ``error.code`` string, or None.
+        param: the request field at fault, or None.
+    """
+
+    status_code: int = 500
+    error_type: str = "server_error"
+    code: str | None = None
+
+    def __init__(self, message: str, *, param: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.param = param
+
+    def to_body(self) -> dict[str, Any]:
+        """Return the OpenAI-shaped error body for this error."""
+        return openai_error_body(self.message, self.error_type, self.param, self.code)
+
+
+class ConfigError(FrondeError):
+    """A settings file or environment variable holds an invalid value."""
+
+    code = "config_error"
+
+
+class InstallError(FrondeError):
+    """`fronde install` could not produce a working llama-server."""
+
+    code = "install_error"
+
+
+class ToolMissingError(InstallError):
+    """A build tool (C/C++ compiler, cmake) is not on PATH."""
+
+
+class BuildFailedError(InstallError):
+    """cmake configure or build failed; the message names the build log."""
+
+
+class ModelError(FrondeError):
+    """Problems with model manifests and GGUF files."""
+
+    code = "model_error"
+
+
+class ManifestError(ModelError):
+    """A profile manifest in ``models/`` is missing or malformed."""
+
+
+class ModelMissingError(ModelError):
+    """A GGUF named by the profile is not on disk; `fronde models fetch` gets it."""
+
+
+class ModelFetchError(ModelError):
+    """Downloading a model failed (no network, pip could not download)."""
+
+
+class ChecksumMismatchError(ModelError):
+    """A downloaded file's sha256 or size differs from its manifest entry."""
+
+
+class BackendError(FrondeError):
+    """A llama-server backend failed to start or to answer."""
+
+    status_code = 502
+    error_type = "server_error"
+    code = "backend_error"
+
+
+class BackendStartError(BackendError):
+    """A llama-server process exited early or missed its health deadline."""
+
+
+class BackendUnavailableError(BackendError):
+    """No ready backend can serve the request right now (HTTP 503, retry later)."""
+
+    status_code = 503
+    code = "backend_unavailable"
+
+    def __init__(self, message: str, *, retry_after_s: int = 5, param: str | None = None) -> None:
+        super().__init__(message, param=param)
+        self.retry_after_s = retry_after_s
+
+
+class BackendConnectionError(BackendError):
+    """The backend refused or dropped the connection (HTTP 502)."""
+
+    code = "backend_connection_error"
+
+
+class BackendTimeoutError(BackendError):
+    """The backend did not answer within the configured timeout (HTTP 504)."""
+
+    status_code = 504
+    code = "backend_timeout"
+
+
+class BackendHTTPError(BackendError):
+    """The backend answered with an error status; its status is passed through.
+
+    A 4xx from llama-server is the client's fault (e.g. an invalid parameter), so
+    it keeps its status and becomes an ``invalid_request_error``; a 5xx stays a
+    ``server_error``.
+    """
+
+    def __init__(self, message: str, *, status_code: int, param: str | None = None) -> None:
+        super().__init__(message, param=param)
+        self.status_code = status_code
+        if 400 <= status_code < 500:
+            self.error_type = "invalid_request_error"
+            self.code = "backend_rejected_request"
+
+
+class RequestError(FrondeError):
+    """The client's request is wrong; HTTP 400 unless a subclass says otherwise."""
+
+    status_code = 400
+    error_type = "invalid_request_error"
+    code = "invalid_request"
+
+
+class InvalidRequestError(RequestError):
+    """Malformed JSON, a missing field, or a field of the wrong type."""
+
+
+class UnknownModeError(RequestError):
+    """The header ``x-fronde-mode`` or the model ``fronde:MODE`` names no available mode."""
+
+    code = "unknown_mode"
+
+
+def openai_error_body(
+    message: str,
+    error_type: str = "invalid_request_error",
+    param: str | None = None,
+    code: str | None = None,
+) -> dict[str, Any]:
+    """Build ``{"error": {"message", "type", "param", "code"}}`` as OpenAI returns it.
+
+    Args:
+        message: human-readable explanation, one line.
+        error_type: OpenAI error type, e.g. ``invalid_request_error``, ``server_error``.
+        param: the offending request field, if any.
+        code: machine-readable code, if any.
+
+    Returns:
+        The JSON-ready body.
+    """
+    return {"error": {"message": message, "type": error_type, "param": param, "code": code}}

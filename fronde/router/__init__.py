@@ -1,0 +1,1 @@
+"""Routing: which mode serves a request."""

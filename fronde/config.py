@@ -169,7 +169,9 @@ class Settings(BaseSettings):
     log_format: Literal["auto", "json", "console"] = Field(
         default="auto", description="auto = console on a TTY, JSON otherwise"
     )
-    log_level: Literal["debug", "info", "warning", "error"] = Field(default="info")
+    log_level: Literal["debug", "info", "warning", "error"] = Field(
+        default="info", description="minimum level logged"
+    )
     server: ServerSettings = Field(default_factory=ServerSettings)
     backend: BackendSettings = Field(default_factory=BackendSettings)
     upstream: UpstreamSettings = Field(default_factory=UpstreamSettings)

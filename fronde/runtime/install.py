@@ -338,7 +338,8 @@ def install(
         shutil.copy2(built, bin_dir / target)
     server = bin_dir / "llama-server"
     line = _version_line(server)
-    if str(LLAMA_CPP_BUILD) not in line:
+    m = re.match(r"version:\s*(\d+)", line)
+    if m is None or int(m.group(1)) != LLAMA_CPP_BUILD:
         raise InstallError(f"{server} reports {line!r}, expected build {LLAMA_CPP_BUILD}")
     seconds = time.monotonic() - started
     meta = {

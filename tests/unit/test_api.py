@@ -1,0 +1,170 @@
+"""The OpenAI routes over fake llama-server backends (real pool, real processes)."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from fastapi.testclient import TestClient
+
+from fronde.api.app import create_app
+from fronde.backends.pool import BackendPool, PoolPlan
+from fronde.backends.process import LaunchSpec
+from fronde.config import load_settings
+from fronde.modes import Mode
+
+MODES = [Mode.BASELINE, Mode.NGRAM_SIMPLE, Mode.NGRAM_MOD]
+CHAT = {"messages": [{"role": "user", "content": "alpha beta gamma"}], "max_tokens": 6}
+
+
+def serve(
+    fake_binary: Path, tmp_path: Path, knobs: dict[Mode, list[str]] | None = None
+) -> TestClient:
+    knobs = knobs or {}
+    specs = {
+        m: LaunchSpec(
+            m, fake_binary, ["--spec-type", str(m), *knobs.get(m, [])], tmp_path / f"{m}.log"
+        )
+        for m in MODES
+    }
+    pool = BackendPool(
+        PoolPlan(specs, {Mode.DRAFT: "profile has no draft model"}), stop_grace_s=1.0
+    )
+    settings = load_settings(cache_dir=tmp_path, models_dir=tmp_path)
+    return TestClient(create_app(settings, pool=pool), raise_server_exceptions=False)
+
+
+def wait_healthy(client: TestClient) -> None:
+    for _ in range(200):
+        if client.get("/health").status_code == 200:
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"never healthy: {client.get('/health').json()}")
+
+
+@pytest.fixture(scope="module")
+def client(fake_binary: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[TestClient]:
+    with serve(fake_binary, tmp_path_factory.mktemp("api")) as c:
+        wait_healthy(c)
+        yield c
+
+
+def test_chat_goes_to_the_default_mode(client: TestClient) -> None:
+    r = client.post("/v1/chat/completions", json={**CHAT, "model": "gpt-4o"})
+    assert r.status_code == 200
+    assert r.headers["x-fronde-mode"] == "ngram-simple"
+    assert r.headers["x-fronde-class"] == "default"
+    body = r.json()
+    assert body["model"] == "gpt-4o"  # the client's name comes back, never a file path
+    assert body["choices"][0]["message"]["content"].split()[:3] == ["alpha", "beta", "gamma"]
+
+
+@pytest.mark.parametrize("mode", ["baseline", "ngram-simple", "ngram-mod"])
+def test_mode_forced_by_header_and_by_model_name(client: TestClient, mode: str) -> None:
+    r = client.post("/v1/chat/completions", json=CHAT, headers={"x-fronde-mode": mode})
+    assert (r.status_code, r.headers["x-fronde-mode"], r.headers["x-fronde-class"]) == (
+        200,
+        mode,
+        "forced",
+    )
+    r = client.post(
+        "/v1/completions", json={"prompt": "one two", "model": f"fronde:{mode}", "max_tokens": 3}
+    )
+    assert (r.status_code, r.headers["x-fronde-mode"]) == (200, mode)
+    assert r.json()["choices"][0]["text"] == "one two one "
+
+
+def test_stream_relays_every_event_and_one_done(client: TestClient) -> None:
+    with client.stream("POST", "/v1/chat/completions", json={**CHAT, "stream": True}) as r:
+        assert r.status_code == 200
+        assert r.headers["content-type"].startswith("text/event-stream")
+        assert r.headers["x-fronde-mode"] == "ngram-simple"
+        lines = [ln for ln in r.iter_lines() if ln.startswith("data: ")]
+    assert lines[-1] == "data: [DONE]"
+    assert sum(ln == "data: [DONE]" for ln in lines) == 1
+    chunks = [json.loads(ln[6:]) for ln in lines[:-1]]
+    text = "".join(c["choices"][0]["delta"].get("content", "") for c in chunks)
+    assert text.split() == ["alpha", "beta", "gamma", "alpha", "beta", "gamma"]
+    assert chunks[-1]["timings"]["predicted_n"] == 6
+
+
+def test_crash_mid_stream_is_an_error_event_never_done(fake_binary: Path, tmp_path: Path) -> None:
+    knobs = {Mode.NGRAM_SIMPLE: ["--fake-crash-after", "3"]}
+    with serve(fake_binary, tmp_path, knobs) as c:
+        wait_healthy(c)
+        with c.stream("POST", "/v1/chat/completions", json={**CHAT, "stream": True}) as r:
+            assert r.status_code == 200
+            lines = [ln for ln in r.iter_lines() if ln.startswith("data: ")]
+    assert "data: [DONE]" not in lines
+    last = json.loads(lines[-1][6:])
+    assert last["error"]["type"] == "server_error"
+    assert "ngram-simple" in last["error"]["message"]
+    assert not any('"finish_reason": "stop"' in ln for ln in lines)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "status", "code"),
+    [
+        ({"content": b"{not json"}, 400, "invalid_request"),
+        ({"json": [1, 2]}, 400, "invalid_request"),
+        ({"json": {"messages": []}}, 400, "invalid_request"),
+        ({"json": {**CHAT, "stream": "yes"}}, 400, "invalid_request"),
+        ({"json": {**CHAT, "model": "fronde:turbo"}}, 400, "unknown_mode"),
+        ({"json": {**CHAT, "model": "fronde:draft"}}, 400, "unknown_mode"),
+        ({"json": {**CHAT, "temperature": 99}}, 400, "backend_rejected_request"),
+    ],
+)
+def test_bad_requests_get_openai_error_bodies(
+    client: TestClient, kwargs: dict[str, object], status: int, code: str
+) -> None:
+    r = client.post("/v1/chat/completions", **kwargs)  # type: ignore[arg-type]
+    assert r.status_code == status
+    err = r.json()["error"]
+    assert set(err) == {"message", "type", "param", "code"}
+    assert (err["type"], err["code"]) == ("invalid_request_error", code)
+
+
+def test_unknown_mode_message_lists_the_known_ones(client: TestClient) -> None:
+    r = client.post("/v1/chat/completions", json=CHAT, headers={"x-fronde-mode": "turbo"})
+    assert "baseline, ngram-simple, ngram-mod, draft" in r.json()["error"]["message"]
+    assert r.json()["error"]["param"] == "x-fronde-mode"
+
+
+def test_framework_errors_have_the_same_shape(client: TestClient) -> None:
+    r = client.get("/v1/nothing")
+    assert r.status_code == 404 and r.json()["error"]["code"] == "not_found"
+    r = client.get("/v1/chat/completions")
+    assert r.status_code == 405 and r.json()["error"]["code"] == "method_not_allowed"
+
+
+def test_models_lists_modes_and_reports_the_left_out(client: TestClient) -> None:
+    body = client.get("/v1/models").json()
+    assert [m["id"] for m in body["data"]] == [
+        "fronde",
+        "fronde:baseline",
+        "fronde:ngram-simple",
+        "fronde:ngram-mod",
+    ]
+    assert body["unavailable"] == [{"id": "fronde:draft", "reason": "profile has no draft model"}]
+
+
+def test_health_is_503_until_the_default_backend_is_ready(
+    fake_binary: Path, tmp_path: Path
+) -> None:
+    knobs = {Mode.NGRAM_SIMPLE: ["--fake-load-s", "2"]}
+    with serve(fake_binary, tmp_path, knobs) as c:
+        r = c.get("/health")
+        assert r.status_code == 503
+        assert r.json()["backends"]["ngram-simple"]["state"] == "starting"
+        r = c.post("/v1/chat/completions", json=CHAT)
+        assert r.status_code == 503 and "retry-after" in r.headers
+        wait_healthy(c)
+        body = c.get("/health").json()
+        assert body["backends"]["ngram-simple"]["state"] == "ready"
+        assert body["backends"]["draft"] == {
+            "state": "left-out",
+            "error": "profile has no draft model",
+        }

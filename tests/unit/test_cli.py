@@ -1,0 +1,54 @@
+"""The CLI's failures are one line that says what to fix, and exit status 1."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+
+def fronde(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "fronde", *args],
+        capture_output=True,
+        text=True,
+        env={**os.environ, **(env or {})},
+        timeout=60,
+        check=False,
+    )
+
+
+def test_bad_setting_is_one_line(tmp_path: Path) -> None:
+    r = fronde("serve", env={"FRONDE_BACKEND__THREADS": "0", "FRONDE_CACHE_DIR": str(tmp_path)})
+    assert r.returncode == 1
+    assert r.stderr.strip().splitlines() == [
+        "fronde: error: invalid setting in environment/defaults: backend.threads: "
+        "Input should be greater than or equal to 1 (got '0')"
+    ]
+
+
+def test_serve_without_install_says_run_install(tmp_path: Path) -> None:
+    r = fronde("serve", env={"FRONDE_CACHE_DIR": str(tmp_path)})
+    assert r.returncode == 1
+    assert "run `fronde install`" in r.stderr
+    assert "Traceback" not in r.stderr
+
+
+def test_serve_with_missing_model_says_fetch(tmp_path: Path, fake_binary: Path) -> None:
+    r = fronde(
+        "serve",
+        env={
+            "FRONDE_CACHE_DIR": str(tmp_path),
+            "FRONDE_LLAMA_SERVER": str(fake_binary),
+            "FRONDE_MODELS_DIR": str(tmp_path),
+        },
+    )
+    assert r.returncode == 1
+    assert "no profile 'cpu-gemma-270m'" in r.stderr
+
+
+def test_models_fetch_unknown_profile(tmp_path: Path) -> None:
+    r = fronde("models", "fetch", "nope")
+    assert r.returncode == 1
+    assert r.stderr.startswith("fronde: error: no profile 'nope'")

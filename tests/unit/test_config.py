@@ -1,0 +1,78 @@
+"""Settings: defaults, the shipped example, env overrides, one-line errors."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from pydantic import BaseModel
+
+from fronde.config import Settings, load_settings
+from fronde.errors import ConfigError
+from fronde.modes import Mode
+
+EXAMPLE = Path(__file__).resolve().parents[2] / "config.example.toml"
+
+
+def test_example_config_loads_and_equals_the_defaults() -> None:
+    from_file = load_settings(EXAMPLE)
+    defaults = load_settings()
+    assert from_file.model_dump(exclude={"backend"}) == defaults.model_dump(exclude={"backend"})
+    assert from_file.speculation.ngram_mod_n_match == 12
+    assert from_file.modes == list(Mode)
+
+
+def test_environment_overrides_the_file(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    cfg = tmp_path / "f.toml"
+    cfg.write_text('default_mode = "ngram-mod"\n[server]\nport = 9000\nhost = "127.0.0.2"\n')
+    monkeypatch.setenv("FRONDE_SERVER__PORT", "9100")
+    monkeypatch.setenv("FRONDE_LLAMA_SERVER", "/opt/llama-server")
+    s = load_settings(cfg)
+    assert s.server.port == 9100  # env wins
+    assert s.server.host == "127.0.0.2"  # file value kept beside it
+    assert s.default_mode is Mode.NGRAM_MOD
+    assert s.llama_server == Path("/opt/llama-server")
+
+
+def test_cli_overrides_win_over_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("FRONDE_PROFILE", "gpu-qwen3-8b")
+    assert load_settings(profile="cpu-gemma-270m").profile == "cpu-gemma-270m"
+
+
+@pytest.mark.parametrize(
+    ("toml", "needle"),
+    [
+        (
+            "[backend]\nthreads = 0\n",
+            "backend.threads: Input should be greater than or equal to 1 (got 0)",
+        ),
+        ('default_mode = "turbo"\n', "default_mode: Input should be"),
+        ("[server]\nport = 70000\n", "server.port"),
+        ("nonsense = 1\n", "nonsense: Extra inputs are not permitted"),
+        ("[backend\n", "cannot read"),
+    ],
+)
+def test_bad_values_give_one_line_naming_the_field(tmp_path: Path, toml: str, needle: str) -> None:
+    cfg = tmp_path / "bad.toml"
+    cfg.write_text(toml)
+    with pytest.raises(ConfigError) as info:
+        load_settings(cfg)
+    assert needle in info.value.message
+    assert "\n" not in info.value.message
+
+
+def test_missing_config_file() -> None:
+    with pytest.raises(ConfigError, match="config file not found"):
+        load_settings(Path("/nonexistent/fronde.toml"))
+
+
+def test_every_field_is_described() -> None:
+    def check(model: type[BaseModel], prefix: str) -> None:
+        for name, field in model.model_fields.items():
+            annotation = field.annotation
+            if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+                check(annotation, f"{prefix}{name}.")
+            else:
+                assert field.description, f"{prefix}{name} has no description"
+
+    check(Settings, "")

@@ -1,0 +1,100 @@
+"""BackendPool: planning from a profile, left-out modes, crash restart, stop."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+from pathlib import Path
+
+import pytest
+
+from fronde.backends.pool import BackendPool, PoolPlan, plan_pool
+from fronde.backends.process import BackendState, LaunchSpec
+from fronde.config import load_settings
+from fronde.errors import BackendUnavailableError, UnknownModeError
+from fronde.modes import Mode
+from fronde.runtime.models import load_profile
+
+from .test_process import alive
+
+REPO_MODELS = Path(__file__).resolve().parents[2] / "models"
+pytestmark = pytest.mark.anyio
+
+
+def test_plan_leaves_out_draft_without_draft_model(tmp_path: Path) -> None:
+    profile = load_profile(REPO_MODELS, "cpu-gemma-270m")
+    (tmp_path / profile.target.file).write_bytes(b"\0" * (profile.target.size or 1))
+    settings = load_settings(models_dir=tmp_path, cache_dir=tmp_path)
+    plan = plan_pool(settings, profile, Path("/bin/llama-server"), tmp_path)
+    assert set(plan.specs) == {Mode.BASELINE, Mode.NGRAM_SIMPLE, Mode.NGRAM_MOD}
+    assert "no draft model" in plan.left_out[Mode.DRAFT]
+    mod = plan.specs[Mode.NGRAM_MOD].args
+    assert mod[mod.index("--spec-type") + 1] == "ngram-mod"
+    assert mod[mod.index("--spec-ngram-mod-n-match") + 1] == "12"
+    assert "--chat-template" in mod and mod[mod.index("--chat-template") + 1] == "gemma"
+    assert "--spec-type" not in plan.specs[Mode.BASELINE].args
+
+
+def test_plan_without_target_leaves_every_mode_out(tmp_path: Path) -> None:
+    profile = load_profile(REPO_MODELS, "cpu-gemma-270m")
+    settings = load_settings(models_dir=tmp_path, cache_dir=tmp_path)
+    plan = plan_pool(settings, profile, Path("/bin/llama-server"), tmp_path)
+    assert plan.specs == {}
+    assert all("fronde models fetch" in why for why in plan.left_out.values())
+
+
+def test_plan_gpu_profile_uses_the_draft_model(tmp_path: Path) -> None:
+    profile = load_profile(REPO_MODELS, "gpu-qwen3-8b")
+    for m in profile.models:
+        (tmp_path / m.file).write_bytes(b"gguf")
+    settings = load_settings(models_dir=tmp_path, cache_dir=tmp_path)
+    plan = plan_pool(settings, profile, Path("/bin/llama-server"), tmp_path)
+    args = plan.specs[Mode.DRAFT].args
+    assert args[args.index("--spec-draft-model") + 1] == str(tmp_path / "Qwen3-0.6B-Q8_0.gguf")
+    assert args[args.index("--spec-type") + 1] == "draft-simple"
+    assert "-ngl" in args
+
+
+def fake_plan(binary: Path, tmp_path: Path, modes: list[Mode]) -> PoolPlan:
+    specs = {
+        m: LaunchSpec(m, binary, ["--spec-type", str(m)], tmp_path / f"{m}.log") for m in modes
+    }
+    return PoolPlan(specs, {Mode.DRAFT: "no draft model"})
+
+
+async def test_crashed_backend_is_restarted(fake_binary: Path, tmp_path: Path) -> None:
+    pool = BackendPool(fake_plan(fake_binary, tmp_path, [Mode.NGRAM_MOD]), stop_grace_s=1.0)
+    await pool.start()
+    try:
+        first = pool.get(Mode.NGRAM_MOD)
+        old_pid = first.pid
+        assert old_pid is not None
+        os.kill(old_pid, signal.SIGKILL)
+        for _ in range(200):  # the supervisor notices, backs off 1 s, restarts
+            await asyncio.sleep(0.1)
+            if pool.restarts[Mode.NGRAM_MOD] and first.state is BackendState.READY:
+                break
+        assert first.state is BackendState.READY
+        assert first.pid != old_pid
+        assert pool.restarts[Mode.NGRAM_MOD] == 1
+    finally:
+        await pool.stop()
+
+
+async def test_get_explains_unknown_and_unready_modes(fake_binary: Path, tmp_path: Path) -> None:
+    pool = BackendPool(fake_plan(fake_binary, tmp_path, [Mode.BASELINE]))
+    with pytest.raises(UnknownModeError, match="no draft model"):
+        pool.get(Mode.DRAFT)
+    with pytest.raises(BackendUnavailableError, match="stopped"):
+        pool.get(Mode.BASELINE)  # not started yet
+
+
+async def test_stop_leaves_no_child(fake_binary: Path, tmp_path: Path) -> None:
+    pool = BackendPool(fake_plan(fake_binary, tmp_path, [Mode.BASELINE, Mode.NGRAM_SIMPLE]))
+    await pool.start()
+    pids = pool.pids()
+    assert len(pids) == 2
+    await pool.stop()
+    assert not any(alive(p) for p in pids)
+    assert pool.pids() == []

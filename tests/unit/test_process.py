@@ -1,0 +1,90 @@
+"""LlamaServerProcess against the fake llama-server: start, health, early exit, stop."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from fronde.backends.process import BackendState, LaunchSpec, LlamaServerProcess
+from fronde.errors import BackendStartError
+from fronde.modes import Mode
+
+pytestmark = pytest.mark.anyio
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # A zombie still answers kill(0); read its state.
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
+    except OSError:
+        return False
+
+
+def make(
+    fake_binary: Path, tmp_path: Path, *knobs: str, timeout: float = 20.0
+) -> LlamaServerProcess:
+    spec = LaunchSpec(
+        Mode.NGRAM_SIMPLE, fake_binary, ["--spec-type", "ngram-simple", *knobs], tmp_path / "b.log"
+    )
+    return LlamaServerProcess(spec, start_timeout_s=timeout, stop_grace_s=1.0)
+
+
+async def test_start_waits_for_health_then_serves(fake_binary: Path, tmp_path: Path) -> None:
+    proc = make(fake_binary, tmp_path, "--fake-load-s", "1.0")
+    t0 = time.monotonic()
+    await proc.start()
+    try:
+        assert time.monotonic() - t0 >= 1.0  # waited out the 503s
+        assert proc.state is BackendState.READY
+        async with httpx.AsyncClient() as http:
+            r = await http.get(f"{proc.url}/health")
+        assert r.status_code == 200
+    finally:
+        await proc.stop()
+    assert proc.state is BackendState.STOPPED
+    assert proc.pid is not None and not alive(proc.pid)
+
+
+async def test_early_exit_fails_fast_with_log_tail(fake_binary: Path, tmp_path: Path) -> None:
+    proc = make(fake_binary, tmp_path, "--fake-exit-on-start", "3", timeout=60)
+    t0 = time.monotonic()
+    with pytest.raises(BackendStartError, match=r"exited with status 3.*refusing to start"):
+        await proc.start()
+    assert time.monotonic() - t0 < 20  # did not wait for the 60 s deadline
+    assert proc.state is BackendState.FAILED
+
+
+async def test_health_deadline_kills_the_child(fake_binary: Path, tmp_path: Path) -> None:
+    proc = make(fake_binary, tmp_path, "--fake-load-s", "600", timeout=2.0)
+    with pytest.raises(BackendStartError, match="not healthy after"):
+        await proc.start()
+    assert proc.pid is not None and not alive(proc.pid)
+
+
+async def test_stop_escalates_to_sigkill_when_sigterm_is_ignored(
+    fake_binary: Path, tmp_path: Path
+) -> None:
+    proc = make(fake_binary, tmp_path, "--fake-ignore-sigterm")
+    await proc.start()
+    pid = proc.pid
+    assert pid is not None
+    t0 = time.monotonic()
+    await proc.stop()
+    took = time.monotonic() - t0
+    assert not alive(pid)
+    assert took >= 1.0  # the grace period was waited out
+    assert proc.returncode == -9
+
+
+async def test_missing_binary_is_a_start_error(tmp_path: Path) -> None:
+    spec = LaunchSpec(Mode.BASELINE, tmp_path / "nope", [], tmp_path / "b.log")
+    with pytest.raises(BackendStartError, match="cannot execute"):
+        await LlamaServerProcess(spec).start()

@@ -161,6 +161,16 @@ def _version_line(binary: Path) -> str:
     return line
 
 
+def _build_number(version_line: str) -> int | None:
+    """Return the build number in a ``--version`` line, or None.
+
+    b11434 prints ``version: 0.6.0-dev (build 11434, commit b11434)``; older builds
+    printed ``version: 4000 (abcdef0)``.
+    """
+    m = re.search(r"\(build (\d+)", version_line) or re.match(r"version:\s*(\d+) \(", version_line)
+    return int(m.group(1)) if m else None
+
+
 def _run_logged(
     argv: list[str], log: Path, cwd: Path, on_line: Callable[[str], None] | None = None
 ) -> None:
@@ -338,8 +348,7 @@ def install(
         shutil.copy2(built, bin_dir / target)
     server = bin_dir / "llama-server"
     line = _version_line(server)
-    m = re.match(r"version:\s*(\d+)", line)
-    if m is None or int(m.group(1)) != LLAMA_CPP_BUILD:
+    if _build_number(line) != LLAMA_CPP_BUILD:
         raise InstallError(f"{server} reports {line!r}, expected build {LLAMA_CPP_BUILD}")
     seconds = time.monotonic() - started
     meta = {

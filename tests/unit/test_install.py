@@ -22,8 +22,9 @@ if [ "$1" = "--build" ]; then
   mkdir -p "$build/bin"
   echo "[1/2] Building CXX object a.o"
   echo "[2/2] Linking CXX executable bin/llama-server"
+  line="version: 0.6.0-dev (build $VERSION, commit b11434)"
   for t in llama-server llama-bench; do
-    printf '#!/bin/sh\necho "version: %s (b11434)" >&2\n' "$VERSION" > "$build/bin/$t"
+    printf '#!/bin/sh\necho "%s" >&2\n' "$line" > "$build/bin/$t"
     chmod +x "$build/bin/$t"
   done
   exit 0
@@ -78,7 +79,7 @@ def test_build_then_cache_hit(tmp_path: Path, fake_cmake: Path) -> None:
     seen: list[tuple[int, int]] = []
     result = inst.install(cache, on_progress=lambda d, t, _m: seen.append((d, t)))
     assert not result.cached
-    assert result.version_line == "version: 11434 (b11434)"
+    assert result.version_line == "version: 0.6.0-dev (build 11434, commit b11434)"
     assert (1, 2) in seen and (2, 2) in seen
     assert result.llama_server == result.bin_dir / "llama-server"
     meta = json.loads((result.bin_dir.parent / "install.json").read_text())
@@ -119,6 +120,19 @@ def test_missing_cmake_is_one_clear_line(tmp_path: Path, monkeypatch: pytest.Mon
     monkeypatch.setenv("PATH", str(empty))
     with pytest.raises(ToolMissingError, match="cmake not found on PATH"):
         inst.install(tmp_path / "cache")
+
+
+@pytest.mark.parametrize(
+    ("line", "number"),
+    [
+        ("version: 0.6.0-dev (build 11434, commit b11434)", 11434),
+        ("version: 4000 (abcdef0)", 4000),
+        ("version: 0.6.0-dev (build 9999, commit b11434)", 9999),
+        ("version: unknown", None),
+    ],
+)
+def test_build_number_parsing(line: str, number: int | None) -> None:
+    assert inst._build_number(line) == number  # pyright: ignore[reportPrivateUsage]
 
 
 def test_user_binary_override(tmp_path: Path) -> None:

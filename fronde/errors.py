@@ -74,6 +74,8 @@ class FrondeError(Exception):
         super().__init__(message)
         self.message = message
         self.param = param
+        self.headers: dict[str, str] = {}
+        """Response headers to send with the error (e.g. the routing decision)."""
 
     def to_body(self) -> dict[str, Any]:
         """Return the OpenAI-shaped error body for this error."""

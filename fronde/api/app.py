@@ -129,7 +129,7 @@ def create_app(
 
     @app.exception_handler(FrondeError)
     async def fronde_error(request: Request, exc: FrondeError) -> JSONResponse:  # pyright: ignore[reportUnusedFunction]
-        headers: dict[str, str] = {}
+        headers = dict(exc.headers)
         if isinstance(exc, BackendUnavailableError):
             headers["retry-after"] = str(exc.retry_after_s)
         if exc.status_code >= 500:

@@ -19,7 +19,7 @@ from starlette.background import BackgroundTask
 
 from fronde.api.deps import RuntimeDep
 from fronde.api.relay import relay_sse
-from fronde.errors import InvalidRequestError
+from fronde.errors import FrondeError, InvalidRequestError
 from fronde.modes import Mode
 from fronde.router.choice import MODEL_PREFIX, decide
 
@@ -56,9 +56,18 @@ async def _forward(request: Request, rt: RuntimeDep, path: str, body: dict[str, 
     decision = decide(
         request.headers.get("x-fronde-mode"), body.get("model"), rt.settings.default_mode
     )
-    backend = rt.pool.get(decision.mode)
     headers = {"x-fronde-mode": str(decision.mode), "x-fronde-class": str(decision.route_class)}
-    body.setdefault("model", rt.settings.public_model)
+    try:
+        return await _send(rt, path, body, decision.mode, headers)
+    except FrondeError as exc:
+        exc.headers.update(headers)  # an error still says which mode was chosen
+        raise
+
+
+async def _send(
+    rt: RuntimeDep, path: str, body: dict[str, Any], mode: Mode, headers: dict[str, str]
+) -> Response:
+    backend = rt.pool.get(mode)
     if not body.get("stream", False):
         data = await rt.client.post_json(backend.url, path, body)
         return JSONResponse(data, headers=headers)
@@ -69,18 +78,17 @@ async def _forward(request: Request, rt: RuntimeDep, path: str, body: dict[str, 
 
     async def events() -> AsyncIterator[bytes]:
         try:
-            async for chunk in relay_sse(resp, str(decision.mode)):
+            async for chunk in relay_sse(resp, str(mode)):
                 yield chunk
         finally:
             # Also runs when the client disconnects (Starlette cancels us): the
             # upstream connection closes and llama-server frees the slot.
             await stack.aclose()
 
-    headers |= {"cache-control": "no-cache", "x-accel-buffering": "no"}
     return StreamingResponse(
         events(),
         media_type="text/event-stream",
-        headers=headers,
+        headers=headers | {"cache-control": "no-cache", "x-accel-buffering": "no"},
         background=BackgroundTask(stack.aclose),
     )
 

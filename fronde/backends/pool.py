@@ -72,9 +72,12 @@ def plan_pool(settings: Settings, profile: Profile, binary: Path, log_dir: Path)
         "-np",
         str(b.parallel),
     ]
-    common += ["--metrics", "--no-webui"]
+    # --alias: responses carry the public model name, never the GGUF's path.
+    common += ["--alias", settings.public_model, "--metrics", "--no-webui"]
     if profile.chat_template:
-        common += ["--chat-template", profile.chat_template]
+        # A built-in template name only works with Jinja off: b11434 has --jinja on
+        # by default and would render the name itself ("gemma") as the template.
+        common += ["--no-jinja", "--chat-template", profile.chat_template]
     if b.n_gpu_layers is not None:
         common += ["-ngl", str(b.n_gpu_layers)]
     common += [*profile.server_args, *b.extra_args]

@@ -100,7 +100,16 @@ class ModelEntry(_Strict):
 
 
 class Profile(_Strict):
-    """A model profile, as read from ``models/<name>.toml``."""
+    """A model profile, as read from ``models/<name>.toml``.
+
+    Attributes:
+        name: profile name (the file's stem).
+        description: one line for ``fronde models list``.
+        chat_template: name of a llama.cpp built-in chat template (``gemma``) for a
+            GGUF that carries none; started with Jinja off. None: the GGUF's own.
+        server_args: extra llama-server argv for every mode of this profile.
+        models: the target and at most one draft.
+    """
 
     name: str
     description: str = ""

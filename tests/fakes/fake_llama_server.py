@@ -36,6 +36,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=8080)
     p.add_argument("--spec-type", default="none")
+    p.add_argument("-m", "--model", default="/models/fake.gguf")
+    p.add_argument("--alias", default=None)
     p.add_argument("--fake-tps", type=float, default=500.0)
     p.add_argument("--fake-accept-rate", type=float, default=0.5)
     p.add_argument("--fake-load-s", type=float, default=0.0)
@@ -102,7 +104,7 @@ def build_app(args: argparse.Namespace) -> FastAPI:
                 },
                 400,
             )
-        model = body.get("model", "fake")
+        model = args.alias or args.model  # llama-server b11434 answers with its alias
         n_max = int(body.get("max_tokens") or 16)
         if not body.get("stream"):
             text = "".join([w async for w in generate(body)])

@@ -26,7 +26,10 @@ def serve(
     knobs = knobs or {}
     specs = {
         m: LaunchSpec(
-            m, fake_binary, ["--spec-type", str(m), *knobs.get(m, [])], tmp_path / f"{m}.log"
+            m,
+            fake_binary,
+            ["--alias", "fronde", "--spec-type", str(m), *knobs.get(m, [])],
+            tmp_path / f"{m}.log",
         )
         for m in MODES
     }
@@ -38,8 +41,10 @@ def serve(
 
 
 def wait_healthy(client: TestClient) -> None:
-    for _ in range(200):
-        if client.get("/health").status_code == 200:
+    """Wait until every configured backend is ready (not only the default one)."""
+    for _ in range(400):
+        states = {b["state"] for b in client.get("/health").json()["backends"].values()}
+        if states <= {"ready", "left-out"}:
             return
         time.sleep(0.05)
     raise AssertionError(f"never healthy: {client.get('/health').json()}")
@@ -58,7 +63,7 @@ def test_chat_goes_to_the_default_mode(client: TestClient) -> None:
     assert r.headers["x-fronde-mode"] == "ngram-simple"
     assert r.headers["x-fronde-class"] == "default"
     body = r.json()
-    assert body["model"] == "gpt-4o"  # the client's name comes back, never a file path
+    assert body["model"] == "fronde"  # the public name, never a file path
     assert body["choices"][0]["message"]["content"].split()[:3] == ["alpha", "beta", "gamma"]
 
 
@@ -161,6 +166,7 @@ def test_health_is_503_until_the_default_backend_is_ready(
         assert r.json()["backends"]["ngram-simple"]["state"] == "starting"
         r = c.post("/v1/chat/completions", json=CHAT)
         assert r.status_code == 503 and "retry-after" in r.headers
+        assert r.headers["x-fronde-mode"] == "ngram-simple"
         wait_healthy(c)
         body = c.get("/health").json()
         assert body["backends"]["ngram-simple"]["state"] == "ready"

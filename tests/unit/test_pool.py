@@ -32,7 +32,12 @@ def test_plan_leaves_out_draft_without_draft_model(tmp_path: Path) -> None:
     mod = plan.specs[Mode.NGRAM_MOD].args
     assert mod[mod.index("--spec-type") + 1] == "ngram-mod"
     assert mod[mod.index("--spec-ngram-mod-n-match") + 1] == "12"
-    assert "--chat-template" in mod and mod[mod.index("--chat-template") + 1] == "gemma"
+    assert mod[mod.index("--chat-template") - 1 : mod.index("--chat-template") + 2] == [
+        "--no-jinja",
+        "--chat-template",
+        "gemma",
+    ]
+    assert mod[mod.index("--alias") + 1] == "fronde"
     assert "--spec-type" not in plan.specs[Mode.BASELINE].args
 
 

@@ -7,6 +7,8 @@ what to fix, and exit status 1; a traceback means a bug.
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable, Generator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -100,6 +102,42 @@ def serve(
         )
 
 
+@contextmanager
+def _progress_reporter() -> Generator[Callable[[int, int, str], None]]:
+    """Yield a (done, total, message) callback: a live bar on a TTY, else a line per 10 %."""
+    if err.is_terminal:
+        with Progress(
+            TextColumn("{task.description}"),
+            BarColumn(),
+            TextColumn("{task.completed}/{task.total}"),
+            TimeElapsedColumn(),
+            console=err,
+        ) as progress:
+            task = progress.add_task("preparing", total=None)
+
+            def live(done: int, total: int, message: str) -> None:
+                if total:
+                    progress.update(task, completed=done, total=total, description="compiling")
+                else:
+                    progress.update(task, description=message)
+
+            yield live
+        return
+    last_decile = -1
+
+    def plain(done: int, total: int, message: str) -> None:
+        nonlocal last_decile
+        if not total:
+            err.print(message, markup=False, highlight=False)
+            return
+        decile = done * 10 // total
+        if decile != last_decile:
+            last_decile = decile
+            err.print(f"compiling: {done}/{total} ({decile * 10} %)", highlight=False)
+
+    yield plain
+
+
 @app.command()
 def install(
     config: ConfigOpt = None,
@@ -121,22 +159,7 @@ def install(
     settings = _settings(config)
     flags = cmake_flags(cuda=cuda, cuda_arch=cuda_arch, extra=cmake_flag or ())
     err.print(f"llama.cpp b11434 → {settings.cache_dir / 'llama.cpp' / build_key(flags)}")
-    with Progress(
-        TextColumn("{task.description}"),
-        BarColumn(),
-        TextColumn("{task.completed}/{task.total}"),
-        TimeElapsedColumn(),
-        console=err,
-        transient=False,
-    ) as progress:
-        task = progress.add_task("preparing", total=None)
-
-        def on_progress(done: int, total: int, message: str) -> None:
-            if total:
-                progress.update(task, completed=done, total=total, description="compiling")
-            else:
-                progress.update(task, description=message)
-
+    with _progress_reporter() as on_progress:
         result = do_install(
             settings.cache_dir,
             cuda=cuda,

@@ -332,8 +332,11 @@ def install(
             report(int(m.group(3)), 100, line)
 
     n_jobs = str(jobs or os.cpu_count() or 2)
+    # Ninja block-buffers its status lines into a pipe; line-buffer them so that
+    # progress shows while compiling, not all at the end.
+    line_buffered = ["stdbuf", "-oL"] if shutil.which("stdbuf") else []
     _run_logged(
-        ["cmake", "--build", str(build), "--target", *TARGETS, "-j", n_jobs],
+        [*line_buffered, "cmake", "--build", str(build), "--target", *TARGETS, "-j", n_jobs],
         log,
         root,
         on_line,

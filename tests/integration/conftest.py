@@ -1,0 +1,110 @@
+"""Fixtures that run the real `fronde serve`, llama-server b11434 and the gemma model.
+
+They need `fronde install` and `fronde models fetch` to have run (scripts/test.sh
+does both); without them the tests fail with that instruction, never skip.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from fronde.backends.process import free_port
+from fronde.config import load_settings
+from fronde.errors import FrondeError
+from fronde.runtime.install import find_llama_binary
+from fronde.runtime.models import load_profile, model_path
+
+SERVE_TIMEOUT_S = 240.0
+
+
+@dataclass
+class Serve:
+    """A running `fronde serve` child."""
+
+    proc: subprocess.Popen[bytes]
+    base_url: str
+    log: Path
+
+    def health(self) -> dict[str, Any]:
+        body: dict[str, Any] = httpx.get(f"{self.base_url}/health", timeout=10).json()
+        return body
+
+    def backend_pids(self) -> list[int]:
+        return [b["pid"] for b in self.health()["backends"].values() if b.get("pid")]
+
+    def wait_all_ready(self, timeout_s: float = SERVE_TIMEOUT_S) -> dict[str, Any]:
+        deadline = time.monotonic() + timeout_s
+        last: Any = None
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise AssertionError(
+                    f"fronde serve exited {self.proc.returncode}: {self.log.read_text()[-2000:]}"
+                )
+            try:
+                last = self.health()
+                states = {b["state"] for b in last["backends"].values()}
+                if states <= {"ready", "left-out"}:
+                    return last  # type: ignore[no-any-return]
+            except httpx.TransportError:
+                pass
+            time.sleep(0.5)
+        raise AssertionError(f"not ready after {timeout_s} s: {last}")
+
+    def stop(self, sig: int = signal.SIGTERM) -> int:
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+        return self.proc.wait(timeout=60)
+
+
+def require_real_parts() -> None:
+    settings = load_settings()
+    try:
+        find_llama_binary(settings.cache_dir, settings.llama_server)
+        model_path(settings.models_dir, load_profile(settings.models_dir, settings.profile).target)
+    except FrondeError as exc:
+        pytest.fail(f"integration tests need the real parts: {exc.message}")
+
+
+def start_serve(tmp_path: Path, *args: str) -> Serve:
+    require_real_parts()
+    port = free_port()
+    log = tmp_path / f"serve-{port}.log"
+    env = {**os.environ, "FRONDE_LOG_FORMAT": "json"}
+    with log.open("wb") as fh:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "fronde", "serve", "--port", str(port), *args],
+            stdout=fh,
+            stderr=subprocess.STDOUT,
+            env=env,
+        )
+    serve = Serve(proc, f"http://127.0.0.1:{port}", log)
+    serve.wait_all_ready()
+    return serve
+
+
+@pytest.fixture(scope="session")
+def real_serve(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Serve]:
+    """One `fronde serve` with the default profile, shared by the read-only tests."""
+    serve = start_serve(tmp_path_factory.mktemp("serve"))
+    yield serve
+    serve.stop()
+
+
+@pytest.fixture
+def own_serve(tmp_path: Path) -> Iterator[Serve]:
+    """A private `fronde serve` (two modes) for tests that kill things."""
+    serve = start_serve(tmp_path, "--mode", "baseline", "--mode", "ngram-simple")
+    yield serve
+    if serve.proc.poll() is None:
+        serve.stop(signal.SIGKILL)

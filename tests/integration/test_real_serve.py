@@ -1,0 +1,183 @@
+"""End to end on real parts: `fronde serve`, llama-server b11434, gemma-3-270m.
+
+Driven with the official `openai` SDK, as agent tools drive Fronde.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import time
+from typing import Any
+
+import httpx
+import pytest
+from openai import OpenAI
+from openai.types.chat import ChatCompletionMessageParam
+
+from fronde.backends.process import free_port
+
+from .conftest import Serve, require_real_parts
+
+pytestmark = pytest.mark.integration
+
+MODES = ["baseline", "ngram-simple", "ngram-mod"]
+ASK: list[ChatCompletionMessageParam] = [
+    {"role": "user", "content": "List three colours of the rainbow."}
+]
+# Completion-style text that a base model continues by copying: n-gram drafts pay off.
+COPY_PROMPT = "def add(a, b):\n    return a + b\n\n\ndef sub(a, b):\n    return a - b\n\n" * 3
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().split()[2] != "Z"
+    except OSError:
+        return False
+
+
+def wait_dead(pids: list[int], timeout_s: float = 15.0) -> list[int]:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline and any(alive(p) for p in pids):
+        time.sleep(0.1)
+    return [p for p in pids if alive(p)]
+
+
+def client(serve: Serve) -> OpenAI:
+    return OpenAI(base_url=f"{serve.base_url}/v1", api_key="unused", max_retries=0, timeout=120)
+
+
+def test_models_lists_the_gemma_modes(real_serve: Serve) -> None:
+    models = client(real_serve).models.list()
+    assert [m.id for m in models.data] == ["fronde"] + [f"fronde:{m}" for m in MODES]
+    health = real_serve.health()
+    assert health["backends"]["draft"]["state"] == "left-out"
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_chat_in_each_mode_returns_real_text(real_serve: Serve, mode: str) -> None:
+    raw = client(real_serve).chat.completions.with_raw_response.create(
+        model=f"fronde:{mode}",
+        messages=ASK,
+        max_tokens=24,
+        temperature=0,
+    )
+    assert raw.headers["x-fronde-mode"] == mode
+    assert raw.headers["x-fronde-class"] == "forced"
+    completion = raw.parse()
+    assert completion.model == "fronde"  # public name, not the GGUF path
+    text = completion.choices[0].message.content or ""
+    assert len(text.strip()) > 0
+    assert completion.usage is not None and 0 < completion.usage.completion_tokens <= 24
+    assert completion.usage.prompt_tokens > 10  # the gemma turn template was applied
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_streamed_chat_in_each_mode(real_serve: Serve, mode: str) -> None:
+    stream = client(real_serve).chat.completions.create(
+        model=f"fronde:{mode}",
+        messages=ASK,
+        max_tokens=24,
+        temperature=0,
+        stream=True,
+    )
+    pieces: list[str] = []
+    finish: list[str] = []
+    for chunk in stream:
+        for choice in chunk.choices:
+            pieces.append(choice.delta.content or "")
+            if choice.finish_reason:
+                finish.append(choice.finish_reason)
+    assert len("".join(pieces).strip()) > 0
+    assert len(pieces) > 3  # it really streamed, chunk by chunk
+    assert finish and finish[-1] in {"length", "stop"}
+
+
+def test_unforced_request_goes_to_the_default_mode(real_serve: Serve) -> None:
+    raw = client(real_serve).chat.completions.with_raw_response.create(
+        model="gpt-4o",
+        messages=ASK,
+        max_tokens=8,
+    )
+    assert (raw.headers["x-fronde-mode"], raw.headers["x-fronde-class"]) == (
+        "ngram-simple",
+        "default",
+    )
+
+
+def timings(serve: Serve, mode: str) -> dict[str, Any]:
+    r = httpx.post(
+        f"{serve.base_url}/v1/completions",
+        json={"prompt": COPY_PROMPT, "max_tokens": 64, "temperature": 0, "model": f"fronde:{mode}"},
+        timeout=120,
+    )
+    assert r.status_code == 200, r.text
+    t: dict[str, Any] = r.json()["timings"]
+    return t
+
+
+def test_speculation_runs_only_in_the_speculative_modes(real_serve: Serve) -> None:
+    assert "draft_n" not in timings(real_serve, "baseline")
+    for mode in ("ngram-simple", "ngram-mod"):
+        t = timings(real_serve, mode)
+        assert t.get("draft_n", 0) > 0, f"{mode} drafted nothing: {t}"
+        assert 0 <= t["draft_n_accepted"] <= t["draft_n"]
+
+
+def test_crashed_backend_is_restarted_and_serves_again(own_serve: Serve) -> None:
+    before = own_serve.health()["backends"]["baseline"]
+    os.kill(before["pid"], signal.SIGKILL)
+    after = own_serve.wait_all_ready(60)["backends"]["baseline"]
+    assert after["pid"] != before["pid"]
+    assert after["restarts"] == 1
+    r = client(own_serve).chat.completions.create(
+        model="fronde:baseline", messages=ASK, max_tokens=8
+    )
+    assert r.choices[0].message.content
+
+
+def test_sigterm_leaves_no_llama_server(own_serve: Serve) -> None:
+    pids = own_serve.backend_pids()
+    assert len(pids) == 2 and all(alive(p) for p in pids)
+    # uvicorn re-raises the captured SIGTERM after its graceful shutdown.
+    assert own_serve.stop(signal.SIGTERM) in (0, -signal.SIGTERM)
+    assert wait_dead(pids, timeout_s=1.0) == []  # stopped by Fronde, not by PDEATHSIG
+    assert '"event": "pool.stopped"' in own_serve.log.read_text()
+
+
+def test_sigkill_of_fronde_still_leaves_no_llama_server(own_serve: Serve) -> None:
+    pids = own_serve.backend_pids()
+    own_serve.stop(signal.SIGKILL)
+    assert wait_dead(pids) == []  # PR_SET_PDEATHSIG takes them down
+
+
+def test_health_reports_loading_then_ready() -> None:
+    require_real_parts()
+    port = free_port()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "fronde", "serve", "--port", str(port), "--mode", "ngram-simple"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        codes: list[int] = []
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            with contextlib.suppress(httpx.TransportError):
+                codes.append(httpx.get(f"http://127.0.0.1:{port}/health", timeout=5).status_code)
+            if codes and codes[-1] == 200:
+                break
+            time.sleep(0.05)
+        assert codes[-1] == 200
+        assert 503 in codes  # the proxy answered while the backend was loading
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=60)

@@ -229,13 +229,22 @@ def bench_modes(
     out: Annotated[Path | None, typer.Option(help="also write the records as JSON here")] = None,
 ) -> None:
     """Decode tok/s of each mode, through Fronde and directly, interleaved in one run."""
-    from fronde.bench.modes import format_table, run_modes_bench
+    from fronde.bench.modes import format_table, run_modes_bench, verdict
 
     settings = _settings(config)
     report = run_modes_bench(settings, config, max_tokens=max_tokens, reps=reps)
-    Console().print(format_table(report))
+    console = Console()
+    console.print(format_table(report))
     if out is not None:
+        out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text(report.model_dump_json(indent=2))
+        console.print(f"records: {out}")
+    ok, lines = verdict(report)
+    for line in lines:
+        console.print(line, markup=False, highlight=False)
+    console.print(f"VERDICT: {'PASS' if ok else 'FAIL'}", markup=False, highlight=False)
+    if not ok:
+        raise typer.Exit(2)
 
 
 def main() -> None:

@@ -347,17 +347,12 @@ def format_table(report: ModesReport) -> Table:
     table = Table(
         title=f"decode tok/s, {report.profile}, {report.max_tokens} tokens, median of {report.reps}"
     )
-    for col in (
-        "mode",
-        "via Fronde (client)",
-        "direct (client)",
-        "Fronde ÷ direct",
-        "llama-server decode",
-        "× baseline",
-        "α",
-        "same text",
-    ):
+    for col in ("mode", "Fronde", "direct", "ratio", "server", "× base", "α", "same text"):
         table.add_column(col, justify="right")
+    table.caption = (
+        "Fronde/direct: streamed decode tok/s seen by the client; server: llama-server's "
+        "predicted_per_second; × base: server decode ÷ baseline's; α = accepted ÷ drafted"
+    )
     for s in report.summary:
         table.add_row(
             s.mode,
@@ -370,3 +365,29 @@ def format_table(report: ModesReport) -> Table:
             "yes" if s.same_output_proxy_direct else "no",
         )
     return table
+
+
+PROXY_FLOOR = 0.95
+"""Fronde's streamed decode rate must stay ≥ this fraction of direct, per mode."""
+
+
+def verdict(report: ModesReport, floor: float = PROXY_FLOOR) -> tuple[bool, list[str]]:
+    """Check that Fronde costs at most ``1 - floor`` of the decode rate in every mode.
+
+    The comparison is client-observed streamed decode tok/s, medians over the
+    run's repetitions, through Fronde against direct to the same llama-server.
+
+    Returns:
+        (all passed, one line per mode).
+    """
+    lines: list[str] = []
+    ok = True
+    for s in report.summary:
+        passed = s.proxy_over_direct >= floor
+        ok &= passed
+        lines.append(
+            f"{'PASS' if passed else 'FAIL'} {s.mode}: via Fronde {s.proxy_client_tok_s:.1f} tok/s"
+            f" = {s.proxy_over_direct:.3f} × direct {s.direct_client_tok_s:.1f} tok/s"
+            f" (floor {floor:.2f})"
+        )
+    return ok, lines

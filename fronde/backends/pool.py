@@ -53,15 +53,15 @@ def plan_pool(settings: Settings, profile: Profile, binary: Path, log_dir: Path)
 
     Returns:
         The plan. The draft mode is left out when the profile has no draft model
-        or its file is missing; every mode is left out when the target is missing.
+        or its file is missing.
+
+    Raises:
+        ModelMissingError: the target model is not on disk (no mode could run).
     """
     b = settings.backend
     specs: dict[Mode, LaunchSpec] = {}
     left_out: dict[Mode, str] = {}
-    try:
-        target = model_path(settings.models_dir, profile.target)
-    except ModelError as exc:
-        return PoolPlan({}, dict.fromkeys(settings.modes, exc.message))
+    target = model_path(settings.models_dir, profile.target)
     common = [
         "-m",
         str(target),

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
+
+REPO_MODELS = Path(__file__).resolve().parents[2] / "models"
 
 
 def fronde(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
@@ -35,17 +38,25 @@ def test_serve_without_install_says_run_install(tmp_path: Path) -> None:
     assert "Traceback" not in r.stderr
 
 
-def test_serve_with_missing_model_says_fetch(tmp_path: Path, fake_binary: Path) -> None:
-    r = fronde(
-        "serve",
-        env={
-            "FRONDE_CACHE_DIR": str(tmp_path),
-            "FRONDE_LLAMA_SERVER": str(fake_binary),
-            "FRONDE_MODELS_DIR": str(tmp_path),
-        },
-    )
+def test_serve_with_unknown_profile_lists_the_known(tmp_path: Path, fake_binary: Path) -> None:
+    env = {"FRONDE_CACHE_DIR": str(tmp_path), "FRONDE_LLAMA_SERVER": str(fake_binary)}
+    r = fronde("serve", "--profile", "nope", env=env)
     assert r.returncode == 1
-    assert "no profile 'cpu-gemma-270m'" in r.stderr
+    assert "no profile 'nope'" in r.stderr and "cpu-gemma-270m" in r.stderr
+
+
+def test_serve_with_missing_model_says_fetch(tmp_path: Path, fake_binary: Path) -> None:
+    shutil.copy(REPO_MODELS / "cpu-gemma-270m.toml", tmp_path)
+    env = {
+        "FRONDE_CACHE_DIR": str(tmp_path),
+        "FRONDE_LLAMA_SERVER": str(fake_binary),
+        "FRONDE_MODELS_DIR": str(tmp_path),
+    }
+    r = fronde("serve", env=env)
+    assert r.returncode == 1
+    [line] = r.stderr.strip().splitlines()
+    assert line.startswith("fronde: error: gemma-3-270m-q4_k_m is missing")
+    assert line.endswith("run `fronde models fetch`")
 
 
 def test_models_fetch_unknown_profile(tmp_path: Path) -> None:

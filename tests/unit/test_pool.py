@@ -12,7 +12,7 @@ import pytest
 from fronde.backends.pool import BackendPool, PoolPlan, plan_pool
 from fronde.backends.process import BackendState, LaunchSpec
 from fronde.config import load_settings
-from fronde.errors import BackendUnavailableError, UnknownModeError
+from fronde.errors import BackendUnavailableError, ModelMissingError, UnknownModeError
 from fronde.modes import Mode
 from fronde.runtime.models import load_profile
 
@@ -41,12 +41,11 @@ def test_plan_leaves_out_draft_without_draft_model(tmp_path: Path) -> None:
     assert "--spec-type" not in plan.specs[Mode.BASELINE].args
 
 
-def test_plan_without_target_leaves_every_mode_out(tmp_path: Path) -> None:
+def test_plan_without_target_says_fetch(tmp_path: Path) -> None:
     profile = load_profile(REPO_MODELS, "cpu-gemma-270m")
     settings = load_settings(models_dir=tmp_path, cache_dir=tmp_path)
-    plan = plan_pool(settings, profile, Path("/bin/llama-server"), tmp_path)
-    assert plan.specs == {}
-    assert all("fronde models fetch" in why for why in plan.left_out.values())
+    with pytest.raises(ModelMissingError, match="run `fronde models fetch`"):
+        plan_pool(settings, profile, Path("/bin/llama-server"), tmp_path)
 
 
 def test_plan_gpu_profile_uses_the_draft_model(tmp_path: Path) -> None:

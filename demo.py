@@ -13,14 +13,12 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 import signal
 import subprocess
 import sys
 import time
+from collections import deque
 from collections.abc import Iterator
-from dataclasses import dataclass, field
-from typing import Any
 
 import httpx
 from rich.console import Console, Group
@@ -28,6 +26,9 @@ from rich.live import Live
 from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
+
+from fronde.bench.stream import StreamedCompletion, stream_completion
+from fronde.errors import FrondeError
 
 # Completion-style: a base model continues it by copying, which is what n-gram
 # speculation accelerates.
@@ -45,68 +46,29 @@ PROMPT = (
 )
 
 
-@dataclass
-class Scene:
-    """One streamed request and what was measured of it."""
-
-    mode: str
-    text: str = ""
-    chunks: int = 0
-    first: float | None = None
-    last: float | None = None
-    timings: dict[str, Any] = field(default_factory=dict[str, Any])
-    routed: str = "?"
-
-    def live_tok_s(self) -> float:
-        """Decode tok/s so far, from chunk arrival times (one chunk ≈ one token)."""
-        if self.first is None or self.last is None or self.last <= self.first:
-            return 0.0
-        return (self.chunks - 1) / (self.last - self.first)
-
-    def alpha(self) -> float | None:
-        """α = accepted ÷ drafted, when llama-server drafted."""
-        drafted = self.timings.get("draft_n")
-        return self.timings.get("draft_n_accepted", 0) / drafted if drafted else None
-
-
-def stream(base: str, scene: Scene, max_tokens: int) -> Iterator[Scene]:
-    """Stream the prompt in ``scene.mode`` and yield the scene after each chunk."""
+def stream(base: str, mode: str, max_tokens: int) -> Iterator[StreamedCompletion]:
+    """Stream the prompt with ``mode`` forced; yield the measurement after each chunk."""
     body = {"prompt": PROMPT, "max_tokens": max_tokens, "temperature": 0, "stream": True}
-    headers = {"x-fronde-mode": scene.mode}
-    with httpx.stream(
-        "POST", f"{base}/v1/completions", json=body, headers=headers, timeout=300
-    ) as r:
-        if r.status_code != 200:
-            raise SystemExit(f"demo: {scene.mode}: HTTP {r.status_code}: {r.read().decode()[:200]}")
-        scene.routed = r.headers.get("x-fronde-mode", "?")
-        for line in r.iter_lines():
-            if not line.startswith("data: ") or line == "data: [DONE]":
-                continue
-            event = json.loads(line[6:])
-            if "error" in event:
-                raise SystemExit(f"demo: {scene.mode}: {event['error']['message']}")
-            piece = "".join(c.get("text") or "" for c in event.get("choices", []))
-            if piece:
-                now = time.perf_counter()
-                scene.first = scene.first or now
-                scene.last = now
-                scene.chunks += 1
-                scene.text += piece
-            scene.timings = event.get("timings", scene.timings)
-            yield scene
+    with httpx.Client(timeout=httpx.Timeout(300.0, connect=5.0)) as http:
+        try:
+            yield from stream_completion(
+                http, f"{base}/v1/completions", body, {"x-fronde-mode": mode}
+            )
+        except FrondeError as exc:
+            raise SystemExit(f"demo: {mode}: {exc.message}") from exc
 
 
-def panel(scene: Scene) -> Panel:
+def panel(mode: str, scene: StreamedCompletion) -> Panel:
     """The live screen: mode, a big tok/s figure, α, and the streaming text."""
     head = Text.assemble(
         ("mode ", "dim"),
-        (scene.routed, "bold cyan"),
+        (scene.mode or "?", "bold cyan"),
         ("   decode ", "dim"),
-        (f"{scene.live_tok_s():6.1f} tok/s", "bold green"),
+        (f"{scene.client_tok_s(scene.chunks):6.1f} tok/s", "bold green"),
     )
     if (a := scene.alpha()) is not None:
         head.append(f"   α {a:.2f}", "bold magenta")
-    return Panel(Group(head, Text(scene.text[-600:])), title=f"Fronde — {scene.mode}")
+    return Panel(Group(head, Text(scene.text[-600:])), title=f"Fronde — {mode}")
 
 
 def ensure_server(url: str | None) -> tuple[str, subprocess.Popen[bytes] | None]:
@@ -148,22 +110,23 @@ def main() -> None:
     try:
         health = httpx.get(f"{base}/health", timeout=5).json()
         modes = [m for m, b in health["backends"].items() if b["state"] == "ready"]
-        done: list[Scene] = []
+        done: dict[str, StreamedCompletion] = {}
         for mode in modes:
-            scene = Scene(mode)
+            scene: StreamedCompletion | None = None
             if args.plain:
-                for _ in stream(base, scene, args.max_tokens):
-                    pass
+                scene = deque(stream(base, mode, args.max_tokens), maxlen=1)[-1]
             else:
-                with Live(panel(scene), console=console, refresh_per_second=12) as live:
-                    for s in stream(base, scene, args.max_tokens):
-                        live.update(panel(s))
-            done.append(scene)
+                with Live(console=console, refresh_per_second=12) as live:
+                    for scene in stream(base, mode, args.max_tokens):
+                        live.update(panel(mode, scene))
+            if scene is None:
+                raise SystemExit(f"demo: {mode}: the stream was empty")
+            done[mode] = scene
             if args.plain:
                 a = scene.alpha()
                 tps = scene.timings.get("predicted_per_second", 0.0)
                 console.print(
-                    f"mode={scene.routed} decode_tok_s={tps:.1f}"
+                    f"mode={scene.mode} decode_tok_s={tps:.1f}"
                     f" tokens={scene.timings.get('predicted_n', 0)}"
                     + (f" alpha={a:.2f}" if a is not None else ""),
                     markup=False,
@@ -172,14 +135,14 @@ def main() -> None:
         table = Table(title="decode tok/s (llama-server timings), same prompt in each mode")
         for col in ("mode", "tok/s", "× baseline", "α", "tokens"):
             table.add_column(col, justify="right")
-        base_tps = next(
-            (s.timings.get("predicted_per_second") for s in done if s.mode == "baseline"), None
+        base_tps = (
+            done["baseline"].timings.get("predicted_per_second") if "baseline" in done else None
         )
-        for s in done:
+        for mode, s in done.items():
             tps = float(s.timings.get("predicted_per_second", 0.0))
             a = s.alpha()
             table.add_row(
-                s.routed,
+                mode,
                 f"{tps:.1f}",
                 f"{tps / base_tps:.2f}" if base_tps else "-",
                 f"{a:.2f}" if a is not None else "-",

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import json
 import os
 import platform
 import signal
@@ -35,6 +34,7 @@ from pydantic import BaseModel
 from rich.table import Table
 
 from fronde.backends.process import free_port, log_tail
+from fronde.bench.stream import StreamedCompletion, collect_completion
 from fronde.config import Settings
 from fronde.errors import FrondeError
 
@@ -159,64 +159,20 @@ def machine_info() -> dict[str, Any]:
     }
 
 
-def _stream_once(
-    http: httpx.Client, url: str, body: dict[str, Any], headers: dict[str, str]
-) -> dict[str, Any]:
-    """Send one streamed completion; return timings, chunk times and text.
-
-    Raises:
-        FrondeError: non-200 status, an in-band error event, or no final timings.
-    """
-    t_start = time.perf_counter()
-    first: float | None = None
-    last: float | None = None
-    text: list[str] = []
-    timings: dict[str, Any] | None = None
-    with http.stream("POST", url, json=body, headers=headers) as resp:
-        if resp.status_code != 200:
-            raise FrondeError(f"{url} answered {resp.status_code}: {resp.read()[:300]!r}")
-        for line in resp.iter_lines():
-            if not line.startswith("data: ") or line == "data: [DONE]":
-                continue
-            event = json.loads(line[6:])
-            if "error" in event:
-                raise FrondeError(f"{url} streamed an error: {event['error']}")
-            piece = "".join(c.get("text") or "" for c in event.get("choices", []))
-            if piece:
-                now = time.perf_counter()
-                first = now if first is None else first
-                last = now
-                text.append(piece)
-            if "timings" in event:
-                timings = event["timings"]
-    if timings is None or first is None or last is None:
-        raise FrondeError(f"{url}: stream ended without timings or text")
-    return {
-        "timings": timings,
-        "first": first,
-        "last": last,
-        "t_start": t_start,
-        "text": "".join(text),
-    }
-
-
-def _sample(mode: str, path: Literal["proxy", "direct"], rep: int, r: dict[str, Any]) -> Sample:
-    t = r["timings"]
-    n = int(t["predicted_n"])
-    span = r["last"] - r["first"]
-    text: str = r["text"]
+def _sample(mode: str, path: Literal["proxy", "direct"], rep: int, r: StreamedCompletion) -> Sample:
+    t = r.timings
     return Sample(
         mode=mode,
         path=path,
         rep=rep,
-        predicted_n=n,
+        predicted_n=int(t["predicted_n"]),
         server_tok_s=float(t["predicted_per_second"]),
-        client_tok_s=(n - 1) / span if span > 0 and n > 1 else 0.0,
+        client_tok_s=r.client_tok_s(),
         draft_n=t.get("draft_n"),
         draft_n_accepted=t.get("draft_n_accepted"),
-        wall_s=r["last"] - r["t_start"],
-        output_sha256=hashlib.sha256(text.encode()).hexdigest(),
-        output_head=text[:120],
+        wall_s=(r.last or r.t_start) - r.t_start,
+        output_sha256=hashlib.sha256(r.text.encode()).hexdigest(),
+        output_head=r.text[:120],
     )
 
 
@@ -308,7 +264,7 @@ def run_modes_bench(
                 "stream": True,
             }
             for url in urls.values():  # warm-up: load pages, fill caches
-                _stream_once(http, f"{url}/v1/completions", {**body, "max_tokens": 8}, {})
+                collect_completion(http, f"{url}/v1/completions", {**body, "max_tokens": 8}, {})
             for rep in range(reps):
                 for mode, url in urls.items():
                     order: list[Literal["proxy", "direct"]] = ["proxy", "direct"]
@@ -316,11 +272,11 @@ def run_modes_bench(
                         order.reverse()
                     for path in order:
                         if path == "proxy":
-                            r = _stream_once(
+                            r = collect_completion(
                                 http, f"{base}/v1/completions", body, {"x-fronde-mode": mode}
                             )
                         else:
-                            r = _stream_once(http, f"{url}/v1/completions", body, {})
+                            r = collect_completion(http, f"{url}/v1/completions", body, {})
                         samples.append(_sample(mode, path, rep, r))
     finally:
         proc.send_signal(signal.SIGTERM)

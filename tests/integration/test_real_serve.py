@@ -20,6 +20,7 @@ from openai.types.chat import ChatCompletionMessageParam
 
 from fronde.backends.process import free_port
 
+from ..procs import alive, wait_dead
 from .conftest import Serve, require_real_parts
 
 pytestmark = pytest.mark.integration
@@ -30,25 +31,6 @@ ASK: list[ChatCompletionMessageParam] = [
 ]
 # Completion-style text that a base model continues by copying: n-gram drafts pay off.
 COPY_PROMPT = "def add(a, b):\n    return a + b\n\n\ndef sub(a, b):\n    return a - b\n\n" * 3
-
-
-def alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    try:
-        with open(f"/proc/{pid}/stat") as fh:
-            return fh.read().split()[2] != "Z"
-    except OSError:
-        return False
-
-
-def wait_dead(pids: list[int], timeout_s: float = 15.0) -> list[int]:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline and any(alive(p) for p in pids):
-        time.sleep(0.1)
-    return [p for p in pids if alive(p)]
 
 
 def client(serve: Serve) -> OpenAI:

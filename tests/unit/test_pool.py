@@ -16,7 +16,7 @@ from fronde.errors import BackendUnavailableError, ModelMissingError, UnknownMod
 from fronde.modes import Mode
 from fronde.runtime.models import load_profile
 
-from .test_process import alive
+from ..procs import alive
 
 REPO_MODELS = Path(__file__).resolve().parents[2] / "models"
 pytestmark = pytest.mark.anyio

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import time
 from pathlib import Path
 
@@ -13,19 +12,9 @@ from fronde.backends.process import BackendState, LaunchSpec, LlamaServerProcess
 from fronde.errors import BackendStartError
 from fronde.modes import Mode
 
+from ..procs import alive
+
 pytestmark = pytest.mark.anyio
-
-
-def alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    # A zombie still answers kill(0); read its state.
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
-    except OSError:
-        return False
 
 
 def make(

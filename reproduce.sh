@@ -8,4 +8,4 @@ cd "$(dirname "$0")"
 scripts/bootstrap.sh
 mkdir -p runs
 out="runs/modes-$(date -u +%Y%m%dT%H%M%SZ).json"
-exec .venv/bin/fronde bench modes --max-tokens "${MAX_TOKENS:-128}" --reps "${REPS:-3}" --out "$out" "$@"
+exec .venv/bin/fronde bench modes --max-tokens "${MAX_TOKENS:-128}" --reps "${REPS:-5}" --out "$out" "$@"

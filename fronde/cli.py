@@ -225,7 +225,7 @@ def models_fetch(
 def bench_modes(
     config: ConfigOpt = None,
     max_tokens: Annotated[int, typer.Option(help="tokens generated per request", min=8)] = 128,
-    reps: Annotated[int, typer.Option(help="repetitions (median reported)", min=1)] = 3,
+    reps: Annotated[int, typer.Option(help="repetitions (median reported)", min=1)] = 5,
     out: Annotated[Path | None, typer.Option(help="also write the records as JSON here")] = None,
 ) -> None:
     """Decode tok/s of each mode, through Fronde and directly, interleaved in one run."""

@@ -96,12 +96,21 @@ class Sample(BaseModel):
 
 
 class ModeSummary(BaseModel):
-    """Medians per mode over the repetitions."""
+    """Medians per mode over the repetitions.
+
+    Attributes:
+        proxy_over_direct: median client tok/s via Fronde ÷ median client tok/s direct.
+            It mixes Fronde's cost with the backend's run-to-run variance.
+        relay_efficiency: median over requests via Fronde of client ÷ server tok/s,
+            divided by the same median for direct requests. The backend's own speed
+            cancels out of each request, so this is Fronde's cost alone (1.0 = free).
+    """
 
     mode: str
     proxy_client_tok_s: float
     direct_client_tok_s: float
     proxy_over_direct: float
+    relay_efficiency: float
     direct_server_tok_s: float
     speedup_vs_baseline: float | None
     alpha: float | None
@@ -191,12 +200,25 @@ def _summarize(samples: list[Sample]) -> list[ModeSummary]:
         accepted = sum(s.draft_n_accepted or 0 for s in samples if s.mode == m)
         shas = {(s.path, s.output_sha256) for s in samples if s.mode == m}
         server = med(m, "direct", "server_tok_s")
+
+        def efficiency(path: str, mode: str = m) -> float:
+            return float(
+                np.median(
+                    [
+                        s.client_tok_s / s.server_tok_s
+                        for s in samples
+                        if s.mode == mode and s.path == path and s.server_tok_s > 0
+                    ]
+                )
+            )
+
         out.append(
             ModeSummary(
                 mode=m,
                 proxy_client_tok_s=round(proxy, 2),
                 direct_client_tok_s=round(direct, 2),
                 proxy_over_direct=round(proxy / direct, 4) if direct else 0.0,
+                relay_efficiency=round(efficiency("proxy") / efficiency("direct"), 4),
                 direct_server_tok_s=round(server, 2),
                 speedup_vs_baseline=round(server / base, 3) if base else None,
                 alpha=round(accepted / drafted, 3) if drafted else None,
@@ -263,8 +285,11 @@ def run_modes_bench(
                 "seed": 42,
                 "stream": True,
             }
-            for url in urls.values():  # warm-up: load pages, fill caches
-                collect_completion(http, f"{url}/v1/completions", {**body, "max_tokens": 8}, {})
+            # Warm-up with the full request: pages loaded, prompt cached, and
+            # ngram-mod's pool (which persists across requests) primed, so that
+            # proxy and direct meet the same backend state.
+            for url in urls.values():
+                collect_completion(http, f"{url}/v1/completions", body, {})
             for rep in range(reps):
                 for mode, url in urls.items():
                     order: list[Literal["proxy", "direct"]] = ["proxy", "direct"]
@@ -303,11 +328,13 @@ def format_table(report: ModesReport) -> Table:
     table = Table(
         title=f"decode tok/s, {report.profile}, {report.max_tokens} tokens, median of {report.reps}"
     )
-    for col in ("mode", "Fronde", "direct", "ratio", "server", "× base", "α", "same text"):
+    for col in ("mode", "Fronde", "direct", "ratio", "relay", "server", "× base", "α", "same"):
         table.add_column(col, justify="right")
     table.caption = (
-        "Fronde/direct: streamed decode tok/s seen by the client; server: llama-server's "
-        "predicted_per_second; × base: server decode ÷ baseline's; α = accepted ÷ drafted"
+        "Fronde, direct: streamed decode tok/s seen by the client; ratio: Fronde ÷ direct; "
+        "relay: Fronde's own cost with backend variance cancelled (client ÷ server tok/s, "
+        "via Fronde ÷ direct); server: llama-server's predicted_per_second; × base: server "
+        "decode ÷ baseline's; α = accepted ÷ drafted; same: identical text via both paths"
     )
     for s in report.summary:
         table.add_row(
@@ -315,6 +342,7 @@ def format_table(report: ModesReport) -> Table:
             f"{s.proxy_client_tok_s:.1f}",
             f"{s.direct_client_tok_s:.1f}",
             f"{s.proxy_over_direct:.3f}",
+            f"{s.relay_efficiency:.3f}",
             f"{s.direct_server_tok_s:.1f}",
             f"{s.speedup_vs_baseline:.2f}" if s.speedup_vs_baseline is not None else "-",
             f"{s.alpha:.2f}" if s.alpha is not None else "-",
@@ -324,14 +352,15 @@ def format_table(report: ModesReport) -> Table:
 
 
 PROXY_FLOOR = 0.95
-"""Fronde's streamed decode rate must stay ≥ this fraction of direct, per mode."""
+"""Fronde must deliver ≥ this fraction of the decode rate it receives, per mode."""
 
 
 def verdict(report: ModesReport, floor: float = PROXY_FLOOR) -> tuple[bool, list[str]]:
-    """Check that Fronde costs at most ``1 - floor`` of the decode rate in every mode.
+    """Check that Fronde keeps at least ``floor`` of the decode rate in every mode.
 
-    The comparison is client-observed streamed decode tok/s, medians over the
-    run's repetitions, through Fronde against direct to the same llama-server.
+    The check is on :attr:`ModeSummary.relay_efficiency`, Fronde's own cost with
+    the backend's run-to-run variance cancelled; the raw Fronde ÷ direct ratio of
+    medians is printed beside it.
 
     Returns:
         (all passed, one line per mode).
@@ -339,11 +368,11 @@ def verdict(report: ModesReport, floor: float = PROXY_FLOOR) -> tuple[bool, list
     lines: list[str] = []
     ok = True
     for s in report.summary:
-        passed = s.proxy_over_direct >= floor
+        passed = s.relay_efficiency >= floor
         ok &= passed
         lines.append(
-            f"{'PASS' if passed else 'FAIL'} {s.mode}: via Fronde {s.proxy_client_tok_s:.1f} tok/s"
-            f" = {s.proxy_over_direct:.3f} × direct {s.direct_client_tok_s:.1f} tok/s"
-            f" (floor {floor:.2f})"
+            f"{'PASS' if passed else 'FAIL'} {s.mode}: relay {s.relay_efficiency:.3f} (floor"
+            f" {floor:.2f}); via Fronde {s.proxy_client_tok_s:.1f} tok/s, direct"
+            f" {s.direct_client_tok_s:.1f} tok/s, ratio {s.proxy_over_direct:.3f}"
         )
     return ok, lines

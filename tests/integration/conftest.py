@@ -76,11 +76,12 @@ def require_real_parts() -> None:
         pytest.fail(f"integration tests need the real parts: {exc.message}")
 
 
-def start_serve(tmp_path: Path, *args: str) -> Serve:
+def start_serve(tmp_path: Path, *args: str, env: dict[str, str] | None = None) -> Serve:
+    """Start `fronde serve` on a free port with ``args`` and extra ``env``; wait until ready."""
     require_real_parts()
     port = free_port()
     log = tmp_path / f"serve-{port}.log"
-    env = {**os.environ, "FRONDE_LOG_FORMAT": "json"}
+    env = {**os.environ, "FRONDE_LOG_FORMAT": "json", **(env or {})}
     with log.open("wb") as fh:
         proc = subprocess.Popen(
             [sys.executable, "-m", "fronde", "serve", "--port", str(port), *args],

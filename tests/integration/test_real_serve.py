@@ -11,17 +11,21 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
+import tomli_w
 from openai import OpenAI
 from openai.types.chat import ChatCompletionMessageParam
 
 from fronde.backends.process import free_port
+from fronde.config import load_settings
+from fronde.runtime.models import load_profile
 
 from ..procs import alive, wait_dead
-from .conftest import Serve, require_real_parts
+from .conftest import Serve, require_real_parts, start_serve
 
 pytestmark = pytest.mark.integration
 
@@ -163,3 +167,34 @@ def test_health_reports_loading_then_ready() -> None:
     finally:
         proc.send_signal(signal.SIGTERM)
         proc.wait(timeout=60)
+
+
+def test_draft_mode_runs_with_the_target_as_its_own_draft(tmp_path: Path) -> None:
+    """The draft code path on real parts. gemma has no smaller draft sharing its
+    vocabulary, so the target drafts for itself: slower than baseline, and only a
+    test of the plumbing (``-md``, draft-simple), never a speed claim."""
+    require_real_parts()
+    settings = load_settings()
+    profile = load_profile(settings.models_dir, settings.profile)
+    gguf = settings.models_dir / profile.target.file
+    (tmp_path / gguf.name).symlink_to(gguf)
+    target = profile.target.model_dump(mode="json")
+    manifest = {
+        "name": "draft-selftest",
+        "chat_template": profile.chat_template,
+        "models": [target, {**target, "role": "draft", "name": "self-draft"}],
+    }
+    (tmp_path / "draft-selftest.toml").write_text(
+        tomli_w.dumps({k: v for k, v in manifest.items() if v is not None})
+    )
+    serve = start_serve(
+        tmp_path,
+        *("--profile", "draft-selftest", "--mode", "draft", "--default-mode", "draft"),
+        env={"FRONDE_MODELS_DIR": str(tmp_path)},
+    )
+    try:
+        t = timings(serve, "draft")
+        assert t.get("draft_n", 0) > 0, t
+        assert 0 <= t["draft_n_accepted"] <= t["draft_n"]
+    finally:
+        serve.stop()

@@ -1,0 +1,99 @@
+"""The prompt-hash cache: a request seen before goes to the mode chosen for it then.
+
+The original FRONDE router's cache is unbounded; this one is an LRU with a TTL,
+so a long-running proxy keeps a bounded memory and re-measures stale choices.
+The key hashes what decides the output: the model name, the messages or prompt,
+and the sampling parameters that change the text. Pure; the clock is passed in.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections import OrderedDict
+from collections.abc import Container
+from dataclasses import dataclass
+from typing import Any
+
+from fronde.modes import Mode
+
+__all__ = ["KEY_FIELDS", "RouteCache", "cache_key"]
+
+KEY_FIELDS = (
+    "model",
+    "messages",
+    "prompt",
+    "temperature",
+    "top_p",
+    "top_k",
+    "min_p",
+    "seed",
+    "max_tokens",
+    "max_completion_tokens",
+    "stop",
+    "presence_penalty",
+    "frequency_penalty",
+    "repeat_penalty",
+)
+"""Request fields that decide the output, hence the cache key."""
+
+
+def cache_key(body: dict[str, Any]) -> str:
+    """Return the sha256 hex key of a request: its :data:`KEY_FIELDS`, canonical JSON."""
+    picked = {k: body[k] for k in KEY_FIELDS if k in body}
+    canonical = json.dumps(picked, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return hashlib.sha256(canonical.encode()).hexdigest()
+
+
+@dataclass
+class _Entry:
+    mode: Mode
+    stored_at: float
+
+
+class RouteCache:
+    """LRU + TTL map from request key to the mode chosen for it.
+
+    Args:
+        max_entries: capacity; the least recently used entry goes first.
+        ttl_s: entries older than this are not served, seconds.
+    """
+
+    def __init__(self, max_entries: int = 4096, ttl_s: float = 3600.0) -> None:
+        self.max_entries = max_entries
+        self.ttl_s = ttl_s
+        self._entries: OrderedDict[str, _Entry] = OrderedDict()
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def get(self, key: str, now: float, excluded: Container[Mode] = ()) -> Mode | None:
+        """Return the cached mode for ``key``, or None.
+
+        An expired entry is dropped. An entry whose mode is in ``excluded``
+        (quarantined, on probation, not ready) is not served, but kept.
+        """
+        entry = self._entries.get(key)
+        if entry is None:
+            return None
+        if now - entry.stored_at > self.ttl_s:
+            del self._entries[key]
+            return None
+        if entry.mode in excluded:
+            return None
+        self._entries.move_to_end(key)
+        return entry.mode
+
+    def put(self, key: str, mode: Mode, now: float) -> None:
+        """Store ``mode`` for ``key``, evicting the least recently used past capacity."""
+        self._entries[key] = _Entry(mode, now)
+        self._entries.move_to_end(key)
+        while len(self._entries) > self.max_entries:
+            self._entries.popitem(last=False)
+
+    def forget_mode(self, mode: Mode) -> int:
+        """Drop every entry pointing at ``mode`` (e.g. after a collapse); return how many."""
+        keys = [k for k, e in self._entries.items() if e.mode == mode]
+        for k in keys:
+            del self._entries[k]
+        return len(keys)

@@ -1,0 +1,138 @@
+"""Static request classes, decided from the request body alone (pure, no I/O).
+
+- ``unsafe-for-spec``: fields that speculation must not touch. ``logprobs`` and
+  ``top_logprobs`` (speculation breaks them in llama.cpp) and anything not yet
+  tested under speculation here: grammars, JSON schemas, ``response_format``,
+  tools, ``n`` > 1.
+- ``edit``: a fenced code or JSON block of at least ``EDIT_BLOCK_CHARS`` plus an edit
+  verb (English or French), or OpenAI's ``prediction`` field (Predicted Outputs).
+  The original FRONDE router sends these straight to ngram-mod: the answer mostly
+  copies the block, which is what n-gram drafting accelerates.
+- ``general``: everything else; the router measures it.
+"""
+
+from __future__ import annotations
+
+import re
+from enum import StrEnum
+from typing import Any
+
+__all__ = [
+    "EDIT_BLOCK_CHARS",
+    "UNSAFE_FIELDS",
+    "RequestClass",
+    "classify",
+    "edit_signals",
+    "request_text",
+]
+
+EDIT_BLOCK_CHARS = 800
+"""Smallest code/JSON block, in characters, that makes an edit (original FRONDE router)."""
+
+UNSAFE_FIELDS = (
+    "logprobs",
+    "top_logprobs",
+    "n_probs",
+    "grammar",
+    "json_schema",
+    "response_format",
+    "tools",
+    "functions",
+)
+"""Request fields that send a request to baseline (present and not null/false/empty)."""
+
+_FENCE = re.compile(r"```[^\n`]*\n(.*?)```", re.DOTALL)
+_JSON_BLOCK = re.compile(r"[\[{][\s\S]*[\]}]")
+_EDIT_VERBS = re.compile(
+    r"\b("
+    # English
+    r"edit|fix|rename|refactor|change|update|modify|replace|rewrite|correct|patch|"
+    r"apply|remove|delete|add|insert|convert|migrate|bump|"
+    # French (infinitive and imperative forms)
+    r"modifie[rz]?|corrige[rz]?|renomme[rz]?|remplace[rz]?|r[ée][ée]cri(?:re|s|vez)|"
+    r"mets? [àa] jour|mettre [àa] jour|ajoute[rz]?|supprime[rz]?|refactorise[rz]?|"
+    r"change[rz]?|transforme[rz]?|convertis(?:sez)?|convertir"
+    r")\b",
+    re.IGNORECASE,
+)
+
+
+class RequestClass(StrEnum):
+    """The static class of a request."""
+
+    UNSAFE = "unsafe-for-spec"
+    EDIT = "edit"
+    GENERAL = "general"
+
+
+def _text_of(content: Any) -> str:
+    """Text of a message ``content``: a string, or the text parts of a list."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        parts: list[str] = []
+        for part in content:  # pyright: ignore[reportUnknownVariableType]
+            if isinstance(part, dict) and isinstance(part.get("text"), str):  # pyright: ignore[reportUnknownMemberType]
+                parts.append(part["text"])  # pyright: ignore[reportUnknownArgumentType]
+        return "\n".join(parts)
+    return ""
+
+
+def request_text(body: dict[str, Any]) -> str:
+    """The text the client wrote: every message's content, or the prompt."""
+    if isinstance(body.get("messages"), list):
+        return "\n".join(
+            _text_of(m.get("content"))  # pyright: ignore[reportUnknownMemberType, reportUnknownArgumentType]
+            for m in body["messages"]
+            if isinstance(m, dict)
+        )
+    prompt = body.get("prompt")
+    if isinstance(prompt, str):
+        return prompt
+    if isinstance(prompt, list) and all(isinstance(p, str) for p in prompt):  # pyright: ignore[reportUnknownVariableType]
+        return "\n".join(prompt)  # pyright: ignore[reportUnknownArgumentType]
+    return ""
+
+
+def edit_signals(text: str) -> tuple[int, bool]:
+    """Return (largest code/JSON block in characters, whether an edit verb occurs).
+
+    A block is a fenced ``` block, or failing any fence, the span from the first
+    ``{``/``[`` to the last ``}``/``]`` (a bare JSON document).
+    """
+    blocks = [m.group(1) for m in _FENCE.finditer(text)]
+    if not blocks:
+        m = _JSON_BLOCK.search(text)
+        blocks = [m.group(0)] if m else []
+    largest = max((len(b) for b in blocks), default=0)
+    # Look for the verb outside the blocks, in the instruction.
+    outside = _FENCE.sub(" ", text) if _FENCE.search(text) else _JSON_BLOCK.sub(" ", text)
+    return largest, bool(_EDIT_VERBS.search(outside))
+
+
+def _set(value: Any) -> bool:
+    return value not in (None, False, 0, "", [], {})
+
+
+def classify(body: dict[str, Any], *, edit_block_chars: int = EDIT_BLOCK_CHARS) -> RequestClass:
+    """Return the static class of an OpenAI chat or completions request body.
+
+    Args:
+        body: the parsed JSON body.
+        edit_block_chars: the EDIT block threshold, characters.
+
+    Returns:
+        UNSAFE if any field of :data:`UNSAFE_FIELDS` is set or ``n`` > 1; else EDIT
+        with ``prediction`` or a large block plus an edit verb; else GENERAL.
+    """
+    if any(_set(body.get(f)) for f in UNSAFE_FIELDS):
+        return RequestClass.UNSAFE
+    n = body.get("n")
+    if isinstance(n, int) and n > 1:
+        return RequestClass.UNSAFE
+    if _set(body.get("prediction")):
+        return RequestClass.EDIT
+    largest, verb = edit_signals(request_text(body))
+    if largest >= edit_block_chars and verb:
+        return RequestClass.EDIT
+    return RequestClass.GENERAL

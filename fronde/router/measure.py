@@ -1,0 +1,218 @@
+"""What the router has measured: decode speed, α and τ per mode, collapses, quarantines.
+
+Pure bookkeeping with an explicit clock (``now`` in seconds, monotonic): no I/O,
+so every rule is testable with numbers.
+
+- **EMA** of decode tok/s per mode and per (mode, class), smoothing
+  ``EMA_ALPHA = 0.30`` (original FRONDE router). Decode tok/s is llama-server's
+  ``timings.predicted_per_second``, which excludes prefill and the first token.
+- **α** (acceptance rate) = ``draft_n_accepted`` ÷ ``draft_n``.
+- **τ** (mean accepted length) = tokens produced per target forward pass. Each
+  verify pass yields its accepted drafts plus one token of its own, so the number
+  of passes is ``predicted_n − draft_n_accepted`` and
+  τ = ``predicted_n`` ÷ (``predicted_n`` − ``draft_n_accepted``); 1.0 means no gain
+  (Leviathan et al. 2023, "Fast Inference from Transformers via Speculative
+  Decoding", call it the expected number of tokens per iteration).
+- **Collapse**: a realized speed below ``EMA_COLLAPSE = 0.5`` × the mode's EMA (before
+  the update) quarantines the mode for ``QUARANTINE_S = 120`` seconds (original
+  FRONDE router). When the quarantine expires the mode is *on probation*: it gets
+  no traffic until a probe has measured it again (hysteresis, no flapping).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from fronde.modes import Mode
+
+__all__ = [
+    "EMA_ALPHA",
+    "EMA_COLLAPSE",
+    "MIN_TOKENS",
+    "QUARANTINE_S",
+    "Ema",
+    "Measurement",
+    "Measurements",
+    "measurement_from_timings",
+]
+
+EMA_ALPHA = 0.30
+"""Weight of the newest observation in each EMA (original FRONDE router)."""
+
+EMA_COLLAPSE = 0.5
+"""A speed below this fraction of the EMA is a collapse (original FRONDE router)."""
+
+QUARANTINE_S = 120.0
+"""How long a collapsed mode is kept out, seconds (original FRONDE router)."""
+
+MIN_TOKENS = 16
+"""Generations shorter than this (tokens) are too noisy to update an EMA or judge a collapse."""
+
+MIN_SAMPLES_FOR_COLLAPSE = 3
+"""An EMA must have seen this many samples before it can call a collapse."""
+
+
+@dataclass(frozen=True)
+class Measurement:
+    """One generation's figures, from llama-server's ``timings``.
+
+    Attributes:
+        tokens: generated tokens (``predicted_n``).
+        decode_tok_s: decode tok/s (``predicted_per_second``).
+        alpha: α = accepted ÷ drafted, or None when nothing was drafted.
+        tau: τ = tokens per target pass, or None when nothing was drafted.
+    """
+
+    tokens: int
+    decode_tok_s: float
+    alpha: float | None = None
+    tau: float | None = None
+
+
+def measurement_from_timings(timings: dict[str, Any]) -> Measurement | None:
+    """Build a :class:`Measurement` from a llama-server ``timings`` object.
+
+    Returns:
+        None when the object lacks ``predicted_n`` or ``predicted_per_second``.
+    """
+    try:
+        n = int(timings["predicted_n"])
+        tps = float(timings["predicted_per_second"])
+    except (KeyError, TypeError, ValueError):
+        return None
+    drafted = int(timings.get("draft_n") or 0)
+    accepted = int(timings.get("draft_n_accepted") or 0)
+    alpha = accepted / drafted if drafted else None
+    tau = n / (n - accepted) if drafted and n > accepted else None
+    return Measurement(n, tps, alpha, tau)
+
+
+@dataclass
+class Ema:
+    """Exponential moving average: ``value ← α·x + (1 − α)·value`` (first x taken as is)."""
+
+    alpha: float = EMA_ALPHA
+    value: float | None = None
+    samples: int = 0
+
+    def update(self, x: float) -> float:
+        """Fold ``x`` in and return the new value."""
+        self.value = x if self.value is None else self.alpha * x + (1 - self.alpha) * self.value
+        self.samples += 1
+        return self.value
+
+
+@dataclass
+class _ModeState:
+    speed: Ema = field(default_factory=Ema)
+    alpha: Ema = field(default_factory=Ema)
+    tau: Ema = field(default_factory=Ema)
+    quarantined_until: float | None = None
+    on_probation: bool = False
+    collapses: int = 0
+
+
+class Measurements:
+    """Per-mode and per-(mode, class) EMAs, quarantines and probation.
+
+    Args:
+        ema_alpha: EMA smoothing weight.
+        collapse: collapse threshold as a fraction of the EMA.
+        quarantine_s: quarantine length, seconds.
+    """
+
+    def __init__(
+        self,
+        ema_alpha: float = EMA_ALPHA,
+        collapse: float = EMA_COLLAPSE,
+        quarantine_s: float = QUARANTINE_S,
+    ) -> None:
+        self.ema_alpha = ema_alpha
+        self.collapse = collapse
+        self.quarantine_s = quarantine_s
+        self._modes: dict[Mode, _ModeState] = {}
+        self._by_class: dict[tuple[Mode, str], Ema] = {}
+
+    def _mode(self, mode: Mode) -> _ModeState:
+        if mode not in self._modes:
+            a = self.ema_alpha
+            self._modes[mode] = _ModeState(Ema(a), Ema(a), Ema(a))
+        return self._modes[mode]
+
+    def record(self, mode: Mode, cls: str, m: Measurement, now: float) -> bool:
+        """Fold one generation into the EMAs; return True if it was a collapse.
+
+        A collapse (speed < ``collapse`` × the mode's EMA, with enough history)
+        quarantines the mode until ``now + quarantine_s``. A measurement of a mode
+        on probation clears the probation (unless it collapses again).
+        Generations under :data:`MIN_TOKENS` tokens are ignored.
+        """
+        if m.tokens < MIN_TOKENS or m.decode_tok_s <= 0:
+            return False
+        st = self._mode(mode)
+        before = st.speed.value
+        collapsed = (
+            before is not None
+            and st.speed.samples >= MIN_SAMPLES_FOR_COLLAPSE
+            and m.decode_tok_s < self.collapse * before
+        )
+        if collapsed:
+            st.quarantined_until = now + self.quarantine_s
+            st.on_probation = False
+            st.collapses += 1
+            return True  # a collapsed sample does not drag the EMA down
+        st.speed.update(m.decode_tok_s)
+        self._by_class.setdefault((mode, cls), Ema(self.ema_alpha)).update(m.decode_tok_s)
+        if m.alpha is not None:
+            st.alpha.update(m.alpha)
+        if m.tau is not None:
+            st.tau.update(m.tau)
+        st.on_probation = False
+        return False
+
+    def speed(self, mode: Mode, cls: str | None = None) -> float | None:
+        """EMA decode tok/s of ``mode`` (for class ``cls`` if given), or None if unmeasured."""
+        if cls is not None:
+            ema = self._by_class.get((mode, cls))
+            return ema.value if ema else None
+        st = self._modes.get(mode)
+        return st.speed.value if st else None
+
+    def quarantined(self, mode: Mode, now: float) -> bool:
+        """True while ``mode`` is quarantined; on expiry it moves to probation."""
+        st = self._modes.get(mode)
+        if st is None or st.quarantined_until is None:
+            return False
+        if now < st.quarantined_until:
+            return True
+        st.quarantined_until = None
+        st.on_probation = True
+        return False
+
+    def on_probation(self, mode: Mode, now: float) -> bool:
+        """True when ``mode`` left quarantine and has not been probed since."""
+        self.quarantined(mode, now)  # moves an expired quarantine to probation
+        st = self._modes.get(mode)
+        return bool(st and st.on_probation)
+
+    def unavailable(self, now: float) -> set[Mode]:
+        """Modes that must get no routed traffic now: quarantined or on probation."""
+        return {m for m in self._modes if self.quarantined(m, now) or self.on_probation(m, now)}
+
+    def snapshot(self, now: float) -> dict[str, Any]:
+        """JSON-ready state for ``/fronde/v1/router``: EMAs, α, τ, quarantines."""
+        out: dict[str, Any] = {}
+        for mode, st in self._modes.items():
+            q = st.quarantined_until
+            out[str(mode)] = {
+                "decode_tok_s_ema": st.speed.value,
+                "samples": st.speed.samples,
+                "alpha_ema": st.alpha.value,
+                "tau_ema": st.tau.value,
+                "quarantined_for_s": round(q - now, 1) if q is not None and q > now else None,
+                "on_probation": st.on_probation,
+                "collapses": st.collapses,
+                "by_class": {c: e.value for (m, c), e in self._by_class.items() if m == mode},
+            }
+        return out

@@ -1,0 +1,229 @@
+"""Pure router policy with numbers: classes, cache, EMA, collapse, quarantine, floor, load."""
+
+from __future__ import annotations
+
+from functools import partial
+
+import pytest
+
+from fronde.modes import Mode
+from fronde.router.cache import RouteCache, cache_key
+from fronde.router.classify import RequestClass, classify
+from fronde.router.measure import Measurement, Measurements, measurement_from_timings
+from fronde.router.policy import Plan, Route, RouterPolicy, SpeedFn, choose_floor, plan_route
+
+CODE = "```python\n" + "def f(x):\n    return x + 1\n" * 40 + "```"  # ~1 000 chars
+JSON = "```json\n" + '{"id": 1, "name": "widget", "price": 9.5},\n' * 25 + "```"
+
+
+def chat(text: str, **extra: object) -> dict[str, object]:
+    return {"messages": [{"role": "user", "content": text}], **extra}
+
+
+# --- classify ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        f"Rename the function f to inc and add type hints.\n{CODE}",
+        f"Fix the off-by-one bug:\n{CODE}",
+        f"Corrige le bogue dans ce code :\n{CODE}",
+        f"Mets à jour le prix du widget.\n{JSON}",
+        f"Update the price to 10.\n{JSON}",
+    ],
+)
+def test_large_block_plus_edit_verb_is_edit(text: str) -> None:
+    assert classify(chat(text)) is RequestClass.EDIT
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        f"Explain what this does.\n{CODE}",  # no edit verb
+        "Fix the bug: ```python\ndef f(x): return x\n```",  # block too small
+        "Write a Python module for statistics.",
+        "Écris un essai sur la Loire.",
+    ],
+)
+def test_other_requests_are_general(text: str) -> None:
+    assert classify(chat(text)) is RequestClass.GENERAL
+
+
+def test_edit_verb_inside_the_block_does_not_count() -> None:
+    block = "```python\n" + "# fix this later\nx = 1\n" * 60 + "```"
+    assert classify(chat(f"What does this print?\n{block}")) is RequestClass.GENERAL
+
+
+def test_predicted_outputs_make_an_edit() -> None:
+    body = chat("Say hi", prediction={"type": "content", "content": "hi"})
+    assert classify(body) is RequestClass.EDIT
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [
+        {"logprobs": True},
+        {"top_logprobs": 3},
+        {"grammar": 'root ::= "a"'},
+        {"response_format": {"type": "json_object"}},
+        {"tools": [{"type": "function", "function": {"name": "f"}}]},
+        {"n": 2},
+    ],
+)
+def test_fields_speculation_must_not_touch_are_unsafe(extra: dict[str, object]) -> None:
+    assert classify(chat(f"Fix it {CODE}", **extra)) is RequestClass.UNSAFE
+
+
+def test_false_or_empty_unsafe_fields_do_not_count() -> None:
+    assert classify(chat("hello", logprobs=False, tools=[], n=1)) is RequestClass.GENERAL
+
+
+def test_completion_prompts_and_content_parts_are_read() -> None:
+    assert classify({"prompt": f"Refactor this:\n{CODE}"}) is RequestClass.EDIT
+    parts = [{"type": "text", "text": "Fix the bug"}, {"type": "text", "text": CODE}]
+    assert classify({"messages": [{"role": "user", "content": parts}]}) is RequestClass.EDIT
+
+
+# --- cache ------------------------------------------------------------------------
+
+
+def test_cache_key_covers_what_decides_the_output() -> None:
+    a = chat("hi", temperature=0, model="m")
+    assert cache_key(a) == cache_key(dict(reversed(list(a.items()))))
+    assert cache_key(a) != cache_key({**a, "temperature": 0.7})
+    assert cache_key(a) != cache_key({**a, "seed": 1})
+    assert cache_key(a) == cache_key({**a, "stream": True, "user": "x"})  # irrelevant fields
+
+
+def test_cache_lru_ttl_and_exclusion() -> None:
+    c = RouteCache(max_entries=2, ttl_s=10)
+    c.put("a", Mode.NGRAM_MOD, now=0)
+    c.put("b", Mode.BASELINE, now=0)
+    assert c.get("a", now=1) is Mode.NGRAM_MOD  # a is now the most recent
+    c.put("c", Mode.NGRAM_SIMPLE, now=2)  # evicts b
+    assert c.get("b", now=2) is None and len(c) == 2
+    assert c.get("a", now=5, excluded={Mode.NGRAM_MOD}) is None  # quarantined: not served
+    assert c.get("a", now=5) is Mode.NGRAM_MOD  # but kept
+    assert c.get("a", now=11) is None and len(c) == 1  # expired and dropped
+    assert c.forget_mode(Mode.NGRAM_SIMPLE) == 1 and len(c) == 0
+
+
+# --- measurements -----------------------------------------------------------------
+
+
+def test_alpha_and_tau_from_timings() -> None:
+    m = measurement_from_timings(
+        {"predicted_n": 100, "predicted_per_second": 80.0, "draft_n": 80, "draft_n_accepted": 60}
+    )
+    assert m == Measurement(100, 80.0, alpha=0.75, tau=2.5)  # 100 tokens in 40 target passes
+    plain = measurement_from_timings({"predicted_n": 10, "predicted_per_second": 40.0})
+    assert plain == Measurement(10, 40.0, None, None)
+    assert measurement_from_timings({"predicted_n": 3}) is None
+
+
+def test_ema_per_mode_and_class() -> None:
+    ms = Measurements(ema_alpha=0.3)
+    for tps in (100.0, 50.0):
+        ms.record(Mode.NGRAM_MOD, "general", Measurement(64, tps), now=0)
+    assert ms.speed(Mode.NGRAM_MOD) == pytest.approx(0.3 * 50 + 0.7 * 100)
+    assert ms.speed(Mode.NGRAM_MOD, "general") == pytest.approx(85.0)
+    assert ms.speed(Mode.NGRAM_MOD, "edit") is None
+    ms.record(Mode.NGRAM_MOD, "general", Measurement(4, 1.0), now=0)  # too short: ignored
+    assert ms.speed(Mode.NGRAM_MOD) == pytest.approx(85.0)
+
+
+def test_collapse_quarantines_then_probation_until_reprobed() -> None:
+    ms = Measurements(quarantine_s=120)
+    for _ in range(3):
+        assert not ms.record(Mode.NGRAM_MOD, "general", Measurement(64, 100.0), now=0)
+    assert not ms.record(Mode.NGRAM_MOD, "general", Measurement(64, 51.0), now=1)  # ≥ 0.5×EMA
+    ema = ms.speed(Mode.NGRAM_MOD)
+    assert ema is not None
+    assert ms.record(Mode.NGRAM_MOD, "general", Measurement(64, 0.49 * ema), now=2)
+    assert ms.speed(Mode.NGRAM_MOD) == ema  # the collapsed sample is not folded in
+    assert ms.quarantined(Mode.NGRAM_MOD, now=100)
+    assert ms.unavailable(now=100) == {Mode.NGRAM_MOD}
+    assert not ms.quarantined(Mode.NGRAM_MOD, now=122.5)  # expired...
+    assert ms.on_probation(Mode.NGRAM_MOD, now=122.5)  # ...but no traffic before a probe
+    ms.record(Mode.NGRAM_MOD, "general", Measurement(64, 90.0), now=123)  # the re-probe
+    assert ms.unavailable(now=123) == set()
+    assert ms.snapshot(now=123)["ngram-mod"]["collapses"] == 1
+
+
+def test_no_collapse_without_history() -> None:
+    ms = Measurements()
+    ms.record(Mode.BASELINE, "general", Measurement(64, 100.0), now=0)
+    assert not ms.record(Mode.BASELINE, "general", Measurement(64, 10.0), now=1)
+
+
+# --- policy -----------------------------------------------------------------------
+
+ALL = {Mode.BASELINE, Mode.NGRAM_SIMPLE, Mode.NGRAM_MOD}
+POLICY = RouterPolicy()
+
+
+def speeds(table: dict[tuple[Mode, str], float]) -> SpeedFn:
+    def lookup(mode: Mode, cls: str) -> float | None:
+        return table.get((mode, str(cls)))
+
+    return lookup
+
+
+def test_floor_is_baseline_until_something_beats_it() -> None:
+    none = speeds({})
+    assert choose_floor("general", ALL, none, POLICY) is Mode.BASELINE
+    measured = speeds(
+        {
+            (Mode.BASELINE, "general"): 40.0,
+            (Mode.NGRAM_SIMPLE, "general"): 39.0,  # below baseline: never the floor
+            (Mode.NGRAM_MOD, "general"): 60.0,
+        }
+    )
+    assert choose_floor("general", ALL, measured, POLICY) is Mode.NGRAM_MOD
+    assert choose_floor("edit", ALL, measured, POLICY) is Mode.BASELINE  # per class
+    assert choose_floor("general", {Mode.NGRAM_SIMPLE}, none, POLICY) is Mode.NGRAM_SIMPLE
+
+
+def test_rule_order() -> None:
+    s = speeds({(Mode.BASELINE, "general"): 40.0})
+    route = partial(plan_route, ready=ALL, speed=s, policy=POLICY)
+    assert route(RequestClass.EDIT, forced=Mode.BASELINE) == Plan(Route.FORCED, Mode.BASELINE)
+    assert route(RequestClass.UNSAFE, cached=Mode.NGRAM_MOD) == Plan(Route.UNSAFE, Mode.BASELINE)
+    assert route(RequestClass.EDIT, cached=Mode.BASELINE) == Plan(Route.EDIT, Mode.NGRAM_MOD)
+    assert route(RequestClass.GENERAL, cached=Mode.NGRAM_SIMPLE) == Plan(
+        Route.CACHE, Mode.NGRAM_SIMPLE
+    )
+    assert route(RequestClass.GENERAL) == Plan(Route.PROBE, Mode.NGRAM_MOD, Mode.BASELINE, 40.0)
+
+
+def test_first_time_probe_has_no_floor_speed() -> None:
+    p = plan_route(RequestClass.GENERAL, ready=ALL, speed=speeds({}), policy=POLICY)
+    assert p == Plan(Route.PROBE, Mode.NGRAM_MOD, Mode.BASELINE, None)
+
+
+def test_quarantine_and_probation() -> None:
+    route = partial(plan_route, ready=ALL, speed=speeds({}), policy=POLICY)
+    # ngram-mod quarantined: the next aggressive candidate is probed.
+    p = route(RequestClass.GENERAL, quarantined={Mode.NGRAM_MOD})
+    assert (p.route, p.mode) == (Route.PROBE, Mode.NGRAM_SIMPLE)
+    # An edit cannot go to a quarantined ngram-mod: fallback to the floor.
+    assert route(RequestClass.EDIT, quarantined={Mode.NGRAM_MOD}) == Plan(
+        Route.FALLBACK, Mode.BASELINE
+    )
+    # The cache does not serve a mode on probation; the mode is probed instead.
+    p = route(RequestClass.GENERAL, cached=Mode.NGRAM_MOD, probation={Mode.NGRAM_MOD})
+    assert (p.route, p.mode) == (Route.PROBE, Mode.NGRAM_MOD)
+    # Nothing to probe: fallback to the floor.
+    both = {Mode.NGRAM_MOD, Mode.NGRAM_SIMPLE}
+    assert route(RequestClass.GENERAL, quarantined=both) == Plan(Route.FALLBACK, Mode.BASELINE)
+
+
+def test_load_rule_drops_to_an_idle_baseline() -> None:
+    route = partial(plan_route, ready=ALL, speed=speeds({}), policy=POLICY)
+    assert route(RequestClass.GENERAL, busy={Mode.NGRAM_MOD}) == Plan(Route.FALLBACK, Mode.BASELINE)
+    assert route(RequestClass.EDIT, busy={Mode.NGRAM_MOD}) == Plan(Route.FALLBACK, Mode.BASELINE)
+    p = route(RequestClass.EDIT, busy={Mode.NGRAM_MOD, Mode.BASELINE})
+    assert p == Plan(Route.FALLBACK, Mode.NGRAM_SIMPLE)
+    p = route(RequestClass.EDIT, busy=ALL)  # everyone busy: queue where planned
+    assert p == Plan(Route.EDIT, Mode.NGRAM_MOD)

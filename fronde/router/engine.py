@@ -1,0 +1,162 @@
+"""The router's state and its two verbs: plan a request, record a result.
+
+One :class:`Router` per app owns the measurements, the prompt-hash cache and the
+in-flight counts; the policy itself is the pure :func:`~fronde.router.policy.plan_route`.
+Everything runs on the event loop, so no locking is needed.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter, deque
+from collections.abc import Collection
+from dataclasses import dataclass
+from typing import Any
+
+from fronde.logging import get_logger
+from fronde.modes import Mode
+from fronde.router.cache import RouteCache
+from fronde.router.classify import RequestClass
+from fronde.router.measure import Measurements, measurement_from_timings
+from fronde.router.policy import Plan, RouterPolicy, plan_route
+
+__all__ = ["Decision", "Router"]
+
+log = get_logger(__name__)
+
+RECENT_KEPT = 200
+"""Recent routing decisions kept for ``/fronde/v1/router``."""
+
+
+@dataclass
+class Decision:
+    """A planned request and what was measured of it (one row of the recent list)."""
+
+    plan: Plan
+    cls: RequestClass
+    key: str
+    started: float
+    probe_tok_s: float | None = None
+    floor_tok_s: float | None = None
+    winner: Mode | None = None
+    decode_tok_s: float | None = None
+    alpha: float | None = None
+    tau: float | None = None
+    tokens: int | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON-ready view."""
+        return {
+            "class": str(self.plan.route),
+            "static_class": str(self.cls),
+            "mode": str(self.winner or self.plan.mode),
+            "probed": str(self.plan.mode) if self.probe_tok_s is not None else None,
+            "probe_tok_s": self.probe_tok_s,
+            "floor_tok_s": self.floor_tok_s,
+            "decode_tok_s": self.decode_tok_s,
+            "alpha": self.alpha,
+            "tau": self.tau,
+            "tokens": self.tokens,
+        }
+
+
+class Router:
+    """Routing state: measurements, cache, in-flight counts, recent decisions.
+
+    Args:
+        policy: routing constants.
+        measurements: EMA/quarantine book (a fresh one by default).
+        cache: the prompt-hash cache (a fresh one by default).
+        slots: concurrent requests one backend serves (llama-server ``-np``); a
+            backend with this many in flight is busy for the load rule.
+    """
+
+    def __init__(
+        self,
+        policy: RouterPolicy | None = None,
+        measurements: Measurements | None = None,
+        cache: RouteCache | None = None,
+        slots: int = 1,
+    ) -> None:
+        self.policy = policy or RouterPolicy()
+        self.measurements = measurements or Measurements()
+        self.cache = cache or RouteCache()
+        self.slots = slots
+        self.in_flight: Counter[Mode] = Counter()
+        self.recent: deque[Decision] = deque(maxlen=RECENT_KEPT)
+
+    def plan(
+        self,
+        cls: RequestClass,
+        key: str,
+        ready: Collection[Mode],
+        forced: Mode | None = None,
+        now: float | None = None,
+    ) -> Decision:
+        """Plan one request (see :func:`~fronde.router.policy.plan_route`) and remember it."""
+        now = time.monotonic() if now is None else now
+        ms = self.measurements
+        quarantined = {m for m in Mode if ms.quarantined(m, now)}
+        probation = {m for m in Mode if ms.on_probation(m, now)}
+        cached = self.cache.get(key, now, excluded=quarantined | probation)
+        plan = plan_route(
+            cls,
+            ready=ready,
+            speed=ms.speed,
+            policy=self.policy,
+            forced=forced,
+            cached=cached,
+            quarantined=quarantined,
+            probation=probation,
+            busy={m for m in Mode if self.in_flight[m] >= self.slots},
+        )
+        decision = Decision(plan, cls, key, now)
+        self.recent.append(decision)
+        return decision
+
+    def record(
+        self,
+        decision: Decision,
+        mode: Mode,
+        timings: dict[str, Any] | None,
+        now: float | None = None,
+    ) -> None:
+        """Fold a finished generation's ``timings`` into the EMAs; quarantine on collapse.
+
+        A collapse also drops the cache entries pointing at the collapsed mode.
+        """
+        if not timings:
+            return
+        m = measurement_from_timings(timings)
+        if m is None:
+            return
+        now = time.monotonic() if now is None else now
+        if self.measurements.record(mode, str(decision.cls), m, now):
+            dropped = self.cache.forget_mode(mode)
+            log.warning(
+                "mode.quarantined",
+                mode=str(mode),
+                decode_tok_s=round(m.decode_tok_s, 1),
+                ema_tok_s=self.measurements.speed(mode),
+                quarantine_s=self.measurements.quarantine_s,
+                cache_entries_dropped=dropped,
+            )
+        decision.decode_tok_s = m.decode_tok_s
+        decision.alpha, decision.tau, decision.tokens = m.alpha, m.tau, m.tokens
+
+    def snapshot(self, now: float | None = None) -> dict[str, Any]:
+        """JSON-ready state for ``GET /fronde/v1/router``."""
+        now = time.monotonic() if now is None else now
+        return {
+            "policy": {
+                "probe_tokens": self.policy.probe_tokens,
+                "margin": self.policy.margin,
+                "aggressive": [str(m) for m in self.policy.aggressive],
+                "floor_candidates": [str(m) for m in self.policy.floor_candidates],
+                "edit_mode": str(self.policy.edit_mode),
+            },
+            "modes": self.measurements.snapshot(now),
+            "in_flight": {str(m): n for m, n in self.in_flight.items() if n},
+            "cache": {"entries": len(self.cache), "max_entries": self.cache.max_entries},
+            "recent": [d.as_dict() for d in list(self.recent)[-20:]],
+        }

@@ -61,7 +61,6 @@ def serve(
     mode: Annotated[
         list[Mode] | None, typer.Option("--mode", help="run only these modes (repeatable)")
     ] = None,
-    default_mode: Annotated[Mode | None, typer.Option(help="mode for unforced requests")] = None,
 ) -> None:
     """Start the backends and serve the OpenAI API until Ctrl-C or SIGTERM."""
     from fronde.api.app import create_app
@@ -71,7 +70,6 @@ def serve(
         config,
         profile=profile,
         modes=mode,
-        default_mode=default_mode,
         server=server_over or None,
     )
     configure_logging(settings.log_format, settings.log_level)

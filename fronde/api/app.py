@@ -31,6 +31,7 @@ from fronde.backends.pool import BackendPool
 from fronde.config import Settings
 from fronde.errors import BackendUnavailableError, ConfigError, FrondeError, openai_error_body
 from fronde.logging import get_logger
+from fronde.router.engine import Router
 from fronde.runtime.install import find_llama_binary
 from fronde.runtime.models import load_profile
 
@@ -94,9 +95,9 @@ def create_app(
         InstallError, ManifestError: from :func:`build_pool`, before anything starts.
     """
     the_pool = pool if pool is not None else build_pool(settings)
-    if settings.default_mode not in the_pool.backends:
-        reason = the_pool.left_out.get(settings.default_mode, "it is not in the `modes` setting")
-        raise ConfigError(f"default_mode {settings.default_mode} cannot run: {reason}")
+    if not the_pool.backends:
+        reasons = "; ".join(f"{m}: {why}" for m, why in the_pool.left_out.items())
+        raise ConfigError(f"no mode can run ({reasons or 'the `modes` setting is empty'})")
 
     async def start_backends() -> None:
         await the_pool.start()
@@ -114,7 +115,9 @@ def create_app(
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncGenerator[None]:
         http = make_http_client(settings.upstream)
-        app.state.runtime = Runtime(settings, the_pool, BackendClient(http), time.time())
+        app.state.runtime = Runtime(
+            settings, the_pool, BackendClient(http), Router.from_settings(settings), time.time()
+        )
         starter = asyncio.create_task(start_backends())
         try:
             yield

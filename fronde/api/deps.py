@@ -10,17 +10,19 @@ from fastapi import Depends, Request
 from fronde.backends.client import BackendClient
 from fronde.backends.pool import BackendPool
 from fronde.config import Settings
+from fronde.router.engine import Router
 
 __all__ = ["Runtime", "RuntimeDep", "get_runtime"]
 
 
 @dataclass
 class Runtime:
-    """What the routes need: settings, the pool, the backend client, start time (epoch s)."""
+    """What the routes need: settings, pool, backend client, router, start time (epoch s)."""
 
     settings: Settings
     pool: BackendPool
     client: BackendClient
+    router: Router
     started_at: float
 
 

@@ -10,8 +10,10 @@ backend for a finished answer (vLLM's launcher notes the same rule).
 
 from __future__ import annotations
 
+import contextlib
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
+from typing import Any
 
 import httpx
 
@@ -32,12 +34,16 @@ def sse_error_event(message: str, code: str = "backend_stream_error") -> bytes:
     return f"data: {json.dumps(body)}\n\n".encode()
 
 
-async def relay_sse(resp: httpx.Response, mode: str) -> AsyncIterator[bytes]:
+async def relay_sse(
+    resp: httpx.Response, mode: str, on_timings: Callable[[dict[str, Any]], None] | None = None
+) -> AsyncIterator[bytes]:
     """Yield the backend's SSE lines, each with its newline, as they arrive.
 
     Args:
         resp: an open streaming response from the backend (status already checked).
         mode: the backend's mode, for the log and the error message.
+        on_timings: called with llama-server's ``timings`` when an event carries them
+            (the last one does); only those few lines are parsed.
 
     Yields:
         Encoded lines; on failure a final error event instead of ``[DONE]``.
@@ -47,6 +53,9 @@ async def relay_sse(resp: httpx.Response, mode: str) -> AsyncIterator[bytes]:
         async for line in resp.aiter_lines():
             if line.startswith(DONE_LINE):
                 done = True
+            elif on_timings is not None and '"timings"' in line and line.startswith("data: "):
+                with contextlib.suppress(ValueError, KeyError, TypeError):
+                    on_timings(json.loads(line[6:])["timings"])
             yield line.encode() + b"\n"
     except httpx.HTTPError as exc:
         log.error("stream.broken", mode=mode, error=f"{type(exc).__name__}: {exc}")

@@ -11,17 +11,23 @@ import json
 import time
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack
-from typing import Any
+from typing import Any, cast
 
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from starlette.background import BackgroundTask
 
 from fronde.api.deps import RuntimeDep
-from fronde.api.relay import relay_sse
-from fronde.errors import FrondeError, InvalidRequestError
+from fronde.api.relay import DONE_LINE, relay_sse, sse_error_event
+from fronde.errors import BackendUnavailableError, FrondeError, InvalidRequestError
 from fronde.modes import Mode
-from fronde.router.choice import MODEL_PREFIX, decide
+from fronde.router.cache import cache_key
+from fronde.router.choice import MODEL_PREFIX, forced_mode
+from fronde.router.classify import classify
+from fronde.router.engine import Decision
+from fronde.router.native import Kind, chunk, finish_reason, full_response, new_id, usage
+from fronde.router.policy import Route
+from fronde.router.probe import Splice
 
 __all__ = ["router"]
 
@@ -29,6 +35,8 @@ router = APIRouter()
 
 CHAT_PATH = "/v1/chat/completions"
 COMPLETIONS_PATH = "/v1/completions"
+PATHS: dict[Kind, str] = {"chat": CHAT_PATH, "text": COMPLETIONS_PATH}
+SSE_HEADERS = {"cache-control": "no-cache", "x-accel-buffering": "no"}
 
 
 async def _read_body(request: Request) -> dict[str, Any]:
@@ -52,33 +60,61 @@ async def _read_body(request: Request) -> dict[str, Any]:
     return typed
 
 
-async def _forward(request: Request, rt: RuntimeDep, path: str, body: dict[str, Any]) -> Response:
-    decision = decide(
-        request.headers.get("x-fronde-mode"), body.get("model"), rt.settings.default_mode
-    )
-    headers = {"x-fronde-mode": str(decision.mode), "x-fronde-class": str(decision.route_class)}
+async def _forward(request: Request, rt: RuntimeDep, kind: Kind, body: dict[str, Any]) -> Response:
+    forced = forced_mode(request.headers.get("x-fronde-mode"), body.get("model"))
+    cls = classify(body, edit_block_chars=rt.settings.router.edit_block_chars)
+    ready = rt.pool.ready_modes()
+    if not ready and forced is None:
+        raise BackendUnavailableError("no backend is ready yet")
+    decision = rt.router.plan(cls, cache_key(body), ready, forced)
+    plan = decision.plan
+    headers = {"x-fronde-mode": str(plan.mode), "x-fronde-class": str(plan.route)}
     try:
-        return await _send(rt, path, body, decision.mode, headers)
+        if plan.route is Route.PROBE and _probe_eligible(kind, body):
+            return await _probe(rt, decision, kind, body, headers)
+        return await _send(rt, PATHS[kind], body, decision, headers)
     except FrondeError as exc:
         exc.headers.update(headers)  # an error still says which mode was chosen
         raise
 
 
+def _probe_eligible(kind: Kind, body: dict[str, Any]) -> bool:
+    """The probe path renders and tokenizes the prompt: it needs a string prompt."""
+    return kind == "chat" or isinstance(body.get("prompt"), str)
+
+
 async def _send(
-    rt: RuntimeDep, path: str, body: dict[str, Any], mode: Mode, headers: dict[str, str]
+    rt: RuntimeDep, path: str, body: dict[str, Any], decision: Decision, headers: dict[str, str]
 ) -> Response:
+    """Pass the request through to one mode's OpenAI endpoint, recording its timings."""
+    mode = decision.plan.mode
     backend = rt.pool.get(mode)
+    router = rt.router
     if not body.get("stream", False):
-        data = await rt.client.post_json(backend.url, path, body)
+        router.in_flight[mode] += 1
+        try:
+            data = await rt.client.post_json(backend.url, path, body)
+        finally:
+            router.in_flight[mode] -= 1
+        router.record(decision, mode, data.get("timings"))
         return JSONResponse(data, headers=headers)
     stack = AsyncExitStack()
+    router.in_flight[mode] += 1
+    stack.callback(lambda: router.in_flight.subtract([mode]))
     # Open the upstream before answering: a failure before the first byte is
     # still an ordinary HTTP error (raised here), not a broken 200 stream.
-    resp = await stack.enter_async_context(rt.client.stream(backend.url, path, body))
+    try:
+        resp = await stack.enter_async_context(rt.client.stream(backend.url, path, body))
+    except BaseException:
+        await stack.aclose()
+        raise
+
+    def on_timings(timings: dict[str, Any]) -> None:
+        router.record(decision, mode, timings)
 
     async def events() -> AsyncIterator[bytes]:
         try:
-            async for chunk in relay_sse(resp, str(mode)):
+            async for chunk in relay_sse(resp, str(mode), on_timings):
                 yield chunk
         finally:
             # Also runs when the client disconnects (Starlette cancels us): the
@@ -88,8 +124,74 @@ async def _send(
     return StreamingResponse(
         events(),
         media_type="text/event-stream",
-        headers=headers | {"cache-control": "no-cache", "x-accel-buffering": "no"},
+        headers=headers | SSE_HEADERS,
         background=BackgroundTask(stack.aclose),
+    )
+
+
+async def _probe(
+    rt: RuntimeDep, decision: Decision, kind: Kind, body: dict[str, Any], headers: dict[str, str]
+) -> Response:
+    """Probe-and-continue (see :mod:`fronde.router.probe`), answered in OpenAI's shape."""
+    splice = Splice(rt.client, rt.pool, rt.router, decision, kind, body)
+    await splice.prepare()  # render + tokenize: errors here are still plain HTTP errors
+    model = str(body.get("model") or rt.settings.public_model)
+    if not body.get("stream", False):
+        text = "".join([piece async for piece in splice.run()])
+        extra = {"timings": splice.final_timings(), "fronde": splice.fronde_info()}
+        data = full_response(
+            kind,
+            model,
+            text,
+            finish_reason(splice.finish_stop_type),
+            len(splice.prompt),
+            len(splice.tokens),
+            extra,
+        )
+        headers = headers | {"x-fronde-mode": str(decision.winner or decision.plan.mode)}
+        if decision.probe_tok_s is not None:
+            headers["x-fronde-probe-tok-s"] = f"{decision.probe_tok_s:.2f}"
+        return JSONResponse(data, headers=headers)
+
+    rid, created = new_id(kind), int(time.time())
+    options = body.get("stream_options")
+    include_usage = isinstance(options, dict) and bool(
+        cast("dict[str, Any]", options).get("include_usage")
+    )
+
+    def sse(obj: dict[str, Any]) -> bytes:
+        return b"data: " + json.dumps(obj, ensure_ascii=False).encode() + b"\n\n"
+
+    async def events() -> AsyncIterator[bytes]:
+        first = True
+        try:
+            async for piece in splice.run():
+                yield sse(chunk(kind, rid, model, created, text=piece, role=first))
+                first = False
+        except FrondeError as exc:
+            yield b"\n" + sse_error_event(exc.message)
+            return
+        last = chunk(
+            kind,
+            rid,
+            model,
+            created,
+            text="" if kind == "text" else None,
+            role=first,
+            finish=finish_reason(splice.finish_stop_type),
+        )
+        last["timings"] = splice.final_timings()
+        last["fronde"] = splice.fronde_info()
+        yield sse(last)
+        if include_usage:
+            usage_chunk = chunk(kind, rid, model, created)
+            usage_chunk["choices"] = []
+            usage_chunk["usage"] = usage(len(splice.prompt), len(splice.tokens))
+            yield sse(usage_chunk)
+        yield DONE_LINE.encode() + b"\n\n"
+
+    return StreamingResponse(
+        events(), media_type="text/event-stream", headers=headers | SSE_HEADERS
     )
 
 
@@ -100,7 +202,7 @@ async def chat_completions(request: Request, rt: RuntimeDep) -> Response:
     messages = body.get("messages")
     if not isinstance(messages, list) or not messages:
         raise InvalidRequestError("'messages' must be a non-empty array", param="messages")
-    return await _forward(request, rt, CHAT_PATH, body)
+    return await _forward(request, rt, "chat", body)
 
 
 @router.post(COMPLETIONS_PATH)
@@ -109,7 +211,7 @@ async def completions(request: Request, rt: RuntimeDep) -> Response:
     body = await _read_body(request)
     if not isinstance(body.get("prompt"), str | list):
         raise InvalidRequestError("'prompt' must be a string or an array", param="prompt")
-    return await _forward(request, rt, COMPLETIONS_PATH, body)
+    return await _forward(request, rt, "text", body)
 
 
 @router.get("/v1/models")
@@ -134,12 +236,21 @@ async def list_models(rt: RuntimeDep) -> dict[str, Any]:
 
 @router.get("/health")
 async def health(rt: RuntimeDep) -> JSONResponse:
-    """Proxy and backend states; 200 once the default mode's backend is ready, else 503."""
-    ready = rt.settings.default_mode in rt.pool.ready_modes()
+    """Proxy and backend states: 200 once the floor of last resort can serve, else 503.
+
+    That is baseline when it runs, otherwise any mode.
+    """
+    ready = rt.pool.ready_modes()
+    floor_ready = Mode.BASELINE in ready if Mode.BASELINE in rt.pool.backends else bool(ready)
     body = {
-        "status": "ok" if ready else "unavailable",
-        "default_mode": str(rt.settings.default_mode),
+        "status": "ok" if floor_ready else "unavailable",
         "uptime_s": round(time.time() - rt.started_at, 1),
         "backends": rt.pool.status(),
     }
-    return JSONResponse(body, status_code=200 if ready else 503)
+    return JSONResponse(body, status_code=200 if floor_ready else 503)
+
+
+@router.get("/fronde/v1/router")
+async def router_state(rt: RuntimeDep) -> dict[str, Any]:
+    """The router's live state: EMAs, α/τ per mode, quarantines, cache size, recent decisions."""
+    return rt.router.snapshot()

@@ -13,6 +13,7 @@ from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Any
 
+from fronde.config import Settings
 from fronde.logging import get_logger
 from fronde.modes import Mode
 from fronde.router.cache import RouteCache
@@ -84,6 +85,24 @@ class Router:
         self.slots = slots
         self.in_flight: Counter[Mode] = Counter()
         self.recent: deque[Decision] = deque(maxlen=RECENT_KEPT)
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> Router:
+        """Build a router with the policy, EMA and cache settings of ``settings``."""
+        r = settings.router
+        policy = RouterPolicy(
+            probe_tokens=r.probe_tokens,
+            margin=r.margin,
+            aggressive=tuple(r.aggressive),
+            floor_candidates=tuple(r.floor_candidates),
+            edit_mode=r.edit_mode,
+        )
+        return cls(
+            policy,
+            Measurements(r.ema_alpha, r.collapse, r.quarantine_s),
+            RouteCache(r.cache_max_entries, r.cache_ttl_s),
+            slots=settings.backend.parallel,
+        )
 
     def plan(
         self,

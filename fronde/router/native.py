@@ -19,6 +19,7 @@ __all__ = [
     "finish_reason",
     "full_response",
     "max_new_tokens",
+    "new_id",
     "sampling_params",
     "usage",
 ]

@@ -187,6 +187,15 @@ class Splice:
             self.router.in_flight[mode] -= 1
         self.router.record(self.decision, mode, seg.timings)
 
+    async def prepare(self) -> None:
+        """Render and tokenize the prompt on the candidate backend (before any byte is sent).
+
+        Raises:
+            BackendError, InvalidRequestError: as :func:`prompt_ids`.
+        """
+        url = self.pool.get(self.decision.plan.mode).url
+        self.prompt = await prompt_ids(self.client, url, self.kind, self.body)
+
     async def run(self) -> AsyncIterator[str]:
         """Run probe, floor probe if needed, and continuation; yield text as it arrives.
 
@@ -197,7 +206,8 @@ class Splice:
         cand, floor = plan.mode, plan.floor
         assert floor is not None  # noqa: S101 - checked in __init__
         probe_n = self.router.policy.probe_tokens
-        self.prompt = await prompt_ids(self.client, self.pool.get(cand).url, self.kind, self.body)
+        if not self.prompt:
+            await self.prepare()
 
         def n_next() -> int:
             remaining = self._remaining()

@@ -10,7 +10,14 @@ rest is ignored) plus knobs in the manner of llama-swap's ``cmd/fake-model``:
 - ``--fake-crash-after N``: the process dies (SIGKILL itself) after N streamed tokens;
 - ``--fake-ignore-sigterm``: ignore SIGTERM (tests the SIGKILL fallback).
 
-The text it generates is deterministic: the words of the prompt, cycled.
+- ``--fake-eos-token T``: native ``/completion`` stops (``stop_type: eos``) before
+  emitting token T.
+
+The OpenAI endpoints generate the words of the prompt, cycled. The native
+``/completion`` endpoint takes token ids (or text, tokenized as ``/tokenize`` does)
+and continues a deterministic chain, ``next = (31·last + 7) mod 997 + 3``, whose
+token t reads ``"t<t> "``: a generation split in two requests at any point equals
+one request, token for token, as it would on a real greedy backend.
 """
 
 from __future__ import annotations
@@ -44,6 +51,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--fake-exit-on-start", type=int, default=None)
     p.add_argument("--fake-crash-after", type=int, default=None)
     p.add_argument("--fake-ignore-sigterm", action="store_true")
+    p.add_argument("--fake-eos-token", type=int, default=None)
     p.add_argument("--version", action="store_true")
     args, _unknown = p.parse_known_args(argv)
     return args
@@ -56,6 +64,18 @@ def words_of(body: dict[str, Any]) -> list[str]:
         prompt = body.get("prompt", "")
         text = prompt if isinstance(prompt, str) else " ".join(map(str, prompt))
     return text.split() or ["token"]
+
+
+def next_token(last: int) -> int:
+    return (31 * last + 7) % 997 + 3
+
+
+def tokenize(text: str) -> list[int]:
+    return [2] + [ord(c) % 997 + 3 for c in text]  # 2 = BOS
+
+
+def piece(token: int) -> str:
+    return f"t{token} "
 
 
 def build_app(args: argparse.Namespace) -> FastAPI:
@@ -154,6 +174,83 @@ def build_app(args: argparse.Namespace) -> FastAPI:
             }
             yield f"data: {json.dumps(last)}\n\n".encode()
             yield b"data: [DONE]\n\n"
+
+        return StreamingResponse(events(), media_type="text/event-stream")
+
+    @app.post("/apply-template")
+    async def apply_template(request: Request) -> JSONResponse:  # pyright: ignore[reportUnusedFunction]
+        body = await request.json()
+        turns = [f"<{m['role']}>{m.get('content', '')}</{m['role']}>" for m in body["messages"]]
+        return JSONResponse({"prompt": "".join(turns) + "<model>"})
+
+    @app.post("/tokenize")
+    async def tokenize_route(request: Request) -> JSONResponse:  # pyright: ignore[reportUnusedFunction]
+        body = await request.json()
+        ids = tokenize(body["content"])
+        return JSONResponse({"tokens": ids if body.get("add_special") else ids[1:]})
+
+    @app.post("/completion")
+    async def completion(request: Request) -> Any:  # pyright: ignore[reportUnusedFunction]
+        body = await request.json()
+        prompt = body["prompt"]
+        ids = [int(t) for t in prompt] if isinstance(prompt, list) else tokenize(str(prompt))  # pyright: ignore[reportUnknownVariableType, reportUnknownArgumentType]
+        n_predict = int(body.get("n_predict", -1))
+        limit = n_predict if n_predict >= 0 else 64
+        stops: list[str] = body.get("stop") or []
+
+        async def gen() -> AsyncIterator[tuple[list[int], str, str | None]]:
+            """Yield (tokens, text, stop_type or None)."""
+            last, text = ids[-1], ""
+            for i in range(limit):
+                if args.fake_crash_after is not None and i >= args.fake_crash_after:
+                    os.kill(os.getpid(), signal.SIGKILL)
+                tok = next_token(last)
+                if args.fake_eos_token is not None and tok == args.fake_eos_token:
+                    yield [], "", "eos"
+                    return
+                await asyncio.sleep(1.0 / args.fake_tps)
+                last, text = tok, text + piece(tok)
+                hit = next((w for w in stops if w in text), None)
+                if hit is not None:
+                    yield [tok], piece(tok).split(hit)[0], "word"
+                    return
+                yield [tok], piece(tok), None
+            yield [], "", "limit"
+
+        def final(
+            n: int, stop_type: str, content: str = "", tokens: list[int] | None = None
+        ) -> dict[str, Any]:
+            return {
+                "content": content,
+                "tokens": tokens or [],
+                "stop": True,
+                "stop_type": stop_type,
+                "tokens_predicted": n,
+                "tokens_evaluated": len(ids),
+                "timings": timings(n),
+            }
+
+        if not body.get("stream"):
+            toks: list[int] = []
+            text = ""
+            stop_type = "limit"
+            async for t, p, st in gen():
+                toks += t
+                text += p
+                if st:
+                    stop_type = st
+            return JSONResponse(final(len(toks), stop_type, text, toks))
+
+        async def events() -> AsyncIterator[bytes]:
+            n = 0
+            async for t, p, st in gen():
+                n += len(t)
+                if t or p:
+                    event = {"content": p, "tokens": t, "stop": False}
+                    yield f"data: {json.dumps(event)}\n\n".encode()
+                if st:
+                    yield f"data: {json.dumps(final(n, st))}\n\n".encode()
+                    return
 
         return StreamingResponse(events(), media_type="text/event-stream")
 

@@ -57,11 +57,10 @@ def client(fake_binary: Path, tmp_path_factory: pytest.TempPathFactory) -> Itera
         yield c
 
 
-def test_chat_goes_to_the_default_mode(client: TestClient) -> None:
-    r = client.post("/v1/chat/completions", json={**CHAT, "model": "gpt-4o"})
+def test_pass_through_names_the_public_model(client: TestClient) -> None:
+    r = client.post("/v1/chat/completions", json={**CHAT, "model": "fronde:ngram-simple"})
     assert r.status_code == 200
-    assert r.headers["x-fronde-mode"] == "ngram-simple"
-    assert r.headers["x-fronde-class"] == "default"
+    assert (r.headers["x-fronde-mode"], r.headers["x-fronde-class"]) == ("ngram-simple", "forced")
     body = r.json()
     assert body["model"] == "fronde"  # the public name, never a file path
     assert body["choices"][0]["message"]["content"].split()[:3] == ["alpha", "beta", "gamma"]
@@ -83,7 +82,8 @@ def test_mode_forced_by_header_and_by_model_name(client: TestClient, mode: str) 
 
 
 def test_stream_relays_every_event_and_one_done(client: TestClient) -> None:
-    with client.stream("POST", "/v1/chat/completions", json={**CHAT, "stream": True}) as r:
+    body = {**CHAT, "stream": True, "model": "fronde:ngram-simple"}
+    with client.stream("POST", "/v1/chat/completions", json=body) as r:
         assert r.status_code == 200
         assert r.headers["content-type"].startswith("text/event-stream")
         assert r.headers["x-fronde-mode"] == "ngram-simple"
@@ -100,7 +100,8 @@ def test_crash_mid_stream_is_an_error_event_never_done(fake_binary: Path, tmp_pa
     knobs = {Mode.NGRAM_SIMPLE: ["--fake-crash-after", "3"]}
     with serve(fake_binary, tmp_path, knobs) as c:
         wait_healthy(c)
-        with c.stream("POST", "/v1/chat/completions", json={**CHAT, "stream": True}) as r:
+        body = {**CHAT, "stream": True, "model": "fronde:ngram-simple"}
+        with c.stream("POST", "/v1/chat/completions", json=body) as r:
             assert r.status_code == 200
             lines = [ln for ln in r.iter_lines() if ln.startswith("data: ")]
     assert "data: [DONE]" not in lines
@@ -119,7 +120,11 @@ def test_crash_mid_stream_is_an_error_event_never_done(fake_binary: Path, tmp_pa
         ({"json": {**CHAT, "stream": "yes"}}, 400, "invalid_request"),
         ({"json": {**CHAT, "model": "fronde:turbo"}}, 400, "unknown_mode"),
         ({"json": {**CHAT, "model": "fronde:draft"}}, 400, "unknown_mode"),
-        ({"json": {**CHAT, "temperature": 99}}, 400, "backend_rejected_request"),
+        (
+            {"json": {**CHAT, "temperature": 99, "model": "fronde:baseline"}},
+            400,
+            "backend_rejected_request",
+        ),
     ],
 )
 def test_bad_requests_get_openai_error_bodies(
@@ -156,20 +161,18 @@ def test_models_lists_modes_and_reports_the_left_out(client: TestClient) -> None
     assert body["unavailable"] == [{"id": "fronde:draft", "reason": "profile has no draft model"}]
 
 
-def test_health_is_503_until_the_default_backend_is_ready(
-    fake_binary: Path, tmp_path: Path
-) -> None:
-    knobs = {Mode.NGRAM_SIMPLE: ["--fake-load-s", "2"]}
+def test_health_is_503_until_baseline_is_ready(fake_binary: Path, tmp_path: Path) -> None:
+    knobs = {Mode.BASELINE: ["--fake-load-s", "2"]}
     with serve(fake_binary, tmp_path, knobs) as c:
         r = c.get("/health")
         assert r.status_code == 503
-        assert r.json()["backends"]["ngram-simple"]["state"] == "starting"
-        r = c.post("/v1/chat/completions", json=CHAT)
+        assert r.json()["backends"]["baseline"]["state"] == "starting"
+        r = c.post("/v1/chat/completions", json={**CHAT, "model": "fronde:baseline"})
         assert r.status_code == 503 and "retry-after" in r.headers
-        assert r.headers["x-fronde-mode"] == "ngram-simple"
+        assert r.headers["x-fronde-mode"] == "baseline"
         wait_healthy(c)
         body = c.get("/health").json()
-        assert body["backends"]["ngram-simple"]["state"] == "ready"
+        assert body["backends"]["baseline"]["state"] == "ready"
         assert body["backends"]["draft"] == {
             "state": "left-out",
             "error": "profile has no draft model",

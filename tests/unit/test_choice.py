@@ -1,4 +1,4 @@
-"""Fixed routing: forced modes by header or model name, else the default."""
+"""Forced modes by header or model name; mode flags."""
 
 from __future__ import annotations
 
@@ -8,22 +8,20 @@ import pytest
 
 from fronde.errors import UnknownModeError
 from fronde.modes import Mode, SpeculationSettings, mode_args
-from fronde.router.choice import RouteClass, decide
+from fronde.router.choice import forced_mode
 
 
 def test_header_wins_over_model_name() -> None:
-    d = decide("ngram-mod", "fronde:baseline", Mode.NGRAM_SIMPLE)
-    assert (d.mode, d.route_class) == (Mode.NGRAM_MOD, RouteClass.FORCED)
+    assert forced_mode("ngram-mod", "fronde:baseline") is Mode.NGRAM_MOD
 
 
 def test_model_name_forces_a_mode_case_insensitively() -> None:
-    assert decide(None, "fronde:Baseline", Mode.NGRAM_SIMPLE).mode is Mode.BASELINE
+    assert forced_mode(None, "fronde:Baseline") is Mode.BASELINE
 
 
 @pytest.mark.parametrize("model", [None, "gpt-4o", "fronde", "gemma-3-270m"])
-def test_anything_else_takes_the_default(model: str | None) -> None:
-    d = decide(None, model, Mode.NGRAM_SIMPLE)
-    assert (d.mode, d.route_class) == (Mode.NGRAM_SIMPLE, RouteClass.DEFAULT)
+def test_anything_else_is_routed(model: str | None) -> None:
+    assert forced_mode(None, model) is None
 
 
 @pytest.mark.parametrize(
@@ -31,7 +29,7 @@ def test_anything_else_takes_the_default(model: str | None) -> None:
 )
 def test_unknown_names_are_rejected(header: str | None, model: str | None, param: str) -> None:
     with pytest.raises(UnknownModeError) as info:
-        decide(header, model, Mode.NGRAM_SIMPLE)
+        forced_mode(header, model)
     assert info.value.param == param and info.value.status_code == 400
 
 

@@ -24,13 +24,15 @@ def test_example_config_loads_and_equals_the_defaults() -> None:
 
 def test_environment_overrides_the_file(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     cfg = tmp_path / "f.toml"
-    cfg.write_text('default_mode = "ngram-mod"\n[server]\nport = 9000\nhost = "127.0.0.2"\n')
+    cfg.write_text(
+        '[server]\nport = 9000\nhost = "127.0.0.2"\n[router]\nedit_mode = "ngram-simple"\n'
+    )
     monkeypatch.setenv("FRONDE_SERVER__PORT", "9100")
     monkeypatch.setenv("FRONDE_LLAMA_SERVER", "/opt/llama-server")
     s = load_settings(cfg)
     assert s.server.port == 9100  # env wins
     assert s.server.host == "127.0.0.2"  # file value kept beside it
-    assert s.default_mode is Mode.NGRAM_MOD
+    assert s.router.edit_mode is Mode.NGRAM_SIMPLE
     assert s.llama_server == Path("/opt/llama-server")
 
 
@@ -46,7 +48,7 @@ def test_cli_overrides_win_over_env(monkeypatch: pytest.MonkeyPatch) -> None:
             "[backend]\nthreads = 0\n",
             "backend.threads: Input should be greater than or equal to 1 (got 0)",
         ),
-        ('default_mode = "turbo"\n', "default_mode: Input should be"),
+        ('[router]\nedit_mode = "turbo"\n', "router.edit_mode: Input should be"),
         ("[server]\nport = 70000\n", "server.port"),
         ("nonsense = 1\n", "nonsense: Extra inputs are not permitted"),
         ("[backend\n", "cannot read"),

@@ -10,8 +10,8 @@ Order of rules (the first that applies wins):
 5. **probe**: generate the first ``probe_tokens`` on the aggressive candidate and
    compare its decode tok/s with the floor's (its EMA for this class, or a floor
    probe the first time); the candidate wins only at ≥ ``margin`` × the floor.
-6. **fallback**: nothing to probe (every aggressive mode quarantined or absent) →
-   the floor.
+6. **fallback**: nothing to probe → the floor. Either every aggressive mode is
+   quarantined or absent, or the preferred one already is this class's floor.
 
 The **floor** of a class is the fastest mode, by this class's EMA, among the
 floor candidates that measured at least baseline's speed for the class; baseline
@@ -188,8 +188,11 @@ def plan_route(
         return _unbusy(Plan(Route.CACHE, cached), usable, busy, floor)
     # A mode on probation is probed before it gets traffic again.
     probe_pool = [m for m in Mode if m in ready and m not in quarantined]
-    candidate = next((m for m in policy.aggressive if m in probe_pool and m != floor), None)
-    if candidate is None:
+    # The first available aggressive mode is the candidate; the others stand in
+    # only while it is out. A candidate that already is the floor has nothing to
+    # prove, and probing it would only cost the floor a second prefill.
+    candidate = next((m for m in policy.aggressive if m in probe_pool), None)
+    if candidate is None or candidate == floor:
         return _unbusy(Plan(Route.FALLBACK, floor), usable, busy, floor)
     if candidate in busy:
         return _unbusy(Plan(Route.FALLBACK, floor), usable, busy, floor)

@@ -245,6 +245,26 @@ def bench_modes(
         raise typer.Exit(2)
 
 
+@bench_app.command("router")
+def bench_router(
+    config: ConfigOpt = None,
+    max_tokens: Annotated[int, typer.Option(help="tokens generated per request", min=8)] = 192,
+    reps: Annotated[int, typer.Option(help="repetitions (median reported)", min=1)] = 3,
+    out: Annotated[Path | None, typer.Option(help="also write the records as JSON here")] = None,
+) -> None:
+    """The router against every static mode on five prompts, bracketed by baseline."""
+    from fronde.bench.router import format_router_table, run_router_bench
+
+    settings = _settings(config)
+    report = run_router_bench(settings, config, max_tokens=max_tokens, reps=reps)
+    console = Console()
+    console.print(format_router_table(report))
+    if out is not None:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(report.model_dump_json(indent=2))
+        console.print(f"records: {out}")
+
+
 def main() -> None:
     """Console-script entry point: run the CLI, turning Fronde errors into one line."""
     try:

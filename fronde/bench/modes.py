@@ -16,14 +16,7 @@ Medians over ``reps`` are reported; ratios are computed within this one run.
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
-import os
-import platform
-import signal
-import subprocess
-import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any, Literal
@@ -33,10 +26,9 @@ import numpy as np
 from pydantic import BaseModel
 from rich.table import Table
 
-from fronde.backends.process import free_port, log_tail
+from fronde.bench.serve import git_state, machine_info, running_serve
 from fronde.bench.stream import StreamedCompletion, collect_completion
 from fronde.config import Settings
-from fronde.errors import FrondeError
 
 __all__ = [
     "BENCH_PROMPT",
@@ -132,42 +124,6 @@ class ModesReport(BaseModel):
     summary: list[ModeSummary]
 
 
-def _git_state() -> tuple[str | None, bool | None]:
-    root = Path(__file__).resolve().parents[2]
-    try:
-        commit = subprocess.run(
-            ["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, check=True
-        ).stdout.strip()
-        dirty = bool(
-            subprocess.run(
-                ["git", "status", "--porcelain", "--untracked-files=no"],
-                cwd=root,
-                capture_output=True,
-                text=True,
-                check=True,
-            ).stdout.strip()
-        )
-    except (OSError, subprocess.CalledProcessError):
-        return None, None
-    return commit, dirty
-
-
-def machine_info() -> dict[str, Any]:
-    """Return what identifies the machine: CPU model, core count, OS, Python."""
-    cpu = platform.processor()
-    with contextlib.suppress(OSError):
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    return {
-        "cpu": cpu,
-        "cpus": os.cpu_count(),
-        "system": platform.platform(),
-        "python": platform.python_version(),
-    }
-
-
 def _sample(mode: str, path: Literal["proxy", "direct"], rep: int, r: StreamedCompletion) -> Sample:
     t = r.timings
     return Sample(
@@ -228,23 +184,6 @@ def _summarize(samples: list[Sample]) -> list[ModeSummary]:
     return out
 
 
-def _wait_ready(
-    http: httpx.Client, base: str, proc: subprocess.Popen[bytes], log: Path, timeout_s: float
-) -> dict[str, Any]:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise FrondeError(f"fronde serve exited with {proc.returncode}: {log_tail(log, 4)}")
-        with contextlib.suppress(httpx.TransportError):
-            r = http.get(f"{base}/health")
-            states = {v["state"] for v in r.json()["backends"].values()}
-            if r.status_code == 200 and not states & {"starting", "stopped"}:
-                health: dict[str, Any] = r.json()
-                return health
-        time.sleep(0.5)
-    raise FrondeError(f"fronde serve not ready after {timeout_s:.0f} s: {log_tail(log, 4)}")
-
-
 def run_modes_bench(
     settings: Settings, config_file: Path | None, *, max_tokens: int = 128, reps: int = 3
 ) -> ModesReport:
@@ -262,54 +201,39 @@ def run_modes_bench(
     Raises:
         FrondeError: `fronde serve` did not come up, or a request failed.
     """
-    port = free_port()
-    base = f"http://127.0.0.1:{port}"
-    log = Path(tempfile.mkstemp(prefix="fronde-bench-serve-", suffix=".log")[1])
-    argv = [sys.executable, "-m", "fronde", "serve", "--port", str(port)]
-    if config_file is not None:
-        argv += ["--config", str(config_file)]
-    env = {**os.environ, "FRONDE_LOG_FORMAT": "json"}
-    with log.open("wb") as fh:
-        proc = subprocess.Popen(argv, stdout=fh, stderr=subprocess.STDOUT, env=env)
-    commit, dirty = _git_state()
+    commit, dirty = git_state()
     started = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     samples: list[Sample] = []
-    try:
-        with httpx.Client(timeout=httpx.Timeout(600.0, connect=5.0)) as http:
-            health = _wait_ready(http, base, proc, log, settings.backend.start_timeout_s + 30)
-            urls = {m: b["url"] for m, b in health["backends"].items() if b["state"] == "ready"}
-            body = {
-                "prompt": BENCH_PROMPT,
-                "max_tokens": max_tokens,
-                "temperature": 0.0,
-                "seed": 42,
-                "stream": True,
-            }
-            # Warm-up with the full request: pages loaded, prompt cached, and
-            # ngram-mod's pool (which persists across requests) primed, so that
-            # proxy and direct meet the same backend state.
-            for url in urls.values():
-                collect_completion(http, f"{url}/v1/completions", body, {})
-            for rep in range(reps):
-                for mode, url in urls.items():
-                    order: list[Literal["proxy", "direct"]] = ["proxy", "direct"]
-                    if rep % 2:
-                        order.reverse()
-                    for path in order:
-                        if path == "proxy":
-                            r = collect_completion(
-                                http, f"{base}/v1/completions", body, {"x-fronde-mode": mode}
-                            )
-                        else:
-                            r = collect_completion(http, f"{url}/v1/completions", body, {})
-                        samples.append(_sample(mode, path, rep, r))
-    finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+    with (
+        running_serve(config_file, settings.backend.start_timeout_s + 30) as serve,
+        httpx.Client(timeout=httpx.Timeout(600.0, connect=5.0)) as http,
+    ):
+        base, urls = serve.base_url, serve.backend_urls
+        body = {
+            "prompt": BENCH_PROMPT,
+            "max_tokens": max_tokens,
+            "temperature": 0.0,
+            "seed": 42,
+            "stream": True,
+        }
+        # Warm-up with the full request: pages loaded, prompt cached, and
+        # ngram-mod's pool (which persists across requests) primed, so that
+        # proxy and direct meet the same backend state.
+        for url in urls.values():
+            collect_completion(http, f"{url}/v1/completions", body, {})
+        for rep in range(reps):
+            for mode, url in urls.items():
+                order: list[Literal["proxy", "direct"]] = ["proxy", "direct"]
+                if rep % 2:
+                    order.reverse()
+                for path in order:
+                    if path == "proxy":
+                        r = collect_completion(
+                            http, f"{base}/v1/completions", body, {"x-fronde-mode": mode}
+                        )
+                    else:
+                        r = collect_completion(http, f"{url}/v1/completions", body, {})
+                    samples.append(_sample(mode, path, rep, r))
     return ModesReport(
         started_at=started,
         machine=machine_info(),

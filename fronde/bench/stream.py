@@ -32,6 +32,8 @@ class StreamedCompletion:
         chunks: chunks that carried text (llama-server sends one per token).
         text: the text so far.
         timings: llama-server's ``timings`` from the final chunk (empty until then).
+        route: the ``x-fronde-class`` response header, or None.
+        fronde: the router's ``fronde`` report from the final chunk, or None.
     """
 
     mode: str | None
@@ -41,6 +43,8 @@ class StreamedCompletion:
     chunks: int = 0
     text: str = ""
     timings: dict[str, Any] = field(default_factory=dict[str, Any])
+    route: str | None = None
+    fronde: dict[str, Any] | None = None
 
     def client_tok_s(self, tokens: int | None = None) -> float:
         """Decode tok/s as received: (tokens − 1) ÷ (last − first chunk time).
@@ -85,6 +89,7 @@ def stream_completion(
         if resp.status_code != 200:
             raise FrondeError(f"{url} answered {resp.status_code}: {resp.read()[:300]!r}")
         result.mode = resp.headers.get("x-fronde-mode")
+        result.route = resp.headers.get("x-fronde-class")
         for line in resp.iter_lines():
             if not line.startswith("data: ") or line == "data: [DONE]":
                 continue
@@ -99,6 +104,7 @@ def stream_completion(
                 result.chunks += 1
                 result.text += piece
             result.timings = event.get("timings", result.timings)
+            result.fronde = event.get("fronde", result.fronde)
             yield result
 
 

@@ -32,7 +32,7 @@ from fronde.router.engine import Decision, Router
 from fronde.router.native import Kind, max_new_tokens, sampling_params
 from fronde.router.policy import Route
 
-__all__ = ["Segment", "Splice", "prompt_ids"]
+__all__ = ["Segment", "Splice", "prompt_ids", "segment_stream"]
 
 
 @dataclass
@@ -85,7 +85,7 @@ async def prompt_ids(
     return [int(t) for t in ids]  # pyright: ignore[reportUnknownArgumentType, reportUnknownVariableType]
 
 
-async def _segment(
+async def segment_stream(
     client: BackendClient,
     url: str,
     seg: Segment,
@@ -179,7 +179,7 @@ class Splice:
         self.segments.append(seg)
         self.router.in_flight[mode] += 1
         try:
-            async for piece in _segment(
+            async for piece in segment_stream(
                 self.client, backend.url, seg, self.prompt + self.tokens, self.params, n_predict
             ):
                 yield piece

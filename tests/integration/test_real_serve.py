@@ -5,6 +5,7 @@ Driven with the official `openai` SDK, as agent tools drive Fronde.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 import signal
@@ -20,8 +21,11 @@ import tomli_w
 from openai import OpenAI
 from openai.types.chat import ChatCompletionMessageParam
 
+from fronde.backends.client import BackendClient
 from fronde.backends.process import free_port
 from fronde.config import load_settings
+from fronde.modes import Mode
+from fronde.router.probe import Segment, prompt_ids, segment_stream
 from fronde.runtime.models import load_profile
 
 from ..procs import alive, wait_dead
@@ -87,16 +91,64 @@ def test_streamed_chat_in_each_mode(real_serve: Serve, mode: str) -> None:
     assert finish and finish[-1] in {"length", "stop"}
 
 
-def test_unforced_request_goes_to_the_default_mode(real_serve: Serve) -> None:
+def test_novel_prompt_is_probed_then_cached(real_serve: Serve) -> None:
+    messages: list[ChatCompletionMessageParam] = [
+        {"role": "user", "content": "Count from one to twenty in words, one per line."}
+    ]
+    first = client(real_serve).chat.completions.with_raw_response.create(
+        model="gpt-4o", messages=messages, max_tokens=64, temperature=0
+    )
+    assert first.headers["x-fronde-class"] == "probe"
+    assert float(first.headers["x-fronde-probe-tok-s"]) > 0
+    body = first.parse()
+    assert body.usage is not None and body.usage.completion_tokens <= 64
+    assert body.choices[0].message.content
+    again = client(real_serve).chat.completions.with_raw_response.create(
+        model="gpt-4o", messages=messages, max_tokens=64, temperature=0
+    )
+    assert again.headers["x-fronde-class"] == "cache"
+    assert again.headers["x-fronde-mode"] == first.headers["x-fronde-mode"]
+    state = httpx.get(f"{real_serve.base_url}/fronde/v1/router", timeout=10).json()
+    assert state["cache"]["entries"] >= 1
+    assert state["modes"]  # EMAs were recorded
+
+
+def test_edit_prompt_goes_to_ngram_mod(real_serve: Serve) -> None:
+    code = "def add(a, b):\n    return a + b\n\n\ndef sub(a, b):\n    return a - b\n\n" * 12
+    messages: list[ChatCompletionMessageParam] = [
+        {"role": "user", "content": f"Rename add to plus.\n```python\n{code}```"}
+    ]
     raw = client(real_serve).chat.completions.with_raw_response.create(
-        model="gpt-4o",
-        messages=ASK,
-        max_tokens=8,
+        model="fronde", messages=messages, max_tokens=16, temperature=0
     )
-    assert (raw.headers["x-fronde-mode"], raw.headers["x-fronde-class"]) == (
-        "ngram-simple",
-        "default",
-    )
+    assert (raw.headers["x-fronde-class"], raw.headers["x-fronde-mode"]) == ("edit", "ngram-mod")
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_probe_plus_continuation_equals_a_plain_run(real_serve: Serve, mode: str) -> None:
+    """Split a greedy generation at 48 tokens on one backend: the same tokens come out."""
+    url = real_serve.health()["backends"][mode]["url"]
+
+    async def run() -> tuple[list[int], list[int]]:
+        async with httpx.AsyncClient(timeout=120) as http:
+            c = BackendClient(http)
+            ids = await prompt_ids(c, url, "text", {"prompt": COPY_PROMPT})
+            params = {"temperature": 0, "seed": 42}
+
+            async def gen(prompt: list[int], n: int) -> list[int]:
+                seg = Segment(Mode(mode))
+                async for _ in segment_stream(c, url, seg, prompt, params, n):
+                    pass
+                return seg.tokens
+
+            plain = await gen(ids, 96)
+            head = await gen(ids, 48)
+            tail = await gen(ids + head, 48)
+            return plain, head + tail
+
+    plain, spliced = asyncio.run(run())
+    assert len(plain) == 96
+    assert spliced == plain
 
 
 def timings(serve: Serve, mode: str) -> dict[str, Any]:

@@ -1,0 +1,120 @@
+"""Run `fronde serve` as its own process for a benchmark, as a user runs it."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import platform
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Generator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from fronde.backends.process import free_port, log_tail
+from fronde.errors import FrondeError
+
+__all__ = ["RunningServe", "git_state", "machine_info", "running_serve"]
+
+
+@dataclass(frozen=True)
+class RunningServe:
+    """A `fronde serve` child that answered /health with every backend settled.
+
+    Attributes:
+        base_url: e.g. ``http://127.0.0.1:41234``.
+        backend_urls: mode name → that mode's llama-server URL (ready ones only).
+        log: the child's log file.
+    """
+
+    base_url: str
+    backend_urls: dict[str, str]
+    log: Path
+
+
+@contextlib.contextmanager
+def running_serve(
+    config_file: Path | None, timeout_s: float = 240.0, extra_args: tuple[str, ...] = ()
+) -> Generator[RunningServe]:
+    """Start `fronde serve` on a free port, wait for it, and stop it (SIGTERM) on exit.
+
+    Raises:
+        FrondeError: the child exited or was not ready within ``timeout_s`` seconds.
+    """
+    port = free_port()
+    base = f"http://127.0.0.1:{port}"
+    log = Path(tempfile.mkstemp(prefix="fronde-bench-serve-", suffix=".log")[1])
+    argv = [sys.executable, "-m", "fronde", "serve", "--port", str(port), *extra_args]
+    if config_file is not None:
+        argv += ["--config", str(config_file)]
+    env = {**os.environ, "FRONDE_LOG_FORMAT": "json"}
+    with log.open("wb") as fh:
+        proc = subprocess.Popen(argv, stdout=fh, stderr=subprocess.STDOUT, env=env)
+    try:
+        deadline = time.monotonic() + timeout_s
+        health: dict[str, Any] | None = None
+        while health is None:
+            if proc.poll() is not None:
+                raise FrondeError(f"fronde serve exited with {proc.returncode}: {log_tail(log, 4)}")
+            if time.monotonic() > deadline:
+                raise FrondeError(
+                    f"fronde serve not ready after {timeout_s:.0f} s: {log_tail(log, 4)}"
+                )
+            with contextlib.suppress(httpx.TransportError, ValueError, KeyError):
+                r = httpx.get(f"{base}/health", timeout=5)
+                states = {v["state"] for v in r.json()["backends"].values()}
+                if r.status_code == 200 and not states & {"starting", "stopped"}:
+                    health = r.json()
+            time.sleep(0.5)
+        urls = {m: b["url"] for m, b in health["backends"].items() if b["state"] == "ready"}
+        yield RunningServe(base, urls, log)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def git_state() -> tuple[str | None, bool | None]:
+    """Return (commit, dirty) of the checkout Fronde runs from, or (None, None)."""
+    root = Path(__file__).resolve().parents[2]
+    try:
+        commit = subprocess.run(
+            ["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, check=True
+        ).stdout.strip()
+        dirty = bool(
+            subprocess.run(
+                ["git", "status", "--porcelain", "--untracked-files=no"],
+                cwd=root,
+                capture_output=True,
+                text=True,
+                check=True,
+            ).stdout.strip()
+        )
+    except (OSError, subprocess.CalledProcessError):
+        return None, None
+    return commit, dirty
+
+
+def machine_info() -> dict[str, Any]:
+    """Return what identifies the machine: CPU model, core count, OS, Python."""
+    cpu = platform.processor()
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    return {
+        "cpu": cpu,
+        "cpus": os.cpu_count(),
+        "system": platform.platform(),
+        "python": platform.python_version(),
+    }

@@ -39,7 +39,14 @@ bench_app = typer.Typer(help="Measure decode speed.", no_args_is_help=True)
 app.add_typer(models_app, name="models")
 app.add_typer(bench_app, name="bench")
 
-err = Console(stderr=True)
+
+def _console(stderr: bool = False) -> Console:
+    """A console; when writing to a file or pipe, wide enough not to break log lines."""
+    probe = Console(stderr=stderr)
+    return probe if probe.is_terminal else Console(stderr=stderr, width=160)
+
+
+err = _console(stderr=True)
 
 ConfigOpt = Annotated[
     Path | None, typer.Option("--config", "-c", help="TOML settings file (see config.example.toml)")
@@ -176,7 +183,7 @@ def models_list(config: ConfigOpt = None) -> None:
     from fronde.runtime.models import list_profiles, load_profile
 
     settings = _settings(config)
-    out = Console()
+    out = _console()
     for name in list_profiles(settings.models_dir):
         profile = load_profile(settings.models_dir, name)
         mark = "*" if name == settings.profile else " "
@@ -201,22 +208,32 @@ def models_fetch(
     prof = load_profile(settings.models_dir, settings.profile)
     for entry in prof.models:
         t0 = time.monotonic()
-        with Progress(
+        # The bar appears only once bytes are downloaded, not while a present file is
+        # being checked.
+        progress = Progress(
             TextColumn(f"{entry.file}"),
             BarColumn(),
             DownloadColumn(),
             TimeElapsedColumn(),
             console=err,
-        ) as progress:
-            task = progress.add_task("fetch", total=entry.size)
+        )
+        task = progress.add_task("fetch", total=entry.size)
+        try:
 
-            def on_bytes(done: int, total: int | None, task_id: Any = task) -> None:
-                progress.update(task_id, completed=done, total=total)
+            def on_bytes(
+                done: int, total: int | None, bar: Progress = progress, task_id: Any = task
+            ) -> None:
+                if not bar.live.is_started:
+                    bar.start()
+                bar.update(task_id, completed=done, total=total)
 
             path, fetched = fetch_model(settings.models_dir, entry, progress=on_bytes)
+        finally:
+            if progress.live.is_started:
+                progress.stop()
         took = time.monotonic() - t0
         how = f"fetched and verified in {took:.1f} s" if fetched else "already present, sha256 ok"
-        err.print(f"{path}: {how}")
+        err.print(f"{path}: {how}", markup=False, highlight=False)
 
 
 @bench_app.command("modes")
@@ -231,7 +248,7 @@ def bench_modes(
 
     settings = _settings(config)
     report = run_modes_bench(settings, config, max_tokens=max_tokens, reps=reps)
-    console = Console()
+    console = _console()
     console.print(format_table(report))
     if out is not None:
         out.parent.mkdir(parents=True, exist_ok=True)
@@ -257,7 +274,7 @@ def bench_router(
 
     settings = _settings(config)
     report = run_router_bench(settings, config, max_tokens=max_tokens, reps=reps)
-    console = Console()
+    console = _console()
     console.print(format_router_table(report))
     if out is not None:
         out.parent.mkdir(parents=True, exist_ok=True)

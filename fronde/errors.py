@@ -20,7 +20,8 @@ Every error Fronde raises on purpose derives from :class:`FrondeError`::
     │   └── BackendHTTPError        the backend answered with an error status
     └── RequestError                the client's request is wrong (HTTP 4xx)
         ├── InvalidRequestError     malformed JSON, bad field (HTTP 400)
-        └── UnknownModeError        `x-fronde-mode` or `fronde:MODE` names no mode (HTTP 400)
+        ├── UnknownModeError        `x-fronde-mode` or `fronde:MODE` names no mode (HTTP 400)
+        └── ModeUnavailableError    the named mode is not run by this profile (HTTP 400)
 
 Errors that can reach an HTTP client carry ``status_code``, ``error_type`` and
 ``code``; the app factory turns them into the body OpenAI clients parse,
@@ -46,6 +47,7 @@ __all__ = [
     "InstallError",
     "InvalidRequestError",
     "ManifestError",
+    "ModeUnavailableError",
     "ModelError",
     "ModelFetchError",
     "ModelMissingError",
@@ -192,6 +194,12 @@ class UnknownModeError(RequestError):
     """The header ``x-fronde-mode`` or the model ``fronde:MODE`` names no available mode."""
 
     code = "unknown_mode"
+
+
+class ModeUnavailableError(RequestError):
+    """The request forces a mode that exists but is left out of this pool (e.g. draft)."""
+
+    code = "mode_unavailable"
 
 
 def openai_error_body(

@@ -21,7 +21,12 @@ from typing import Any
 
 from fronde.backends.process import BackendState, LaunchSpec, LlamaServerProcess, log_tail
 from fronde.config import Settings
-from fronde.errors import BackendStartError, BackendUnavailableError, ModelError, UnknownModeError
+from fronde.errors import (
+    BackendStartError,
+    BackendUnavailableError,
+    ModelError,
+    ModeUnavailableError,
+)
 from fronde.logging import get_logger
 from fronde.modes import Mode, mode_args
 from fronde.runtime.models import Profile, model_path
@@ -218,13 +223,13 @@ class BackendPool:
         """Return the READY backend for ``mode``.
 
         Raises:
-            UnknownModeError: the mode was left out of this pool (message says why).
+            ModeUnavailableError: the mode was left out of this pool (message says why).
             BackendUnavailableError: the mode is configured but not ready now
                 (loading, restarting, or failed).
         """
         if mode not in self.backends:
             reason = self.left_out.get(mode, "not enabled in the settings")
-            raise UnknownModeError(f"mode {mode} is not available: {reason}", param="model")
+            raise ModeUnavailableError(f"mode {mode} is not available: {reason}", param="model")
         proc = self.backends[mode]
         if proc.state is not BackendState.READY:
             detail = f": {proc.last_error}" if proc.last_error else ""

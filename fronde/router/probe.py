@@ -217,27 +217,32 @@ class Splice:
             yield piece
         probe = self.segments[-1]
         self.decision.probe_tok_s = probe.decode_tok_s
-        if self._finished():
-            self.decision.winner = cand
+        if self._finished():  # EOS, a stop string or the budget inside the probe
+            self._settle(cand)
             return
         floor_tok_s = plan.floor_tok_s
         if floor_tok_s is None:  # first time for this class: the floor probes the next tokens
             async for piece in self._run_segment(floor, n_next()):
                 yield piece
             floor_tok_s = self.segments[-1].decode_tok_s
-            if self._finished():
-                self.decision.floor_tok_s = floor_tok_s
-                self.decision.winner = floor
-                return
         self.decision.floor_tok_s = floor_tok_s
-        winner = cand if probe.decode_tok_s >= self.router.policy.margin * floor_tok_s else floor
+        self._settle(
+            cand if probe.decode_tok_s >= self.router.policy.margin * floor_tok_s else floor
+        )
+        if self._finished():
+            return
+        winner = self.decision.winner
+        assert winner is not None  # noqa: S101 - set by _settle
+        remaining = self._remaining()
+        async for piece in self._run_segment(winner, -1 if remaining is None else remaining):
+            yield piece
+
+    def _settle(self, winner: Mode) -> None:
+        """Record the winner and cache it for this request's key."""
         self.decision.winner = winner
         self.router.cache.put(self.decision.key, winner, self.decision.started)
         if self.on_switch is not None:
             self.on_switch(winner)
-        remaining = self._remaining()
-        async for piece in self._run_segment(winner, -1 if remaining is None else remaining):
-            yield piece
 
     def final_timings(self) -> dict[str, Any]:
         """Timings summed over the segments (decode tok/s over the whole answer)."""

@@ -119,7 +119,7 @@ def test_crash_mid_stream_is_an_error_event_never_done(fake_binary: Path, tmp_pa
         ({"json": {"messages": []}}, 400, "invalid_request"),
         ({"json": {**CHAT, "stream": "yes"}}, 400, "invalid_request"),
         ({"json": {**CHAT, "model": "fronde:turbo"}}, 400, "unknown_mode"),
-        ({"json": {**CHAT, "model": "fronde:draft"}}, 400, "unknown_mode"),
+        ({"json": {**CHAT, "model": "fronde:draft"}}, 400, "mode_unavailable"),
         (
             {"json": {**CHAT, "temperature": 99, "model": "fronde:baseline"}},
             400,

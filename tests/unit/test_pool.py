@@ -12,7 +12,7 @@ import pytest
 from fronde.backends.pool import BackendPool, PoolPlan, plan_pool
 from fronde.backends.process import BackendState, LaunchSpec
 from fronde.config import load_settings
-from fronde.errors import BackendUnavailableError, ModelMissingError, UnknownModeError
+from fronde.errors import BackendUnavailableError, ModelMissingError, ModeUnavailableError
 from fronde.modes import Mode
 from fronde.runtime.models import load_profile
 
@@ -88,7 +88,7 @@ async def test_crashed_backend_is_restarted(fake_binary: Path, tmp_path: Path) -
 
 async def test_get_explains_unknown_and_unready_modes(fake_binary: Path, tmp_path: Path) -> None:
     pool = BackendPool(fake_plan(fake_binary, tmp_path, [Mode.BASELINE]))
-    with pytest.raises(UnknownModeError, match="no draft model"):
+    with pytest.raises(ModeUnavailableError, match="no draft model"):
         pool.get(Mode.DRAFT)
     with pytest.raises(BackendUnavailableError, match="stopped"):
         pool.get(Mode.BASELINE)  # not started yet

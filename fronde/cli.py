@@ -282,6 +282,26 @@ def bench_router(
         console.print(f"records: {out}")
 
 
+@bench_app.command("load")
+def bench_load(
+    config: ConfigOpt = None,
+    max_tokens: Annotated[int, typer.Option(help="tokens generated per request", min=8)] = 96,
+    per_client: Annotated[int, typer.Option(help="requests per client", min=1)] = 2,
+    out: Annotated[Path | None, typer.Option(help="also write the records as JSON here")] = None,
+) -> None:
+    """Aggregate throughput with 1, 2 and 4 clients: router with/without the load rule, static."""
+    from fronde.bench.load import format_load_table, run_load_bench
+
+    settings = _settings(config)
+    report = run_load_bench(settings, config, max_tokens=max_tokens, per_client=per_client)
+    console = _console()
+    console.print(format_load_table(report))
+    if out is not None:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(report.model_dump_json(indent=2))
+        console.print(f"records: {out}")
+
+
 def main() -> None:
     """Console-script entry point: run the CLI, turning Fronde errors into one line."""
     try:

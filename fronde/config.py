@@ -153,6 +153,9 @@ class RouterSettings(BaseModel):
     quarantine_s: float = Field(
         default=120.0, ge=0, le=86_400, description="QUARANTINE_S: how long a collapsed mode is out"
     )
+    load_aware: bool = Field(
+        default=True, description="send a request for a busy backend to an idle baseline"
+    )
     cache_max_entries: int = Field(
         default=4096, ge=1, le=10_000_000, description="prompt-hash cache capacity, entries"
     )

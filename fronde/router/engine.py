@@ -70,6 +70,7 @@ class Router:
         cache: the prompt-hash cache (a fresh one by default).
         slots: concurrent requests one backend serves (llama-server ``-np``); a
             backend with this many in flight is busy for the load rule.
+        load_aware: apply the load rule (off: requests queue where planned).
     """
 
     def __init__(
@@ -78,11 +79,13 @@ class Router:
         measurements: Measurements | None = None,
         cache: RouteCache | None = None,
         slots: int = 1,
+        load_aware: bool = True,
     ) -> None:
         self.policy = policy or RouterPolicy()
         self.measurements = measurements or Measurements()
         self.cache = cache or RouteCache()
         self.slots = slots
+        self.load_aware = load_aware
         self.in_flight: Counter[Mode] = Counter()
         self.recent: deque[Decision] = deque(maxlen=RECENT_KEPT)
 
@@ -102,6 +105,7 @@ class Router:
             Measurements(r.ema_alpha, r.collapse, r.quarantine_s),
             RouteCache(r.cache_max_entries, r.cache_ttl_s),
             slots=settings.backend.parallel,
+            load_aware=r.load_aware,
         )
 
     def plan(
@@ -127,7 +131,7 @@ class Router:
             cached=cached,
             quarantined=quarantined,
             probation=probation,
-            busy={m for m in Mode if self.in_flight[m] >= self.slots},
+            busy={m for m in Mode if self.in_flight[m] >= self.slots} if self.load_aware else (),
         )
         decision = Decision(plan, cls, key, now)
         self.recent.append(decision)

@@ -227,3 +227,28 @@ def test_load_rule_drops_to_an_idle_baseline() -> None:
     assert p == Plan(Route.FALLBACK, Mode.NGRAM_SIMPLE)
     p = route(RequestClass.EDIT, busy=ALL)  # everyone busy: queue where planned
     assert p == Plan(Route.EDIT, Mode.NGRAM_MOD)
+
+
+def test_router_engine_applies_the_load_rule_only_when_asked() -> None:
+    from fronde.router.engine import Router
+
+    for aware, expected in ((True, Route.FALLBACK), (False, Route.PROBE)):
+        r = Router(load_aware=aware)
+        r.in_flight[Mode.NGRAM_MOD] += 1  # the candidate's only slot is taken
+        d = r.plan(RequestClass.GENERAL, "k", ALL, now=0.0)
+        assert d.plan.route is expected
+
+
+def test_router_engine_records_and_quarantines_via_timings() -> None:
+    from fronde.router.engine import Router
+
+    r = Router()
+    d = r.plan(RequestClass.GENERAL, "k", ALL, now=0.0)
+    for _ in range(3):
+        r.record(d, Mode.NGRAM_MOD, {"predicted_n": 64, "predicted_per_second": 100.0}, now=0.0)
+    r.cache.put("k", Mode.NGRAM_MOD, now=0.0)
+    r.record(d, Mode.NGRAM_MOD, {"predicted_n": 64, "predicted_per_second": 10.0}, now=1.0)
+    assert r.measurements.quarantined(Mode.NGRAM_MOD, now=2.0)
+    assert len(r.cache) == 0  # entries pointing at the collapsed mode were dropped
+    snap = r.snapshot(now=2.0)
+    assert snap["modes"]["ngram-mod"]["quarantined_for_s"] == pytest.approx(119.0)

@@ -44,6 +44,26 @@ _DROP_HEADERS = frozenset(
 )
 
 
+KEEPALIVE_S = 2.0
+"""Idle pooled connections to a backend are dropped after this, seconds."""
+
+
+async def _send_once_retried(
+    http: httpx.AsyncClient, request: httpx.Request, *, stream: bool
+) -> httpx.Response:
+    """Send ``request``, retrying once if a pooled connection was stale.
+
+    A keep-alive connection the backend closed while idle fails with
+    ``RemoteProtocolError`` ("Server disconnected without sending a response")
+    before any byte of a response arrived, so the backend never saw the request
+    and sending it again is safe.
+    """
+    try:
+        return await http.send(request, stream=stream)
+    except httpx.RemoteProtocolError:
+        return await http.send(request, stream=stream)
+
+
 def make_http_client(upstream: UpstreamSettings) -> httpx.AsyncClient:
     """Build the one pooled client Fronde uses for all backends.
 
@@ -57,7 +77,11 @@ def make_http_client(upstream: UpstreamSettings) -> httpx.AsyncClient:
             write=upstream.write_timeout_s,
             pool=upstream.pool_timeout_s,
         ),
-        limits=httpx.Limits(max_connections=512, max_keepalive_connections=64),
+        # llama-server (cpp-httplib) closes an idle keep-alive connection after 5 s
+        # (CPPHTTPLIB_KEEPALIVE_TIMEOUT_SECOND); drop ours well before that.
+        limits=httpx.Limits(
+            max_connections=512, max_keepalive_connections=64, keepalive_expiry=KEEPALIVE_S
+        ),
         headers={"accept-encoding": "identity"},
     )
 
@@ -109,7 +133,9 @@ class BackendClient:
         """
         url = base_url + path
         try:
-            resp = await self.http.get(url)
+            resp = await _send_once_retried(
+                self.http, self.http.build_request("GET", url), stream=False
+            )
         except httpx.HTTPError as exc:
             raise _translate(exc, url) from exc
         if resp.status_code >= 400:
@@ -127,8 +153,9 @@ class BackendClient:
             BackendHTTPError: status ≥ 400, with the backend's message.
         """
         url = base_url + path
+        request = self.http.build_request("POST", url, json=body)
         try:
-            resp = await self.http.post(url, json=body)
+            resp = await _send_once_retried(self.http, request, stream=False)
         except httpx.HTTPError as exc:
             raise _translate(exc, url) from exc
         if resp.status_code >= 400:
@@ -162,7 +189,7 @@ class BackendClient:
         url = base_url + path
         request = self.http.build_request("POST", url, json=body)
         try:
-            resp = await self.http.send(request, stream=True)
+            resp = await _send_once_retried(self.http, request, stream=True)
         except httpx.HTTPError as exc:
             raise _translate(exc, url) from exc
         try:

@@ -66,6 +66,10 @@ def histogram(values, bins):
 def summary(values):
     return {"n": len(values), "mean": sum(values) / len(values),
             "min": min(values), "max": max(values)}
+
+
+def clip(values, lo, hi):
+    return [min(max(v, lo), hi) for v in values]
 '''
 
 ROUTER_PROMPTS: dict[str, str] = {

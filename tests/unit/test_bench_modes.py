@@ -76,3 +76,13 @@ def test_a_slow_relay_fails_the_verdict() -> None:
     ok, lines = verdict(r)
     assert not ok
     assert lines[0].startswith("FAIL baseline") and lines[1].startswith("PASS ngram-simple")
+
+
+def test_router_bench_prompts_cover_each_class_they_claim() -> None:
+    from fronde.bench.router import ROUTER_PROMPTS
+    from fronde.router.classify import RequestClass, classify
+
+    classes = {name: classify({"prompt": p}) for name, p in ROUTER_PROMPTS.items()}
+    assert classes.pop("edit") is RequestClass.EDIT
+    assert set(classes) == {"code", "prose", "math", "json"}
+    assert set(classes.values()) == {RequestClass.GENERAL}

@@ -153,8 +153,10 @@ class RouterSettings(BaseModel):
     quarantine_s: float = Field(
         default=120.0, ge=0, le=86_400, description="QUARANTINE_S: how long a collapsed mode is out"
     )
-    load_aware: bool = Field(
-        default=True, description="send a request for a busy backend to an idle baseline"
+    load_rule: Literal["serialize", "spread", "off"] = Field(
+        default="serialize",
+        description="concurrent requests: serialize on the decoding backend (CPU), "
+        "spread to idle backends (GPU), or off",
     )
     cache_max_entries: int = Field(
         default=4096, ge=1, le=10_000_000, description="prompt-hash cache capacity, entries"

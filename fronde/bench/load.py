@@ -3,9 +3,9 @@
 Arms, each at each concurrency, every client sending distinct prompts (so the
 router meets each one for the first time):
 
-- ``router``: routed, with the load rule (busy backend → idle baseline);
-- ``router-no-load-rule``: routed, requests queue where they were planned
-  (a second `fronde serve` with ``FRONDE_ROUTER__LOAD_AWARE=false``);
+- ``router``: routed with the configured load rule (default ``serialize``);
+- ``router-spread`` and ``router-off``: routed with the other two load rules, each
+  on its own `fronde serve` (``FRONDE_ROUTER__LOAD_RULE``);
 - ``baseline`` and ``ngram-mod``: forced static modes.
 
 Aggregate throughput = all generated tokens ÷ wall time of the batch (tok/s).
@@ -127,21 +127,27 @@ def run_load_bench(
         for c in concurrency:
             for arm in ("router", "baseline", "ngram-mod"):
                 rows.append(_batch(serve.base_url, arm, c, per_client, max_tokens, f"a{c}"))
-    old = os.environ.get("FRONDE_ROUTER__LOAD_AWARE")
-    os.environ["FRONDE_ROUTER__LOAD_AWARE"] = "false"
+    old = os.environ.get("FRONDE_ROUTER__LOAD_RULE")
     try:
-        with running_serve(config_file, timeout) as serve:
-            for c in concurrency:
-                rows.append(
-                    _batch(
-                        serve.base_url, "router-no-load-rule", c, per_client, max_tokens, f"b{c}"
+        for rule in ("spread", "off"):
+            os.environ["FRONDE_ROUTER__LOAD_RULE"] = rule
+            with running_serve(config_file, timeout) as serve:
+                for c in concurrency:
+                    rows.append(
+                        _batch(
+                            serve.base_url,
+                            f"router-{rule}",
+                            c,
+                            per_client,
+                            max_tokens,
+                            f"{rule}{c}",
+                        )
                     )
-                )
     finally:
         if old is None:
-            del os.environ["FRONDE_ROUTER__LOAD_AWARE"]
+            os.environ.pop("FRONDE_ROUTER__LOAD_RULE", None)
         else:
-            os.environ["FRONDE_ROUTER__LOAD_AWARE"] = old
+            os.environ["FRONDE_ROUTER__LOAD_RULE"] = old
     return LoadReport(
         started_at=started,
         machine=machine_info(),

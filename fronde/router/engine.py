@@ -69,8 +69,7 @@ class Router:
         measurements: EMA/quarantine book (a fresh one by default).
         cache: the prompt-hash cache (a fresh one by default).
         slots: concurrent requests one backend serves (llama-server ``-np``); a
-            backend with this many in flight is busy for the load rule.
-        load_aware: apply the load rule (off: requests queue where planned).
+            backend with this many in flight is busy for the ``spread`` load rule.
     """
 
     def __init__(
@@ -79,13 +78,11 @@ class Router:
         measurements: Measurements | None = None,
         cache: RouteCache | None = None,
         slots: int = 1,
-        load_aware: bool = True,
     ) -> None:
         self.policy = policy or RouterPolicy()
         self.measurements = measurements or Measurements()
         self.cache = cache or RouteCache()
         self.slots = slots
-        self.load_aware = load_aware
         self.in_flight: Counter[Mode] = Counter()
         self.recent: deque[Decision] = deque(maxlen=RECENT_KEPT)
 
@@ -99,13 +96,13 @@ class Router:
             aggressive=tuple(r.aggressive),
             floor_candidates=tuple(r.floor_candidates),
             edit_mode=r.edit_mode,
+            load_rule=r.load_rule,
         )
         return cls(
             policy,
             Measurements(r.ema_alpha, r.collapse, r.quarantine_s),
             RouteCache(r.cache_max_entries, r.cache_ttl_s),
             slots=settings.backend.parallel,
-            load_aware=r.load_aware,
         )
 
     def plan(
@@ -131,7 +128,8 @@ class Router:
             cached=cached,
             quarantined=quarantined,
             probation=probation,
-            busy={m for m in Mode if self.in_flight[m] >= self.slots} if self.load_aware else (),
+            busy={m for m in Mode if self.in_flight[m] >= self.slots},
+            active={m for m in Mode if self.in_flight[m] > 0},
         )
         decision = Decision(plan, cls, key, now)
         self.recent.append(decision)
@@ -177,6 +175,7 @@ class Router:
                 "aggressive": [str(m) for m in self.policy.aggressive],
                 "floor_candidates": [str(m) for m in self.policy.floor_candidates],
                 "edit_mode": str(self.policy.edit_mode),
+                "load_rule": self.policy.load_rule,
             },
             "modes": self.measurements.snapshot(now),
             "in_flight": {str(m): n for m, n in self.in_flight.items() if n},

@@ -19,12 +19,21 @@ is the last resort, and the floor until baseline itself was measured for the cla
 On an H200, ngram-simple ran at 0.84× baseline on step-by-step math, so no mode is
 assumed never to lose.
 
-**Load rule.** Speculation loses under concurrency (llama.cpp reports a net loss at
-≥ 2 parallel requests; vLLM and SmartSpec shrink speculation as the batch grows).
-When the chosen backend is busy (all its slots taken), the request goes to baseline
-if baseline has a free slot, else to any usable mode with a free slot, floor first;
-class ``fallback``. If every backend is busy, the plan stands and the request
-queues in its backend.
+**Load rules** (``load_rule``). Speculation loses under concurrency (llama.cpp
+reports a net loss at ≥ 2 parallel requests; vLLM and SmartSpec shrink
+speculation as the batch grows), and on a small CPU two llama-servers decoding at
+once fight over the cores: measured on 2 cores, routing a second client to an idle
+baseline cut aggregate throughput from 40 to 16.5 tok/s.
+
+- ``serialize`` (default): while a request is in flight, new ones go to a backend
+  that is already decoding and queue there, and no probe starts (a probe hands
+  over between backends). Forced and unsafe-for-spec requests keep their mode.
+- ``spread``: when the chosen backend is busy (all its slots taken), the request
+  goes to baseline if baseline has a free slot, else to any usable mode with a
+  free slot, floor first; for a GPU with room for several decodes.
+- ``off``: requests queue where planned.
+
+Both rerouting rules answer with class ``fallback``.
 """
 
 from __future__ import annotations
@@ -32,6 +41,7 @@ from __future__ import annotations
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
+from typing import Literal
 
 from fronde.modes import Mode
 from fronde.router.classify import RequestClass
@@ -39,6 +49,7 @@ from fronde.router.classify import RequestClass
 __all__ = [
     "MARGIN",
     "PROBE_TOKENS",
+    "LoadRule",
     "Plan",
     "Route",
     "RouterPolicy",
@@ -52,6 +63,10 @@ PROBE_TOKENS = 48
 
 MARGIN = 1.10
 """How much faster than the floor the aggressive mode must be (original FRONDE router)."""
+
+
+LoadRule = Literal["serialize", "spread", "off"]
+"""How concurrent requests are placed (see the module docstring)."""
 
 
 class Route(StrEnum):
@@ -75,6 +90,7 @@ class RouterPolicy:
         aggressive: probe candidates, in order of preference.
         floor_candidates: modes that may serve as a class's floor once measured ≥ baseline.
         edit_mode: the mode for the EDIT class.
+        load_rule: ``serialize``, ``spread`` or ``off`` (see the module docstring).
     """
 
     probe_tokens: int = PROBE_TOKENS
@@ -82,6 +98,7 @@ class RouterPolicy:
     aggressive: tuple[Mode, ...] = (Mode.NGRAM_MOD, Mode.NGRAM_SIMPLE)
     floor_candidates: tuple[Mode, ...] = (Mode.NGRAM_SIMPLE, Mode.NGRAM_MOD, Mode.DRAFT)
     edit_mode: Mode = Mode.NGRAM_MOD
+    load_rule: LoadRule = "serialize"
 
 
 @dataclass(frozen=True)
@@ -139,7 +156,7 @@ def _unbusy(plan: Plan, usable: Collection[Mode], busy: Collection[Mode], floor:
     return plan
 
 
-def plan_route(
+def _plan(
     cls: RequestClass,
     *,
     ready: Collection[Mode],
@@ -151,7 +168,7 @@ def plan_route(
     probation: Collection[Mode] = (),
     busy: Collection[Mode] = (),
 ) -> Plan:
-    """Decide how to route one request (pure; see the module docstring for the rules).
+    """The rules without the ``serialize`` load rule (see :func:`plan_route`).
 
     Args:
         cls: the request's static class.
@@ -197,3 +214,67 @@ def plan_route(
     if candidate in busy:
         return _unbusy(Plan(Route.FALLBACK, floor), usable, busy, floor)
     return Plan(Route.PROBE, candidate, floor, speed(floor, str(cls)))
+
+
+def _serialize(plan: Plan, active: Collection[Mode], usable: Collection[Mode]) -> Plan:
+    """Keep every request on a backend that is already decoding (one at a time on a CPU)."""
+    if not active or plan.route in (Route.FORCED, Route.UNSAFE):
+        return plan
+    if plan.mode in active and plan.route is not Route.PROBE:
+        return plan
+    target = (
+        plan.mode
+        if plan.mode in active
+        else next((m for m in Mode if m in active and m in usable), None)
+    )
+    return plan if target is None else Plan(Route.FALLBACK, target)
+
+
+def plan_route(
+    cls: RequestClass,
+    *,
+    ready: Collection[Mode],
+    speed: SpeedFn,
+    policy: RouterPolicy,
+    forced: Mode | None = None,
+    cached: Mode | None = None,
+    quarantined: Collection[Mode] = (),
+    probation: Collection[Mode] = (),
+    busy: Collection[Mode] = (),
+    active: Collection[Mode] = (),
+) -> Plan:
+    """Decide how to route one request (pure; see the module docstring for the rules).
+
+    Args:
+        cls: the request's static class.
+        ready: modes whose backend is ready now.
+        speed: EMA lookup, (mode, class) → decode tok/s or None.
+        policy: constants, the load rule among them.
+        forced: a mode the client named, if any (already checked to exist).
+        cached: the prompt-hash cache's mode for this request, if any.
+        quarantined: modes kept out after a collapse.
+        probation: modes out of quarantine but not yet re-probed.
+        busy: modes whose backend has no free slot (for the ``spread`` rule).
+        active: modes with a request in flight (for the ``serialize`` rule).
+
+    Returns:
+        The plan.
+
+    Raises:
+        ValueError: no ready mode at all (the caller answers 503 before that).
+    """
+    plan = _plan(
+        cls,
+        ready=ready,
+        speed=speed,
+        policy=policy,
+        forced=forced,
+        cached=cached,
+        quarantined=quarantined,
+        probation=probation,
+        busy=busy if policy.load_rule == "spread" else (),
+    )
+    if policy.load_rule == "serialize":
+        usable = [m for m in Mode if m in ready and m not in quarantined]
+        plan = _serialize(plan, active, usable)
+    return plan

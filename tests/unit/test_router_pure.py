@@ -10,7 +10,15 @@ from fronde.modes import Mode
 from fronde.router.cache import RouteCache, cache_key
 from fronde.router.classify import RequestClass, classify
 from fronde.router.measure import Measurement, Measurements, measurement_from_timings
-from fronde.router.policy import Plan, Route, RouterPolicy, SpeedFn, choose_floor, plan_route
+from fronde.router.policy import (
+    LoadRule,
+    Plan,
+    Route,
+    RouterPolicy,
+    SpeedFn,
+    choose_floor,
+    plan_route,
+)
 
 CODE = "```python\n" + "def f(x):\n    return x + 1\n" * 40 + "```"  # ~1 000 chars
 JSON = "```json\n" + '{"id": 1, "name": "widget", "price": 9.5},\n' * 25 + "```"
@@ -219,8 +227,9 @@ def test_quarantine_and_probation() -> None:
     assert route(RequestClass.GENERAL, quarantined=both) == Plan(Route.FALLBACK, Mode.BASELINE)
 
 
-def test_load_rule_drops_to_an_idle_baseline() -> None:
-    route = partial(plan_route, ready=ALL, speed=speeds({}), policy=POLICY)
+def test_spread_rule_drops_to_an_idle_baseline() -> None:
+    spread = RouterPolicy(load_rule="spread")
+    route = partial(plan_route, ready=ALL, speed=speeds({}), policy=spread)
     assert route(RequestClass.GENERAL, busy={Mode.NGRAM_MOD}) == Plan(Route.FALLBACK, Mode.BASELINE)
     assert route(RequestClass.EDIT, busy={Mode.NGRAM_MOD}) == Plan(Route.FALLBACK, Mode.BASELINE)
     p = route(RequestClass.EDIT, busy={Mode.NGRAM_MOD, Mode.BASELINE})
@@ -229,14 +238,30 @@ def test_load_rule_drops_to_an_idle_baseline() -> None:
     assert p == Plan(Route.EDIT, Mode.NGRAM_MOD)
 
 
-def test_router_engine_applies_the_load_rule_only_when_asked() -> None:
+def test_router_engine_load_rules() -> None:
     from fronde.router.engine import Router
 
-    for aware, expected in ((True, Route.FALLBACK), (False, Route.PROBE)):
-        r = Router(load_aware=aware)
+    expected: dict[LoadRule, Plan] = {
+        "serialize": Plan(Route.FALLBACK, Mode.NGRAM_MOD),  # queue on the decoding backend
+        "spread": Plan(Route.FALLBACK, Mode.BASELINE),  # go to the idle baseline
+        "off": Plan(Route.PROBE, Mode.NGRAM_MOD, Mode.BASELINE, None),
+    }
+    for rule, plan in expected.items():
+        r = Router(RouterPolicy(load_rule=rule))
         r.in_flight[Mode.NGRAM_MOD] += 1  # the candidate's only slot is taken
-        d = r.plan(RequestClass.GENERAL, "k", ALL, now=0.0)
-        assert d.plan.route is expected
+        assert r.plan(RequestClass.GENERAL, "k", ALL, now=0.0).plan == plan, rule
+
+
+def test_serialize_keeps_everything_on_the_decoding_backend() -> None:
+    route = partial(plan_route, ready=ALL, speed=speeds({}), policy=RouterPolicy())
+    active = {Mode.BASELINE}
+    assert route(RequestClass.GENERAL, active=active) == Plan(Route.FALLBACK, Mode.BASELINE)
+    assert route(RequestClass.EDIT, active=active) == Plan(Route.FALLBACK, Mode.BASELINE)
+    # Forced and unsafe requests keep their mode: correctness over throughput.
+    assert route(RequestClass.GENERAL, forced=Mode.NGRAM_MOD, active=active).route is Route.FORCED
+    assert route(RequestClass.UNSAFE, active={Mode.NGRAM_MOD}).mode is Mode.BASELINE
+    # Nothing in flight: the ordinary rules.
+    assert route(RequestClass.GENERAL).route is Route.PROBE
 
 
 def test_router_engine_records_and_quarantines_via_timings() -> None:

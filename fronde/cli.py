@@ -14,8 +14,10 @@ from typing import Annotated, Any
 
 import typer
 import uvicorn
+from pydantic import BaseModel
 from rich.console import Console
 from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
 
 from fronde.config import Settings, load_settings
 from fronde.errors import FrondeError
@@ -236,6 +238,17 @@ def models_fetch(
         err.print(f"{path}: {how}", markup=False, highlight=False)
 
 
+def _emit(table: Table, report: BaseModel, out: Path | None) -> Console:
+    """Print a benchmark's table and, if asked, write its records as JSON to ``out``."""
+    console = _console()
+    console.print(table)
+    if out is not None:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(report.model_dump_json(indent=2))
+        console.print(f"records: {out}")
+    return console
+
+
 @bench_app.command("modes")
 def bench_modes(
     config: ConfigOpt = None,
@@ -248,12 +261,7 @@ def bench_modes(
 
     settings = _settings(config)
     report = run_modes_bench(settings, config, max_tokens=max_tokens, reps=reps)
-    console = _console()
-    console.print(format_table(report))
-    if out is not None:
-        out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(report.model_dump_json(indent=2))
-        console.print(f"records: {out}")
+    console = _emit(format_table(report), report, out)
     ok, lines = verdict(report)
     for line in lines:
         console.print(line, markup=False, highlight=False)
@@ -274,12 +282,7 @@ def bench_router(
 
     settings = _settings(config)
     report = run_router_bench(settings, config, max_tokens=max_tokens, reps=reps)
-    console = _console()
-    console.print(format_router_table(report))
-    if out is not None:
-        out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(report.model_dump_json(indent=2))
-        console.print(f"records: {out}")
+    _emit(format_router_table(report), report, out)
 
 
 @bench_app.command("load")
@@ -294,12 +297,7 @@ def bench_load(
 
     settings = _settings(config)
     report = run_load_bench(settings, config, max_tokens=max_tokens, per_client=per_client)
-    console = _console()
-    console.print(format_load_table(report))
-    if out is not None:
-        out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(report.model_dump_json(indent=2))
-        console.print(f"records: {out}")
+    _emit(format_load_table(report), report, out)
 
 
 def main() -> None:

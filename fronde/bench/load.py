@@ -17,13 +17,12 @@ import os
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
 
 import httpx
 from pydantic import BaseModel
 from rich.table import Table
 
-from fronde.bench.serve import git_state, machine_info, running_serve
+from fronde.bench.serve import RunInfo, run_info, running_serve
 from fronde.bench.stream import collect_completion
 from fronde.config import Settings
 
@@ -53,14 +52,9 @@ class LoadRow(BaseModel):
     classes: dict[str, int]
 
 
-class LoadReport(BaseModel):
+class LoadReport(RunInfo):
     """A versioned record of one run of :func:`run_load_bench`."""
 
-    schema_version: int = 1
-    started_at: str
-    machine: dict[str, Any]
-    commit: str | None
-    dirty: bool | None
     max_tokens: int
     per_client: int
     rows: list[LoadRow]
@@ -119,8 +113,7 @@ def run_load_bench(
     Raises:
         FrondeError: a `fronde serve` did not come up, or a request failed.
     """
-    commit, dirty = git_state()
-    started = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    info = run_info()
     rows: list[LoadRow] = []
     timeout = settings.backend.start_timeout_s + 30
     with running_serve(config_file, timeout) as serve:
@@ -149,10 +142,7 @@ def run_load_bench(
         else:
             os.environ["FRONDE_ROUTER__LOAD_RULE"] = old
     return LoadReport(
-        started_at=started,
-        machine=machine_info(),
-        commit=commit,
-        dirty=dirty,
+        **info,
         max_tokens=max_tokens,
         per_client=per_client,
         rows=rows,

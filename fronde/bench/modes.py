@@ -17,16 +17,15 @@ Medians over ``reps`` are reported; ratios are computed within this one run.
 from __future__ import annotations
 
 import hashlib
-import time
 from pathlib import Path
-from typing import Any, Literal
+from typing import Literal
 
 import httpx
 import numpy as np
 from pydantic import BaseModel
 from rich.table import Table
 
-from fronde.bench.serve import git_state, machine_info, running_serve
+from fronde.bench.serve import RunInfo, run_info, running_serve
 from fronde.bench.stream import StreamedCompletion, collect_completion
 from fronde.config import Settings
 
@@ -39,7 +38,6 @@ __all__ = [
     "run_modes_bench",
 ]
 
-SCHEMA_VERSION = 1
 
 BENCH_PROMPT = """# file: stats.py (original)
 def mean(values):
@@ -109,14 +107,9 @@ class ModeSummary(BaseModel):
     same_output_proxy_direct: bool
 
 
-class ModesReport(BaseModel):
+class ModesReport(RunInfo):
     """A versioned record of one run of :func:`run_modes_bench`."""
 
-    schema_version: int = SCHEMA_VERSION
-    started_at: str
-    machine: dict[str, Any]
-    commit: str | None
-    dirty: bool | None
     profile: str
     max_tokens: int
     reps: int
@@ -201,8 +194,7 @@ def run_modes_bench(
     Raises:
         FrondeError: `fronde serve` did not come up, or a request failed.
     """
-    commit, dirty = git_state()
-    started = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    info = run_info()
     samples: list[Sample] = []
     with (
         running_serve(config_file, settings.backend.start_timeout_s + 30) as serve,
@@ -235,10 +227,7 @@ def run_modes_bench(
                         r = collect_completion(http, f"{url}/v1/completions", body, {})
                     samples.append(_sample(mode, path, rep, r))
     return ModesReport(
-        started_at=started,
-        machine=machine_info(),
-        commit=commit,
-        dirty=dirty,
+        **info,
         profile=settings.profile,
         max_tokens=max_tokens,
         reps=reps,

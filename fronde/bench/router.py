@@ -15,7 +15,6 @@ misses the prompt-hash cache and probes again.
 from __future__ import annotations
 
 import hashlib
-import time
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +23,7 @@ import numpy as np
 from pydantic import BaseModel
 from rich.table import Table
 
-from fronde.bench.serve import git_state, machine_info, running_serve
+from fronde.bench.serve import RunInfo, run_info, running_serve
 from fronde.bench.stream import collect_completion
 from fronde.config import Settings
 
@@ -114,14 +113,9 @@ class PromptResult(BaseModel):
     valid: bool
 
 
-class RouterReport(BaseModel):
+class RouterReport(RunInfo):
     """A versioned record of one run of :func:`run_router_bench`."""
 
-    schema_version: int = 1
-    started_at: str
-    machine: dict[str, Any]
-    commit: str | None
-    dirty: bool | None
     profile: str
     max_tokens: int
     reps: int
@@ -137,8 +131,7 @@ def run_router_bench(
     Raises:
         FrondeError: `fronde serve` did not come up, or a request failed.
     """
-    commit, dirty = git_state()
-    started = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    info = run_info()
     results: list[PromptResult] = []
     samples: list[dict[str, Any]] = []
     with (
@@ -222,10 +215,7 @@ def run_router_bench(
                 )
             )
     return RouterReport(
-        started_at=started,
-        machine=machine_info(),
-        commit=commit,
-        dirty=dirty,
+        **info,
         profile=settings.profile,
         max_tokens=max_tokens,
         reps=reps,

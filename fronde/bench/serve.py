@@ -16,11 +16,33 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+from pydantic import BaseModel
 
 from fronde.backends.process import free_port, log_tail
 from fronde.errors import FrondeError
 
-__all__ = ["RunningServe", "git_state", "machine_info", "running_serve"]
+__all__ = ["RunInfo", "RunningServe", "git_state", "machine_info", "run_info", "running_serve"]
+
+
+class RunInfo(BaseModel):
+    """What every benchmark record carries: when, where, and which code (commit, dirty)."""
+
+    schema_version: int = 1
+    started_at: str
+    machine: dict[str, Any]
+    commit: str | None
+    dirty: bool | None
+
+
+def run_info() -> dict[str, Any]:
+    """The :class:`RunInfo` fields for a run starting now."""
+    commit, dirty = git_state()
+    return {
+        "started_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "machine": machine_info(),
+        "commit": commit,
+        "dirty": dirty,
+    }
 
 
 @dataclass(frozen=True)

@@ -168,25 +168,7 @@ def _plan(
     probation: Collection[Mode] = (),
     busy: Collection[Mode] = (),
 ) -> Plan:
-    """The rules without the ``serialize`` load rule (see :func:`plan_route`).
-
-    Args:
-        cls: the request's static class.
-        ready: modes whose backend is ready now.
-        speed: EMA lookup, (mode, class) → decode tok/s or None.
-        policy: constants.
-        forced: a mode the client named, if any (already checked to exist).
-        cached: the prompt-hash cache's mode for this request, if any.
-        quarantined: modes kept out after a collapse.
-        probation: modes out of quarantine but not yet re-probed.
-        busy: modes whose backend has no free slot.
-
-    Returns:
-        The plan.
-
-    Raises:
-        ValueError: no ready mode at all (the caller answers 503 before that).
-    """
+    """The rules without the ``serialize`` load rule; arguments as :func:`plan_route`."""
     if forced is not None:
         return Plan(Route.FORCED, forced)
     usable = [m for m in Mode if m in ready and m not in quarantined and m not in probation]

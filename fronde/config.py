@@ -158,6 +158,13 @@ class RouterSettings(BaseModel):
         description="concurrent requests: serialize on the decoding backend (CPU), "
         "spread to idle backends (GPU), or off",
     )
+    max_parallel_decodes: int = Field(
+        default=1,
+        ge=1,
+        le=1024,
+        description="generations running at once across all backends; more wait in Fronde "
+        "(1 on a CPU: two decoding llama-servers oversubscribe its cores)",
+    )
     cache_max_entries: int = Field(
         default=4096, ge=1, le=10_000_000, description="prompt-hash cache capacity, entries"
     )

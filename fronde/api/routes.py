@@ -24,7 +24,7 @@ from fronde.modes import Mode
 from fronde.router.cache import cache_key
 from fronde.router.choice import MODEL_PREFIX, forced_mode
 from fronde.router.classify import classify
-from fronde.router.engine import Decision
+from fronde.router.engine import Decision, GateHold
 from fronde.router.native import Kind, chunk, finish_reason, full_response, new_id, usage
 from fronde.router.policy import Route
 from fronde.router.probe import Splice
@@ -69,13 +69,23 @@ async def _forward(request: Request, rt: RuntimeDep, kind: Kind, body: dict[str,
     decision = rt.router.plan(cls, cache_key(body), ready, forced)
     plan = decision.plan
     headers = {"x-fronde-mode": str(plan.mode), "x-fronde-class": str(plan.route)}
+    hold = GateHold(rt.router.gate)
+    await hold.acquire()
     try:
         if plan.route is Route.PROBE and _probe_eligible(kind, body):
-            return await _probe(rt, decision, kind, body, headers)
-        return await _send(rt, PATHS[kind], body, decision, headers)
+            response = await _probe(rt, decision, kind, body, headers, hold)
+        else:
+            response = await _send(rt, PATHS[kind], body, decision, headers, hold)
     except FrondeError as exc:
+        hold.release()
         exc.headers.update(headers)  # an error still says which mode was chosen
         raise
+    except BaseException:
+        hold.release()
+        raise
+    if not isinstance(response, StreamingResponse):
+        hold.release()  # a stream releases when it ends
+    return response
 
 
 def _probe_eligible(kind: Kind, body: dict[str, Any]) -> bool:
@@ -84,7 +94,12 @@ def _probe_eligible(kind: Kind, body: dict[str, Any]) -> bool:
 
 
 async def _send(
-    rt: RuntimeDep, path: str, body: dict[str, Any], decision: Decision, headers: dict[str, str]
+    rt: RuntimeDep,
+    path: str,
+    body: dict[str, Any],
+    decision: Decision,
+    headers: dict[str, str],
+    hold: GateHold,
 ) -> Response:
     """Pass the request through to one mode's OpenAI endpoint, recording its timings."""
     mode = decision.plan.mode
@@ -99,6 +114,7 @@ async def _send(
         router.record(decision, mode, data.get("timings"))
         return JSONResponse(data, headers=headers)
     stack = AsyncExitStack()
+    stack.callback(hold.release)
     router.in_flight[mode] += 1
     stack.callback(lambda: router.in_flight.subtract([mode]))
     # Open the upstream before answering: a failure before the first byte is
@@ -130,7 +146,12 @@ async def _send(
 
 
 async def _probe(
-    rt: RuntimeDep, decision: Decision, kind: Kind, body: dict[str, Any], headers: dict[str, str]
+    rt: RuntimeDep,
+    decision: Decision,
+    kind: Kind,
+    body: dict[str, Any],
+    headers: dict[str, str],
+    hold: GateHold,
 ) -> Response:
     """Probe-and-continue (see :mod:`fronde.router.probe`), answered in OpenAI's shape."""
     splice = Splice(rt.client, rt.pool, rt.router, decision, kind, body)
@@ -171,6 +192,8 @@ async def _probe(
         except FrondeError as exc:
             yield b"\n" + sse_error_event(exc.message)
             return
+        finally:
+            hold.release()
         last = chunk(
             kind,
             rid,
@@ -191,7 +214,10 @@ async def _probe(
         yield DONE_LINE.encode() + b"\n\n"
 
     return StreamingResponse(
-        events(), media_type="text/event-stream", headers=headers | SSE_HEADERS
+        events(),
+        media_type="text/event-stream",
+        headers=headers | SSE_HEADERS,
+        background=BackgroundTask(hold.release),
     )
 
 

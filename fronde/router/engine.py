@@ -7,6 +7,7 @@ Everything runs on the event loop, so no locking is needed.
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections import Counter, deque
 from collections.abc import Collection
@@ -21,7 +22,7 @@ from fronde.router.classify import RequestClass
 from fronde.router.measure import Measurements, measurement_from_timings
 from fronde.router.policy import Plan, RouterPolicy, plan_route
 
-__all__ = ["Decision", "Router"]
+__all__ = ["Decision", "GateHold", "Router"]
 
 log = get_logger(__name__)
 
@@ -61,6 +62,25 @@ class Decision:
         }
 
 
+class GateHold:
+    """One request's hold on the router's decode gate, released exactly once."""
+
+    def __init__(self, gate: asyncio.Semaphore) -> None:
+        self._gate = gate
+        self._held = False
+
+    async def acquire(self) -> None:
+        """Wait for a free decode slot."""
+        await self._gate.acquire()
+        self._held = True
+
+    def release(self) -> None:
+        """Give the slot back (no-op when not held)."""
+        if self._held:
+            self._held = False
+            self._gate.release()
+
+
 class Router:
     """Routing state: measurements, cache, in-flight counts, recent decisions.
 
@@ -70,6 +90,7 @@ class Router:
         cache: the prompt-hash cache (a fresh one by default).
         slots: concurrent requests one backend serves (llama-server ``-np``); a
             backend with this many in flight is busy for the ``spread`` load rule.
+        max_parallel_decodes: generations allowed at once across all backends.
     """
 
     def __init__(
@@ -78,11 +99,16 @@ class Router:
         measurements: Measurements | None = None,
         cache: RouteCache | None = None,
         slots: int = 1,
+        max_parallel_decodes: int = 1,
     ) -> None:
         self.policy = policy or RouterPolicy()
         self.measurements = measurements or Measurements()
         self.cache = cache or RouteCache()
         self.slots = slots
+        # At most this many generations run at once across all backends; the rest
+        # wait here. On a small CPU two llama-servers decoding at once oversubscribe
+        # the cores (measured: 40 → 1.5 tok/s aggregate with 2 clients on 2 cores).
+        self.gate = asyncio.Semaphore(max_parallel_decodes)
         self.in_flight: Counter[Mode] = Counter()
         self.recent: deque[Decision] = deque(maxlen=RECENT_KEPT)
 
@@ -103,6 +129,7 @@ class Router:
             Measurements(r.ema_alpha, r.collapse, r.quarantine_s),
             RouteCache(r.cache_max_entries, r.cache_ttl_s),
             slots=settings.backend.parallel,
+            max_parallel_decodes=r.max_parallel_decodes,
         )
 
     def plan(

@@ -277,3 +277,23 @@ def test_router_engine_records_and_quarantines_via_timings() -> None:
     assert len(r.cache) == 0  # entries pointing at the collapsed mode were dropped
     snap = r.snapshot(now=2.0)
     assert snap["modes"]["ngram-mod"]["quarantined_for_s"] == pytest.approx(119.0)
+
+
+@pytest.mark.anyio
+async def test_decode_gate_admits_one_generation_at_a_time() -> None:
+    import asyncio
+
+    from fronde.router.engine import GateHold, Router
+
+    router = Router(max_parallel_decodes=1)
+    first, second = GateHold(router.gate), GateHold(router.gate)
+    await first.acquire()
+    waiter = asyncio.ensure_future(second.acquire())
+    await asyncio.sleep(0.01)
+    assert not waiter.done()  # the second generation waits in Fronde
+    first.release()
+    first.release()  # releasing twice gives back one slot only
+    await asyncio.wait_for(waiter, 1.0)
+    assert router.gate.locked()  # still exactly one holder
+    second.release()
+    assert not router.gate.locked()

@@ -29,6 +29,14 @@ def chain(prompt_text: str, n: int) -> tuple[list[int], str]:
     return toks, "".join(piece(t) for t in toks)
 
 
+def speeds_serve(fake_binary: Path, tmp_path: Path, mod_tps: int) -> Iterator[TestClient]:
+    """Fronde over fakes where ngram-mod decodes at ``mod_tps`` and baseline at 200 tok/s."""
+    knobs = {Mode.NGRAM_MOD: ["--fake-tps", str(mod_tps)], Mode.BASELINE: ["--fake-tps", "200"]}
+    with serve(fake_binary, tmp_path, knobs) as c:
+        wait_healthy(c)
+        yield c
+
+
 def rendered(content: str) -> str:
     return f"<user>{content}</user><model>"  # the fake's chat template
 
@@ -36,19 +44,13 @@ def rendered(content: str) -> str:
 @pytest.fixture
 def fast_mod(fake_binary: Path, tmp_path: Path) -> Iterator[TestClient]:
     """ngram-mod decodes 4× faster than baseline: the probe must win."""
-    knobs = {Mode.NGRAM_MOD: ["--fake-tps", "800"], Mode.BASELINE: ["--fake-tps", "200"]}
-    with serve(fake_binary, tmp_path, knobs) as c:
-        wait_healthy(c)
-        yield c
+    yield from speeds_serve(fake_binary, tmp_path, 800)
 
 
 @pytest.fixture
 def slow_mod(fake_binary: Path, tmp_path: Path) -> Iterator[TestClient]:
     """ngram-mod decodes at 1.05× baseline: below the 1.10 margin, the floor continues."""
-    knobs = {Mode.NGRAM_MOD: ["--fake-tps", "210"], Mode.BASELINE: ["--fake-tps", "200"]}
-    with serve(fake_binary, tmp_path, knobs) as c:
-        wait_healthy(c)
-        yield c
+    yield from speeds_serve(fake_binary, tmp_path, 210)
 
 
 def ask(c: TestClient, content: str, max_tokens: int = 120, **extra: object) -> dict[str, Any]:
@@ -93,10 +95,7 @@ def test_probe_below_the_margin_hands_over_to_the_floor(slow_mod: TestClient) ->
 @pytest.fixture
 def losing_mod(fake_binary: Path, tmp_path: Path) -> Iterator[TestClient]:
     """ngram-mod decodes slower than baseline: it can never become the floor."""
-    knobs = {Mode.NGRAM_MOD: ["--fake-tps", "150"], Mode.BASELINE: ["--fake-tps", "200"]}
-    with serve(fake_binary, tmp_path, knobs) as c:
-        wait_healthy(c)
-        yield c
+    yield from speeds_serve(fake_binary, tmp_path, 150)
 
 
 def test_known_floor_means_no_floor_probe_and_repeat_hits_the_cache(

@@ -285,6 +285,21 @@ def bench_router(
     _emit(format_router_table(report), report, out)
 
 
+@bench_app.command("shadow")
+def bench_shadow(
+    config: ConfigOpt = None,
+    max_tokens: Annotated[int, typer.Option(help="tokens generated per request", min=8)] = 256,
+    probe_tokens: Annotated[int, typer.Option(help="tokens a probe leaves", min=8)] = 48,
+    out: Annotated[Path | None, typer.Option(help="also write the records as JSON here")] = None,
+) -> None:
+    """Shadow acceptance against the real α of ngram-simple and ngram-mod, on the battery."""
+    from fronde.bench.shadow import format_shadow_table, run_shadow_bench
+
+    settings = _settings(config)
+    report = run_shadow_bench(settings, config, max_tokens=max_tokens, probe_tokens=probe_tokens)
+    _emit(format_shadow_table(report), report, out)
+
+
 @bench_app.command("load")
 def bench_load(
     config: ConfigOpt = None,

@@ -29,7 +29,7 @@ from fronde.errors import (
 )
 from fronde.logging import get_logger
 from fronde.modes import Mode, mode_args
-from fronde.runtime.models import Profile, model_path
+from fronde.runtime.models import Profile, chat_template_file, model_path
 
 __all__ = ["BackendPool", "PoolPlan", "plan_pool"]
 
@@ -80,9 +80,15 @@ def plan_pool(settings: Settings, profile: Profile, binary: Path, log_dir: Path)
     # --alias: responses carry the public model name, never the GGUF's path.
     common += ["--alias", settings.public_model, "--metrics", "--no-webui"]
     if profile.chat_template:
-        # A built-in template name only works with Jinja off: b11434 has --jinja on
-        # by default and would render the name itself ("gemma") as the template.
-        common += ["--no-jinja", "--chat-template", profile.chat_template]
+        template_file = chat_template_file(profile.chat_template, settings.models_dir)
+        if template_file is not None:
+            # Jinja on (b11434's default), so tools and response_format reach
+            # llama.cpp's chat handlers.
+            common += ["--jinja", "--chat-template-file", str(template_file)]
+        else:
+            # A built-in template name only works with Jinja off: under Jinja the
+            # name itself ("gemma") would be rendered as the template text.
+            common += ["--no-jinja", "--chat-template", profile.chat_template]
     if b.n_gpu_layers is not None:
         common += ["-ngl", str(b.n_gpu_layers)]
     common += [*profile.server_args, *b.extra_args]

@@ -20,7 +20,7 @@ from fronde.modes import Mode
 from fronde.router.cache import RouteCache
 from fronde.router.classify import RequestClass
 from fronde.router.measure import Measurements, measurement_from_timings
-from fronde.router.policy import Plan, RouterPolicy, plan_route
+from fronde.router.policy import Plan, Route, RouterPolicy, plan_route
 
 __all__ = ["Decision", "GateHold", "Router"]
 
@@ -172,6 +172,10 @@ class Router:
         """Fold a finished generation's ``timings`` into the EMAs; quarantine on collapse.
 
         A collapse also drops the cache entries pointing at the collapsed mode.
+        Forced requests are reported but do not feed the EMAs: a client forces a
+        mode for content it has picked, and letting that steer the class floor
+        made every later request of the class skip its probe (measured:
+        ``results/router-cpu-20261129b.json``, all "fallback").
         """
         if not timings:
             return
@@ -179,7 +183,9 @@ class Router:
         if m is None:
             return
         now = time.monotonic() if now is None else now
-        if self.measurements.record(mode, str(decision.cls), m, now):
+        if decision.plan.route is Route.FORCED:
+            pass
+        elif self.measurements.record(mode, str(decision.cls), m, now):
             dropped = self.cache.forget_mode(mode)
             log.warning(
                 "mode.quarantined",

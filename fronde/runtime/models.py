@@ -31,11 +31,13 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from fronde.errors import ChecksumMismatchError, ManifestError, ModelFetchError, ModelMissingError
 
 __all__ = [
+    "TEMPLATES_DIR",
     "Chunk",
     "ModelEntry",
     "Profile",
     "PypiChunksSource",
     "UrlSource",
+    "chat_template_file",
     "fetch_model",
     "list_profiles",
     "load_profile",
@@ -105,8 +107,10 @@ class Profile(_Strict):
     Attributes:
         name: profile name (the file's stem).
         description: one line for ``fronde models list``.
-        chat_template: name of a llama.cpp built-in chat template (``gemma``) for a
-            GGUF that carries none; started with Jinja off. None: the GGUF's own.
+        chat_template: for a GGUF that carries no chat template, either a Jinja file
+            (a name ending in ``.jinja``, looked up by :func:`chat_template_file`;
+            Jinja stays on) or the name of a llama.cpp built-in template (``gemma``;
+            started with Jinja off, so tools are refused). None: the GGUF's own.
         server_args: extra llama-server argv for every mode of this profile.
         models: the target and at most one draft.
     """
@@ -305,3 +309,25 @@ def fetch_model(
         if tmp.exists():
             tmp.unlink()
     return final, True
+
+
+TEMPLATES_DIR = Path(__file__).resolve().parent.parent / "templates"
+"""Chat templates shipped with Fronde (``fronde/templates``)."""
+
+
+def chat_template_file(name: str, models_dir: Path) -> Path | None:
+    """Resolve a profile's ``chat_template`` to a Jinja file, or None for a built-in name.
+
+    A name ending in ``.jinja`` is looked up as given (absolute), then in
+    ``models_dir``, then in :data:`TEMPLATES_DIR`.
+
+    Raises:
+        ManifestError: a ``.jinja`` name that exists in none of those places.
+    """
+    if not name.endswith(".jinja"):
+        return None
+    for base in (models_dir, TEMPLATES_DIR):
+        path = base / name
+        if path.is_file():
+            return path
+    raise ManifestError(f"chat template {name} is in neither {models_dir} nor {TEMPLATES_DIR}")

@@ -21,7 +21,10 @@ def test_shipped_profiles_validate() -> None:
     gemma = mdl.load_profile(REPO_MODELS, "cpu-gemma-270m")
     assert gemma.target.sha256 == "a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818"
     assert gemma.target.size == 253_113_024
-    assert gemma.chat_template == "gemma"
+    assert gemma.chat_template == "gemma-turns.jinja"
+    assert mdl.chat_template_file("gemma-turns.jinja", REPO_MODELS) == (
+        mdl.TEMPLATES_DIR / "gemma-turns.jinja"
+    )
     assert gemma.draft is None
     qwen = mdl.load_profile(REPO_MODELS, "gpu-qwen3-8b")
     assert qwen.draft is not None and qwen.draft.file == "Qwen3-0.6B-Q8_0.gguf"

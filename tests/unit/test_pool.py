@@ -12,7 +12,12 @@ import pytest
 from fronde.backends.pool import BackendPool, PoolPlan, plan_pool
 from fronde.backends.process import BackendState, LaunchSpec
 from fronde.config import load_settings
-from fronde.errors import BackendUnavailableError, ModelMissingError, ModeUnavailableError
+from fronde.errors import (
+    BackendUnavailableError,
+    ManifestError,
+    ModelMissingError,
+    ModeUnavailableError,
+)
 from fronde.modes import Mode
 from fronde.runtime.models import load_profile
 
@@ -22,9 +27,15 @@ REPO_MODELS = Path(__file__).resolve().parents[2] / "models"
 pytestmark = pytest.mark.anyio
 
 
+def _sparse_gguf(folder: Path, size: int) -> None:
+    """A stand-in GGUF of the manifest's size (sparse: no disk used)."""
+    with (folder / "gemma-3-270m-q4_k_m.gguf").open("wb") as f:
+        f.truncate(size)
+
+
 def test_plan_leaves_out_draft_without_draft_model(tmp_path: Path) -> None:
     profile = load_profile(REPO_MODELS, "cpu-gemma-270m")
-    (tmp_path / profile.target.file).write_bytes(b"\0" * (profile.target.size or 1))
+    _sparse_gguf(tmp_path, profile.target.size or 1)
     settings = load_settings(models_dir=tmp_path, cache_dir=tmp_path)
     plan = plan_pool(settings, profile, Path("/bin/llama-server"), tmp_path)
     assert set(plan.specs) == {Mode.BASELINE, Mode.NGRAM_SIMPLE, Mode.NGRAM_MOD}
@@ -32,13 +43,37 @@ def test_plan_leaves_out_draft_without_draft_model(tmp_path: Path) -> None:
     mod = plan.specs[Mode.NGRAM_MOD].args
     assert mod[mod.index("--spec-type") + 1] == "ngram-mod"
     assert mod[mod.index("--spec-ngram-mod-n-match") + 1] == "12"
-    assert mod[mod.index("--chat-template") - 1 : mod.index("--chat-template") + 2] == [
+    tpl = mod.index("--chat-template-file")
+    assert mod[tpl - 1] == "--jinja"
+    assert Path(mod[tpl + 1]).read_text().count("<start_of_turn>") >= 2
+    assert mod[mod.index("--alias") + 1] == "fronde"
+    assert "--spec-type" not in plan.specs[Mode.BASELINE].args
+
+
+def test_a_builtin_template_name_turns_jinja_off(tmp_path: Path) -> None:
+    profile = load_profile(REPO_MODELS, "cpu-gemma-270m").model_copy(
+        update={"chat_template": "gemma"}
+    )
+    _sparse_gguf(tmp_path, profile.target.size or 1)
+    settings = load_settings(models_dir=tmp_path, cache_dir=tmp_path)
+    args = (
+        plan_pool(settings, profile, Path("/bin/llama-server"), tmp_path).specs[Mode.BASELINE].args
+    )
+    assert args[args.index("--chat-template") - 1 : args.index("--chat-template") + 2] == [
         "--no-jinja",
         "--chat-template",
         "gemma",
     ]
-    assert mod[mod.index("--alias") + 1] == "fronde"
-    assert "--spec-type" not in plan.specs[Mode.BASELINE].args
+
+
+def test_a_missing_template_file_is_a_manifest_error(tmp_path: Path) -> None:
+    profile = load_profile(REPO_MODELS, "cpu-gemma-270m").model_copy(
+        update={"chat_template": "nowhere.jinja"}
+    )
+    _sparse_gguf(tmp_path, profile.target.size or 1)
+    settings = load_settings(models_dir=tmp_path, cache_dir=tmp_path)
+    with pytest.raises(ManifestError, match=r"nowhere\.jinja"):
+        plan_pool(settings, profile, Path("/bin/llama-server"), tmp_path)
 
 
 def test_plan_without_target_says_fetch(tmp_path: Path) -> None:

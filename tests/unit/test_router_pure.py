@@ -279,6 +279,20 @@ def test_router_engine_records_and_quarantines_via_timings() -> None:
     assert snap["modes"]["ngram-mod"]["quarantined_for_s"] == pytest.approx(119.0)
 
 
+def test_forced_requests_are_reported_but_do_not_feed_the_emas() -> None:
+    from fronde.router.engine import Router
+
+    r = Router()
+    d = r.plan(RequestClass.GENERAL, "k", ALL, forced=Mode.NGRAM_MOD, now=0.0)
+    timings = {"predicted_n": 64, "predicted_per_second": 100.0, "draft_n": 40}
+    r.record(d, Mode.NGRAM_MOD, timings | {"draft_n_accepted": 30}, now=0.0)
+    assert d.decode_tok_s == 100.0 and d.alpha == 0.75  # visible in /fronde/v1/router
+    assert r.measurements.speed(Mode.NGRAM_MOD) is None
+    assert r.measurements.speed(Mode.NGRAM_MOD, "general") is None
+    # So the next routed request of the class still probes.
+    assert r.plan(RequestClass.GENERAL, "k2", ALL, now=0.0).plan.route is Route.PROBE
+
+
 @pytest.mark.anyio
 async def test_decode_gate_admits_one_generation_at_a_time() -> None:
     import asyncio

@@ -96,7 +96,7 @@ def serve(
             host=settings.server.host,
             port=settings.server.port,
             log_config=None,
-            timeout_graceful_shutdown=int(settings.backend.stop_grace_s) + 5,
+            timeout_graceful_shutdown=max(1, round(settings.server.drain_s)),
         )
     )
     holder["server"] = server

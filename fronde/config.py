@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import platformdirs
-from pydantic import BaseModel, Field, ValidationError
+from pydantic import BaseModel, Field, SecretStr, ValidationError
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
@@ -66,6 +66,38 @@ class ServerSettings(BaseModel):
         default="127.0.0.1", description="bind address; loopback unless told otherwise"
     )
     port: int = Field(default=8080, ge=1, le=65535, description="TCP port of the OpenAI API")
+    api_keys: list[SecretStr] = Field(
+        default_factory=list[SecretStr],
+        description="accepted `Authorization: Bearer` keys; empty = no authentication",
+    )
+    cors_origins: list[str] = Field(
+        default_factory=list[str],
+        description="origins allowed by CORS (e.g. http://localhost:3000, or *); empty = off",
+    )
+    max_body_bytes: int = Field(
+        default=16 * 1024 * 1024,
+        ge=1024,
+        le=1024**3,
+        description="largest request body accepted, bytes (larger: HTTP 413)",
+    )
+    default_max_tokens: int = Field(
+        default=2048,
+        ge=1,
+        le=1_048_576,
+        description="max_tokens applied when a request names none (never unbounded)",
+    )
+    sse_keepalive_s: float = Field(
+        default=10.0,
+        gt=0,
+        le=300,
+        description="an SSE comment is sent after this many silent seconds (prefill, probe)",
+    )
+    drain_s: float = Field(
+        default=30.0,
+        ge=0,
+        le=3600,
+        description="on SIGTERM, in-flight requests get this long to finish, seconds",
+    )
 
 
 class BackendSettings(BaseModel):

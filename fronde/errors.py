@@ -18,10 +18,13 @@ Every error Fronde raises on purpose derives from :class:`FrondeError`::
     │   ├── BackendConnectionError  connection refused or reset (HTTP 502)
     │   ├── BackendTimeoutError     no answer within the configured timeout (HTTP 504)
     │   └── BackendHTTPError        the backend answered with an error status
+    │       └── ContextLengthError  the prompt does not fit the context (HTTP 400)
     └── RequestError                the client's request is wrong (HTTP 4xx)
         ├── InvalidRequestError     malformed JSON, bad field (HTTP 400)
         ├── UnknownModeError        `x-fronde-mode` or `fronde:MODE` names no mode (HTTP 400)
-        └── ModeUnavailableError    the named mode is not run by this profile (HTTP 400)
+        ├── ModeUnavailableError    the named mode is not run by this profile (HTTP 400)
+        ├── AuthenticationError     missing or wrong API key (HTTP 401)
+        └── PayloadTooLargeError    the body is over ``server.max_body_bytes`` (HTTP 413)
 
 Errors that can reach an HTTP client carry ``status_code``, ``error_type`` and
 ``code``; the app factory turns them into the body OpenAI clients parse,
@@ -34,6 +37,7 @@ from __future__ import annotations
 from typing import Any
 
 __all__ = [
+    "AuthenticationError",
     "BackendConnectionError",
     "BackendError",
     "BackendHTTPError",
@@ -43,6 +47,7 @@ __all__ = [
     "BuildFailedError",
     "ChecksumMismatchError",
     "ConfigError",
+    "ContextLengthError",
     "FrondeError",
     "InstallError",
     "InvalidRequestError",
@@ -51,6 +56,7 @@ __all__ = [
     "ModelError",
     "ModelFetchError",
     "ModelMissingError",
+    "PayloadTooLargeError",
     "RequestError",
     "ToolMissingError",
     "UnknownModeError",
@@ -178,6 +184,31 @@ class BackendHTTPError(BackendError):
             self.code = "backend_rejected_request"
 
 
+class ContextLengthError(BackendHTTPError):
+    """The prompt (plus what must be generated) does not fit the backend's context.
+
+    OpenAI's code ``context_length_exceeded``; the token counts come from
+    llama-server's ``exceed_context_size_error``.
+
+    Attributes:
+        prompt_tokens: tokens in the prompt, if known.
+        context_tokens: the backend's context size in tokens, if known.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        prompt_tokens: int | None = None,
+        context_tokens: int | None = None,
+        param: str | None = "messages",
+    ) -> None:
+        super().__init__(message, status_code=400, param=param)
+        self.code = "context_length_exceeded"
+        self.prompt_tokens = prompt_tokens
+        self.context_tokens = context_tokens
+
+
 class RequestError(FrondeError):
     """The client's request is wrong; HTTP 400 unless a subclass says otherwise."""
 
@@ -200,6 +231,20 @@ class ModeUnavailableError(RequestError):
     """The request forces a mode that exists but is left out of this pool (e.g. draft)."""
 
     code = "mode_unavailable"
+
+
+class AuthenticationError(RequestError):
+    """No API key, or a key that is not configured (HTTP 401)."""
+
+    status_code = 401
+    code = "invalid_api_key"
+
+
+class PayloadTooLargeError(RequestError):
+    """The request body is larger than ``server.max_body_bytes`` (HTTP 413)."""
+
+    status_code = 413
+    code = "request_too_large"
 
 
 def openai_error_body(

@@ -21,16 +21,27 @@ from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
+from fastapi.middleware.cors import CORSMiddleware
+from fastapi.responses import JSONResponse, Response
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from fronde.api.deps import Runtime
+from fronde.api.middleware import GateMiddleware
+from fronde.api.passthrough import NATIVE_GET, NATIVE_POST, native
 from fronde.api.routes import router
 from fronde.backends.client import BackendClient, make_http_client
 from fronde.backends.pool import BackendPool
 from fronde.config import Settings
-from fronde.errors import BackendUnavailableError, ConfigError, FrondeError, openai_error_body
+from fronde.errors import (
+    BackendUnavailableError,
+    ConfigError,
+    FrondeError,
+    openai_error_body,
+)
 from fronde.logging import get_logger
+from fronde.metrics import Metrics
+from fronde.modes import Mode
 from fronde.router.engine import Router
 from fronde.runtime.install import find_llama_binary
 from fronde.runtime.models import load_profile
@@ -38,6 +49,23 @@ from fronde.runtime.models import load_profile
 __all__ = ["build_pool", "create_app"]
 
 log = get_logger(__name__)
+
+OPEN_PATHS = frozenset({"/health"})
+"""Paths answered without an API key (liveness probes)."""
+
+KNOWN_PATHS = frozenset(
+    {
+        "/v1/chat/completions",
+        "/v1/completions",
+        "/v1/models",
+        "/health",
+        "/metrics",
+        "/fronde/v1/router",
+        *NATIVE_POST,
+        *NATIVE_GET,
+    }
+)
+"""Paths counted under their own label in ``fronde_requests_total`` (others: "other")."""
 
 LOG_RUNS_KEPT = 10
 """How many per-run backend log folders are kept under ``<cache>/logs``."""
@@ -112,11 +140,31 @@ def create_app(
         else:
             log.info("serve.ready", modes=[str(m) for m in ready])
 
+    router_state = Router.from_settings(settings)
+    metrics = Metrics(
+        up=lambda: {str(m): m in the_pool.ready_modes() for m in the_pool.backends},
+        in_flight=lambda: {str(m): n for m, n in router_state.in_flight.items()},
+    )
+
+    def observe(mode: Mode, timings: dict[str, Any], collapsed: bool) -> None:
+        tokens = int(timings.get("predicted_n") or 0)
+        metrics.generation(
+            str(mode),
+            tokens,
+            float(timings.get("predicted_per_second") or 0.0),
+            int(timings.get("draft_n") or 0),
+            int(timings.get("draft_n_accepted") or 0),
+        )
+        if collapsed:
+            metrics.quarantines.labels(str(mode)).inc()
+
+    router_state.observer = observe
+
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncGenerator[None]:
         http = make_http_client(settings.upstream)
         app.state.runtime = Runtime(
-            settings, the_pool, BackendClient(http), Router.from_settings(settings), time.time()
+            settings, the_pool, BackendClient(http), router_state, time.time(), metrics
         )
         starter = asyncio.create_task(start_backends())
         try:
@@ -174,5 +222,28 @@ def create_app(
             ),
         )
 
+    if settings.server.cors_origins:
+        app.add_middleware(
+            CORSMiddleware,
+            allow_origins=settings.server.cors_origins,
+            allow_methods=["*"],
+            allow_headers=["*"],
+            expose_headers=["x-fronde-mode", "x-fronde-class", "x-fronde-probe-tok-s"],
+        )
+
+    # Added last, so it is the outermost layer: a refused key never reaches CORS or a route.
+    app.add_middleware(
+        GateMiddleware,
+        keys=[k.get_secret_value() for k in settings.server.api_keys],
+        open_paths=OPEN_PATHS,
+        known_paths=KNOWN_PATHS,
+        metrics=metrics,
+    )
+
+    @app.get("/metrics", include_in_schema=False)
+    async def prometheus() -> Response:  # pyright: ignore[reportUnusedFunction]
+        return Response(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)
+
     app.include_router(router)
+    app.include_router(native)
     return app

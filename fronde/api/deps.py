@@ -10,6 +10,7 @@ from fastapi import Depends, Request
 from fronde.backends.client import BackendClient
 from fronde.backends.pool import BackendPool
 from fronde.config import Settings
+from fronde.metrics import Metrics
 from fronde.router.engine import Router
 
 __all__ = ["Runtime", "RuntimeDep", "get_runtime"]
@@ -17,13 +18,23 @@ __all__ = ["Runtime", "RuntimeDep", "get_runtime"]
 
 @dataclass
 class Runtime:
-    """What the routes need: settings, pool, backend client, router, start time (epoch s)."""
+    """What the routes need, built once by the app's lifespan.
+
+    Attributes:
+        settings: the settings tree.
+        pool: the llama-server backends.
+        client: the HTTP client to them.
+        router: routing state.
+        started_at: when the app started, epoch seconds.
+        metrics: the Prometheus instruments.
+    """
 
     settings: Settings
     pool: BackendPool
     client: BackendClient
     router: Router
     started_at: float
+    metrics: Metrics
 
 
 def get_runtime(request: Request) -> Runtime:

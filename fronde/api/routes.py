@@ -13,13 +13,28 @@ from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack
 from typing import Any, cast
 
+import anyio
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from starlette.background import BackgroundTask
 
 from fronde.api.deps import RuntimeDep
-from fronde.api.relay import DONE_LINE, relay_sse, sse_error_event
-from fronde.errors import BackendUnavailableError, FrondeError, InvalidRequestError
+from fronde.api.relay import (
+    DONE_LINE,
+    RelayResponse,
+    relay_sse,
+    sse_error_event,
+    with_keepalive,
+)
+from fronde.api.schema import check_chat, check_completion
+from fronde.errors import (
+    BackendConnectionError,
+    BackendUnavailableError,
+    FrondeError,
+    InvalidRequestError,
+    PayloadTooLargeError,
+)
+from fronde.logging import get_logger
 from fronde.modes import Mode
 from fronde.router.cache import cache_key
 from fronde.router.choice import MODEL_PREFIX, forced_mode
@@ -32,6 +47,7 @@ from fronde.router.probe import Splice
 __all__ = ["router"]
 
 router = APIRouter()
+log = get_logger(__name__)
 
 CHAT_PATH = "/v1/chat/completions"
 COMPLETIONS_PATH = "/v1/completions"
@@ -39,13 +55,22 @@ PATHS: dict[Kind, str] = {"chat": CHAT_PATH, "text": COMPLETIONS_PATH}
 SSE_HEADERS = {"cache-control": "no-cache", "x-accel-buffering": "no"}
 
 
-async def _read_body(request: Request) -> dict[str, Any]:
-    """Parse the JSON object body.
+async def _read_body(request: Request, max_bytes: int) -> dict[str, Any]:
+    """Parse the JSON object body, refusing more than ``max_bytes`` bytes.
 
     Raises:
+        PayloadTooLargeError: the body (declared or received) is over ``max_bytes``.
         InvalidRequestError: not JSON, not an object, or ``stream``/``model`` ill-typed.
     """
-    raw = await request.body()
+    declared = request.headers.get("content-length", "")
+    too_big = f"the request body is over {max_bytes} bytes (server.max_body_bytes)"
+    if declared.isdigit() and int(declared) > max_bytes:
+        raise PayloadTooLargeError(too_big)
+    raw = bytearray()
+    async for part in request.stream():
+        raw += part
+        if len(raw) > max_bytes:
+            raise PayloadTooLargeError(too_big)
     try:
         body = json.loads(raw)
     except ValueError as exc:
@@ -72,10 +97,20 @@ async def _forward(request: Request, rt: RuntimeDep, kind: Kind, body: dict[str,
     hold = GateHold(rt.router.gate)
     await hold.acquire()
     try:
-        if plan.route is Route.PROBE and _probe_eligible(kind, body):
-            response = await _probe(rt, decision, kind, body, headers, hold)
-        else:
-            response = await _send(rt, PATHS[kind], body, decision, headers, hold)
+        try:
+            if plan.route is Route.PROBE and _probe_eligible(kind, body):
+                response = await _probe(rt, decision, kind, body, headers, hold)
+            else:
+                response = await _send(rt, PATHS[kind], body, decision, plan.mode, headers, hold)
+        except (BackendConnectionError, BackendUnavailableError) as exc:
+            # Nothing reached the client yet: serve from another ready mode.
+            alt = _retry_mode(rt, decision)
+            if alt is None:
+                raise
+            log.warning("route.retried", failed=str(plan.mode), mode=str(alt), error=exc.message)
+            headers |= {"x-fronde-mode": str(alt), "x-fronde-retried-from": str(plan.mode)}
+            decision.winner = alt
+            response = await _send(rt, PATHS[kind], body, decision, alt, headers, hold)
     except FrondeError as exc:
         hold.release()
         exc.headers.update(headers)  # an error still says which mode was chosen
@@ -88,6 +123,22 @@ async def _forward(request: Request, rt: RuntimeDep, kind: Kind, body: dict[str,
     return response
 
 
+def _retry_mode(rt: RuntimeDep, decision: Decision) -> Mode | None:
+    """Where a request goes when its mode failed before any byte was sent, or None.
+
+    Forced requests are not moved (the client asked for that mode). Otherwise the
+    plan's floor, then baseline, then any other ready mode.
+    """
+    plan = decision.plan
+    if plan.route is Route.FORCED:
+        return None
+    ready = [m for m in rt.pool.ready_modes() if m is not plan.mode]
+    for m in (plan.floor, Mode.BASELINE, *ready):
+        if m is not None and m in ready:
+            return m
+    return None
+
+
 def _probe_eligible(kind: Kind, body: dict[str, Any]) -> bool:
     """The probe path renders and tokenizes the prompt: it needs a string prompt."""
     return kind == "chat" or isinstance(body.get("prompt"), str)
@@ -98,11 +149,11 @@ async def _send(
     path: str,
     body: dict[str, Any],
     decision: Decision,
+    mode: Mode,
     headers: dict[str, str],
     hold: GateHold,
 ) -> Response:
-    """Pass the request through to one mode's OpenAI endpoint, recording its timings."""
-    mode = decision.plan.mode
+    """Pass the request through to ``mode``'s OpenAI endpoint, recording its timings."""
     backend = rt.pool.get(mode)
     router = rt.router
     if not body.get("stream", False):
@@ -128,16 +179,20 @@ async def _send(
     def on_timings(timings: dict[str, Any]) -> None:
         router.record(decision, mode, timings)
 
+    relayed = relay_sse(resp, str(mode), on_timings, include_usage=_include_usage(body))
+
     async def events() -> AsyncIterator[bytes]:
         try:
-            async for chunk in relay_sse(resp, str(mode), on_timings):
+            async for chunk in with_keepalive(relayed, rt.settings.server.sse_keepalive_s):
                 yield chunk
         finally:
-            # Also runs when the client disconnects (Starlette cancels us): the
-            # upstream connection closes and llama-server frees the slot.
-            await stack.aclose()
+            # Also runs when the client disconnects (we are cancelled): the upstream
+            # connection closes and llama-server frees the slot. Shielded, since
+            # any await in a cancelled scope would be cancelled at once.
+            with anyio.CancelScope(shield=True):
+                await stack.aclose()
 
-    return StreamingResponse(
+    return RelayResponse(
         events(),
         media_type="text/event-stream",
         headers=headers | SSE_HEADERS,
@@ -175,10 +230,7 @@ async def _probe(
         return JSONResponse(data, headers=headers)
 
     rid, created = new_id(kind), int(time.time())
-    options = body.get("stream_options")
-    include_usage = isinstance(options, dict) and bool(
-        cast("dict[str, Any]", options).get("include_usage")
-    )
+    include_usage = _include_usage(body)
 
     def sse(obj: dict[str, Any]) -> bytes:
         return b"data: " + json.dumps(obj, ensure_ascii=False).encode() + b"\n\n"
@@ -213,30 +265,33 @@ async def _probe(
             yield sse(usage_chunk)
         yield DONE_LINE.encode() + b"\n\n"
 
-    return StreamingResponse(
-        events(),
+    return RelayResponse(
+        with_keepalive(events(), rt.settings.server.sse_keepalive_s),
         media_type="text/event-stream",
         headers=headers | SSE_HEADERS,
         background=BackgroundTask(hold.release),
     )
 
 
+def _include_usage(body: dict[str, Any]) -> bool:
+    """The client's ``stream_options.include_usage``."""
+    options = body.get("stream_options")
+    return isinstance(options, dict) and bool(cast("dict[str, Any]", options).get("include_usage"))
+
+
 @router.post(CHAT_PATH)
 async def chat_completions(request: Request, rt: RuntimeDep) -> Response:
     """OpenAI ``POST /v1/chat/completions``, streamed or not."""
-    body = await _read_body(request)
-    messages = body.get("messages")
-    if not isinstance(messages, list) or not messages:
-        raise InvalidRequestError("'messages' must be a non-empty array", param="messages")
+    body = await _read_body(request, rt.settings.server.max_body_bytes)
+    check_chat(body, rt.settings.server.default_max_tokens)
     return await _forward(request, rt, "chat", body)
 
 
 @router.post(COMPLETIONS_PATH)
 async def completions(request: Request, rt: RuntimeDep) -> Response:
     """OpenAI ``POST /v1/completions`` (legacy text completions), streamed or not."""
-    body = await _read_body(request)
-    if not isinstance(body.get("prompt"), str | list):
-        raise InvalidRequestError("'prompt' must be a string or an array", param="prompt")
+    body = await _read_body(request, rt.settings.server.max_body_bytes)
+    check_completion(body, rt.settings.server.default_max_tokens)
     return await _forward(request, rt, "text", body)
 
 

@@ -12,6 +12,7 @@ from collections.abc import AsyncGenerator
 from contextlib import asynccontextmanager
 from typing import Any, cast
 
+import anyio
 import httpx
 
 from fronde.config import UpstreamSettings
@@ -20,6 +21,7 @@ from fronde.errors import (
     BackendError,
     BackendHTTPError,
     BackendTimeoutError,
+    ContextLengthError,
 )
 
 __all__ = ["BackendClient", "forwardable_headers", "make_http_client"]
@@ -86,21 +88,36 @@ def make_http_client(upstream: UpstreamSettings) -> httpx.AsyncClient:
     )
 
 
-def _error_message(resp_body: bytes, status: int) -> str:
-    """Pull llama-server's ``{"error": {"message"}}`` out of a body, else a generic line."""
+def _backend_error(resp_body: bytes, status: int) -> BackendHTTPError:
+    """Turn a llama-server error answer into a :class:`BackendHTTPError`.
+
+    llama-server answers ``{"error": {"code", "message", "type"}}``
+    (``tools/server/server-common.cpp``, ``format_error_response``); a prompt over
+    the context adds ``n_prompt_tokens`` and ``n_ctx`` with type
+    ``exceed_context_size_error``, which becomes OpenAI's
+    ``context_length_exceeded``.
+    """
     try:
         data = json.loads(resp_body)
     except ValueError:
         text = resp_body.decode("utf-8", "replace").strip()
-        return text[:300] or f"backend answered HTTP {status}"
+        return BackendHTTPError(text[:300] or f"backend answered HTTP {status}", status_code=status)
     err = cast("dict[str, Any]", data).get("error") if isinstance(data, dict) else None
-    if isinstance(err, dict):
-        message = cast("dict[str, Any]", err).get("message")
-        if isinstance(message, str):
-            return message
     if isinstance(err, str):
-        return err
-    return f"backend answered HTTP {status}"
+        return BackendHTTPError(err, status_code=status)
+    if not isinstance(err, dict):
+        return BackendHTTPError(f"backend answered HTTP {status}", status_code=status)
+    e = cast("dict[str, Any]", err)
+    message = e.get("message") if isinstance(e.get("message"), str) else None
+    if e.get("type") == "exceed_context_size_error":
+        n_prompt, n_ctx = e.get("n_prompt_tokens"), e.get("n_ctx")
+        return ContextLengthError(
+            f"the prompt has {n_prompt} tokens; the context holds {n_ctx} "
+            "(shorten the messages or lower max_tokens)",
+            prompt_tokens=n_prompt if isinstance(n_prompt, int) else None,
+            context_tokens=n_ctx if isinstance(n_ctx, int) else None,
+        )
+    return BackendHTTPError(message or f"backend answered HTTP {status}", status_code=status)
 
 
 def _translate(exc: httpx.HTTPError, url: str) -> BackendError:
@@ -139,9 +156,7 @@ class BackendClient:
         except httpx.HTTPError as exc:
             raise _translate(exc, url) from exc
         if resp.status_code >= 400:
-            raise BackendHTTPError(
-                _error_message(resp.content, resp.status_code), status_code=resp.status_code
-            )
+            raise _backend_error(resp.content, resp.status_code)
         return resp.json()
 
     async def post_json(self, base_url: str, path: str, body: dict[str, Any]) -> dict[str, Any]:
@@ -159,9 +174,7 @@ class BackendClient:
         except httpx.HTTPError as exc:
             raise _translate(exc, url) from exc
         if resp.status_code >= 400:
-            raise BackendHTTPError(
-                _error_message(resp.content, resp.status_code), status_code=resp.status_code
-            )
+            raise _backend_error(resp.content, resp.status_code)
         try:
             data = resp.json()
         except ValueError as exc:
@@ -195,9 +208,11 @@ class BackendClient:
         try:
             if resp.status_code >= 400:
                 content = await resp.aread()
-                raise BackendHTTPError(
-                    _error_message(content, resp.status_code), status_code=resp.status_code
-                )
+                raise _backend_error(content, resp.status_code)
             yield resp
         finally:
-            await resp.aclose()
+            # Shielded: on a client disconnect this runs inside a cancelled scope, where
+            # an unshielded await is cancelled at once and the upstream connection
+            # would stay open, the llama-server slot generating for nobody.
+            with anyio.CancelScope(shield=True):
+                await resp.aclose()

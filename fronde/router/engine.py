@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import Counter, deque
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from typing import Any
 
@@ -111,6 +111,8 @@ class Router:
         self.gate = asyncio.Semaphore(max_parallel_decodes)
         self.in_flight: Counter[Mode] = Counter()
         self.recent: deque[Decision] = deque(maxlen=RECENT_KEPT)
+        self.observer: Callable[[Mode, dict[str, Any], bool], None] | None = None
+        """Called with (mode, timings, quarantined) for each recorded generation (metrics)."""
 
     @classmethod
     def from_settings(cls, settings: Settings) -> Router:
@@ -183,9 +185,12 @@ class Router:
         if m is None:
             return
         now = time.monotonic() if now is None else now
-        if decision.plan.route is Route.FORCED:
-            pass
-        elif self.measurements.record(mode, str(decision.cls), m, now):
+        collapsed = decision.plan.route is not Route.FORCED and self.measurements.record(
+            mode, str(decision.cls), m, now
+        )
+        if self.observer is not None:
+            self.observer(mode, timings, collapsed)
+        if collapsed:
             dropped = self.cache.forget_mode(mode)
             log.warning(
                 "mode.quarantined",

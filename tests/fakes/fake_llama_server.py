@@ -12,6 +12,19 @@ rest is ignored) plus knobs in the manner of llama-swap's ``cmd/fake-model``:
 
 - ``--fake-eos-token T``: native ``/completion`` stops (``stop_type: eos``) before
   emitting token T.
+- ``--fake-ctx N``: a prompt of more than N words gets llama-server's
+  ``exceed_context_size_error`` (HTTP 400 with ``n_prompt_tokens`` and ``n_ctx``);
+- ``--fake-hang``: completions never answer (a hung backend);
+- ``--fake-garbage``: streams send a line that is not JSON, then close without ``[DONE]``;
+- ``--fake-early-close N``: streams end cleanly after N tokens, without ``[DONE]``;
+- ``--fake-always-usage``: streams carry a usage chunk even when not asked (other builds);
+- ``--fake-split-utf8``: each streamed event is written in two pieces, cut inside a
+  multi-byte character when it has one.
+
+A body field ``fake_backend_error: true`` gets a llama-server-style HTTP 400. A
+request with ``tools`` and ``tool_choice: "required"`` answers with a tool call
+(streamed as OpenAI tool-call deltas). ``/slots`` reports ``is_processing`` while
+any generation runs, so a test can see a slot freed after a client disconnects.
 
 The OpenAI endpoints generate the words of the prompt, cycled. The native
 ``/completion`` endpoint takes token ids (or text, tokenized as ``/tokenize`` does)
@@ -24,6 +37,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import signal
@@ -36,6 +50,19 @@ from typing import Any
 import uvicorn
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, StreamingResponse
+
+
+class ClosingStream(StreamingResponse):
+    """Closes its generator when the client leaves, as llama-server stops a slot whose
+    connection closed (Starlette alone leaves the generator suspended until GC)."""
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            aclose = getattr(self.body_iterator, "aclose", None)
+            if aclose is not None:
+                await aclose()
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -52,6 +79,12 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--fake-crash-after", type=int, default=None)
     p.add_argument("--fake-ignore-sigterm", action="store_true")
     p.add_argument("--fake-eos-token", type=int, default=None)
+    p.add_argument("--fake-ctx", type=int, default=None)
+    p.add_argument("--fake-hang", action="store_true")
+    p.add_argument("--fake-garbage", action="store_true")
+    p.add_argument("--fake-early-close", type=int, default=None)
+    p.add_argument("--fake-always-usage", action="store_true")
+    p.add_argument("--fake-split-utf8", action="store_true")
     p.add_argument("--version", action="store_true")
     args, _unknown = p.parse_known_args(argv)
     return args
@@ -102,29 +135,97 @@ def build_app(args: argparse.Namespace) -> FastAPI:
             return JSONResponse({"error": {"code": 503, "message": "Loading model"}}, 503)
         return JSONResponse({"status": "ok"})
 
+    busy = [0]  # generations running now, for /slots
+
     async def generate(body: dict[str, Any]) -> AsyncIterator[str]:
         words = words_of(body)
         n = int(body.get("max_tokens") or body.get("n_predict") or 16)
-        for i in range(n):
-            if args.fake_crash_after is not None and i >= args.fake_crash_after:
-                os.kill(os.getpid(), signal.SIGKILL)
-            await asyncio.sleep(1.0 / args.fake_tps)
-            yield words[i % len(words)] + " "
+        busy[0] += 1
+        try:
+            for i in range(n):
+                if args.fake_crash_after is not None and i >= args.fake_crash_after:
+                    os.kill(os.getpid(), signal.SIGKILL)
+                await asyncio.sleep(1.0 / args.fake_tps)
+                yield words[i % len(words)] + " "
+        finally:
+            busy[0] -= 1
+
+    def split_write(data: bytes) -> list[bytes]:
+        """Cut inside the first multi-byte character, if any (--fake-split-utf8)."""
+        if not args.fake_split_utf8:
+            return [data]
+        at = next((i for i, b in enumerate(data) if b >= 0xC0), None)
+        return [data] if at is None else [data[: at + 1], data[at + 1 :]]
+
+    def tool_call_answer(body: dict[str, Any], model: str) -> Any:
+        name = body["tools"][0]["function"]["name"]
+        args_json = json.dumps({"city": "Paris"})
+        if not body.get("stream"):
+            call: dict[str, Any] = {"id": "call_1", "type": "function"}
+            call["function"] = {"name": name, "arguments": args_json}
+            message = {"role": "assistant", "content": None, "tool_calls": [call]}
+            return JSONResponse(
+                {
+                    "id": "fake-t",
+                    "object": "chat.completion",
+                    "model": model,
+                    "choices": [{"index": 0, "message": message, "finish_reason": "tool_calls"}],
+                }
+            )
+
+        async def events() -> AsyncIterator[bytes]:
+            head: dict[str, Any] = {"index": 0, "id": "call_1", "type": "function"}
+            head["function"] = {"name": name, "arguments": ""}
+            pieces = [head] + [
+                {"index": 0, "function": {"arguments": args_json[i : i + 5]}}
+                for i in range(0, len(args_json), 5)
+            ]
+            for tc in pieces:
+                choice = {"index": 0, "delta": {"tool_calls": [tc]}, "finish_reason": None}
+                chunk: dict[str, Any] = {"id": "fake-t", "object": "chat.completion.chunk"}
+                chunk |= {"model": model, "choices": [choice]}
+                yield f"data: {json.dumps(chunk)}\n\n".encode()
+            last: dict[str, Any] = {"index": 0, "delta": {}, "finish_reason": "tool_calls"}
+            end: dict[str, Any] = {"id": "fake-t", "object": "chat.completion.chunk"}
+            end |= {"model": model, "choices": [last]}
+            yield f"data: {json.dumps(end)}\n\n".encode()
+            yield b"data: [DONE]\n\n"
+
+        return ClosingStream(events(), media_type="text/event-stream")
 
     async def handle(request: Request, chat: bool) -> Any:
         body = await request.json()
-        if body.get("temperature", 0) == 99:  # a knob for a backend-side 400
+        if body.get("fake_backend_error"):  # a knob for a backend-side 400
             return JSONResponse(
                 {
                     "error": {
                         "code": 400,
-                        "message": "bad temperature",
+                        "message": "bad fake_backend_error",
                         "type": "invalid_request_error",
                     }
                 },
                 400,
             )
+        if args.fake_ctx is not None and len(words_of(body)) > args.fake_ctx:
+            n_prompt = len(words_of(body))
+            return JSONResponse(
+                {
+                    "error": {
+                        "code": 400,
+                        "message": f"request ({n_prompt} tokens) exceeds the available "
+                        f"context size ({args.fake_ctx} tokens), try increasing it",
+                        "type": "exceed_context_size_error",
+                        "n_prompt_tokens": n_prompt,
+                        "n_ctx": args.fake_ctx,
+                    }
+                },
+                400,
+            )
+        if args.fake_hang:
+            await asyncio.sleep(3600)
         model = args.alias or args.model  # llama-server b11434 answers with its alias
+        if chat and body.get("tools") and body.get("tool_choice") == "required":
+            return tool_call_answer(body, model)
         n_max = int(body.get("max_tokens") or 16)
         if not body.get("stream"):
             text = "".join([w async for w in generate(body)])
@@ -151,15 +252,25 @@ def build_app(args: argparse.Namespace) -> FastAPI:
         async def events() -> AsyncIterator[bytes]:
             obj = "chat.completion.chunk" if chat else "text_completion"
             n = 0
-            async for w in generate(body):
-                n += 1
-                delta: dict[str, Any] = {"index": 0, "finish_reason": None}
-                if chat:
-                    delta["delta"] = {"content": w}
-                else:
-                    delta["text"] = w
-                chunk = {"id": "fake-1", "object": obj, "model": model, "choices": [delta]}
-                yield f"data: {json.dumps(chunk)}\n\n".encode()
+            # aclosing: a client that leaves closes the generation at once (frees /slots).
+            async with contextlib.aclosing(generate(body)) as words:
+                async for w in words:
+                    n += 1
+                    if args.fake_garbage and n == 2:
+                        yield b"data: {this is not json\n\n"
+                        return
+                    if args.fake_early_close is not None and n > args.fake_early_close:
+                        return
+                    delta: dict[str, Any] = {"index": 0, "finish_reason": None}
+                    if chat:
+                        delta["delta"] = {"content": w}
+                    else:
+                        delta["text"] = w
+                    chunk = {"id": "fake-1", "object": obj, "model": model, "choices": [delta]}
+                    for part in split_write(json.dumps(chunk, ensure_ascii=False).encode()):
+                        yield b"data: " + part if part.startswith(b"{") else part
+                        await asyncio.sleep(0.002)
+                    yield b"\n\n"
             final: dict[str, Any] = {"index": 0, "finish_reason": "length"}
             if chat:
                 final["delta"] = {}
@@ -173,9 +284,28 @@ def build_app(args: argparse.Namespace) -> FastAPI:
                 "timings": timings(n),
             }
             yield f"data: {json.dumps(last)}\n\n".encode()
+            options: dict[str, Any] = body.get("stream_options") or {}
+            if options.get("include_usage") or args.fake_always_usage:
+                usage = {"prompt_tokens": 10, "completion_tokens": n, "total_tokens": 10 + n}
+                tail: dict[str, Any] = {"id": "fake-1", "object": obj, "model": model}
+                tail |= {"choices": [], "usage": usage}
+                yield f"data: {json.dumps(tail)}\n\n".encode()
             yield b"data: [DONE]\n\n"
 
-        return StreamingResponse(events(), media_type="text/event-stream")
+        return ClosingStream(events(), media_type="text/event-stream")
+
+    @app.get("/slots")
+    async def slots() -> JSONResponse:  # pyright: ignore[reportUnusedFunction]
+        return JSONResponse([{"id": 0, "is_processing": busy[0] > 0}])
+
+    @app.get("/props")
+    async def props() -> JSONResponse:  # pyright: ignore[reportUnusedFunction]
+        return JSONResponse({"model_alias": args.alias, "spec_type": args.spec_type})
+
+    @app.post("/detokenize")
+    async def detokenize(request: Request) -> JSONResponse:  # pyright: ignore[reportUnusedFunction]
+        body = await request.json()
+        return JSONResponse({"content": "".join(piece(int(t)) for t in body["tokens"])})
 
     @app.post("/apply-template")
     async def apply_template(request: Request) -> JSONResponse:  # pyright: ignore[reportUnusedFunction]
@@ -194,6 +324,19 @@ def build_app(args: argparse.Namespace) -> FastAPI:
         body = await request.json()
         prompt = body["prompt"]
         ids = [int(t) for t in prompt] if isinstance(prompt, list) else tokenize(str(prompt))  # pyright: ignore[reportUnknownVariableType, reportUnknownArgumentType]
+        if args.fake_ctx is not None and len(ids) > args.fake_ctx:
+            return JSONResponse(
+                {
+                    "error": {
+                        "code": 400,
+                        "message": "request exceeds the available context size",
+                        "type": "exceed_context_size_error",
+                        "n_prompt_tokens": len(ids),
+                        "n_ctx": args.fake_ctx,
+                    }
+                },
+                400,
+            )
         n_predict = int(body.get("n_predict", -1))
         limit = n_predict if n_predict >= 0 else 64
         stops: list[str] = body.get("stop") or []
@@ -252,7 +395,7 @@ def build_app(args: argparse.Namespace) -> FastAPI:
                     yield f"data: {json.dumps(final(n, st))}\n\n".encode()
                     return
 
-        return StreamingResponse(events(), media_type="text/event-stream")
+        return ClosingStream(events(), media_type="text/event-stream")
 
     @app.post("/v1/chat/completions")
     async def chat(request: Request) -> Any:  # pyright: ignore[reportUnusedFunction]

@@ -121,7 +121,7 @@ def test_crash_mid_stream_is_an_error_event_never_done(fake_binary: Path, tmp_pa
         ({"json": {**CHAT, "model": "fronde:turbo"}}, 400, "unknown_mode"),
         ({"json": {**CHAT, "model": "fronde:draft"}}, 400, "mode_unavailable"),
         (
-            {"json": {**CHAT, "temperature": 99, "model": "fronde:baseline"}},
+            {"json": {**CHAT, "fake_backend_error": True, "model": "fronde:baseline"}},
             400,
             "backend_rejected_request",
         ),

@@ -1,0 +1,86 @@
+"""The one ASGI middleware: API-key check and request counting.
+
+It is plain ASGI on purpose. Starlette's ``BaseHTTPMiddleware`` (what
+``@app.middleware("http")`` builds) re-streams every response through a memory
+channel, which hides the client's disconnect from the route: a streaming answer
+then keeps its llama-server slot busy after the client has gone (measured with
+the fake backend: never freed within 6 s). Here ``receive`` and ``send`` pass
+straight through, so :class:`~fronde.api.relay.RelayResponse` sees the
+disconnect at once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+
+from starlette.responses import JSONResponse
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from fronde.errors import AuthenticationError
+from fronde.metrics import Metrics
+
+__all__ = ["GateMiddleware"]
+
+
+class GateMiddleware:
+    """Refuse requests without a configured API key; count every answer.
+
+    Args:
+        app: the wrapped ASGI app.
+        keys: accepted ``Authorization: Bearer`` keys; empty turns authentication off.
+        open_paths: paths served without a key (``/health`` for liveness probes).
+        known_paths: paths counted under their own label; the rest count as "other".
+        metrics: where ``fronde_requests_total`` lives.
+    """
+
+    def __init__(
+        self,
+        app: ASGIApp,
+        *,
+        keys: Collection[str],
+        open_paths: Collection[str],
+        known_paths: Collection[str],
+        metrics: Metrics,
+    ) -> None:
+        self.app = app
+        self.keys = frozenset(keys)
+        self.open_paths = frozenset(open_paths)
+        self.known_paths = frozenset(known_paths)
+        self.metrics = metrics
+
+    def _authorized(self, scope: Scope) -> bool:
+        if not self.keys or scope["path"] in self.open_paths or scope["method"] == "OPTIONS":
+            return True
+        for name, value in scope["headers"]:
+            if name == b"authorization":
+                scheme, _, token = value.decode("latin-1").partition(" ")
+                return scheme.lower() == "bearer" and token.strip() in self.keys
+        return False
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """Check the key, then pass the request through, counting its status."""
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        path = scope["path"] if scope["path"] in self.known_paths else "other"
+        if not self._authorized(scope):
+            exc = AuthenticationError("missing or wrong API key: send `Authorization: Bearer KEY`")
+            response = JSONResponse(
+                exc.to_body(), status_code=401, headers={"www-authenticate": "Bearer"}
+            )
+            self.metrics.requests.labels(path, "401", "", "").inc()
+            await response(scope, receive, send)
+            return
+
+        async def counting_send(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in message["headers"]}
+                self.metrics.requests.labels(
+                    path,
+                    str(message["status"]),
+                    headers.get("x-fronde-mode", ""),
+                    headers.get("x-fronde-class", ""),
+                ).inc()
+            await send(message)
+
+        await self.app(scope, receive, counting_send)

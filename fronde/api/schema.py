@@ -1,0 +1,149 @@
+"""Checks on OpenAI request bodies, before anything reaches a backend.
+
+Fronde forwards bodies as the client sent them (so fields it does not know still
+reach llama-server), but the fields it relies on are checked here, each failure a
+400 naming the field (OpenAI's ``param``). Two rewrites are made:
+
+- a request that names no ``max_tokens`` / ``max_completion_tokens`` gets
+  ``server.default_max_tokens``, so no generation is unbounded; when both are
+  given, ``max_completion_tokens`` (OpenAI's current name) wins, since
+  llama-server reads both as ``n_predict``;
+- the role ``developer`` (OpenAI's newer name for ``system``) becomes ``system``,
+  which chat templates know.
+
+Sources: OpenAI API reference, "Create chat completion" and "Create completion".
+"""
+
+from __future__ import annotations
+
+from typing import Any, cast
+
+from fronde.errors import InvalidRequestError
+
+__all__ = ["ROLES", "check_chat", "check_common", "check_completion"]
+
+ROLES = frozenset({"system", "developer", "user", "assistant", "tool", "function"})
+"""Message roles OpenAI defines."""
+
+
+def _number(body: dict[str, Any], name: str, lo: float, hi: float) -> None:
+    v = body.get(name)
+    if v is None:
+        return
+    if isinstance(v, bool) or not isinstance(v, int | float) or not lo <= v <= hi:
+        raise InvalidRequestError(f"'{name}' must be a number from {lo:g} to {hi:g}", param=name)
+
+
+def _integer(body: dict[str, Any], name: str, lo: int, hi: int | None = None) -> int | None:
+    v = body.get(name)
+    if v is None:
+        return None
+    if isinstance(v, bool) or not isinstance(v, int) or v < lo or (hi is not None and v > hi):
+        span = f"from {lo} to {hi}" if hi is not None else f"of at least {lo}"
+        raise InvalidRequestError(f"'{name}' must be an integer {span}", param=name)
+    return v
+
+
+def check_common(body: dict[str, Any], default_max_tokens: int) -> None:
+    """Check the fields chat and text completions share; set the token budget.
+
+    Args:
+        body: the parsed request (modified in place: the token budget).
+        default_max_tokens: the budget when the request names none, tokens.
+
+    Raises:
+        InvalidRequestError: a field has the wrong type or range, or ``n`` > 1.
+    """
+    n = _integer(body, "n", 1)
+    if n is not None and n > 1:
+        raise InvalidRequestError(
+            f"'n' = {n} is not supported: Fronde returns one choice per request; "
+            "send n requests instead",
+            param="n",
+        )
+    _number(body, "temperature", 0.0, 2.0)
+    _number(body, "top_p", 0.0, 1.0)
+    _number(body, "presence_penalty", -2.0, 2.0)
+    _number(body, "frequency_penalty", -2.0, 2.0)
+    _integer(body, "seed", -(2**63), 2**64 - 1)
+    stop = body.get("stop")
+    if stop is not None and not (
+        isinstance(stop, str)
+        or (isinstance(stop, list) and all(isinstance(s, str) for s in cast("list[Any]", stop)))
+    ):
+        raise InvalidRequestError("'stop' must be a string or an array of strings", param="stop")
+    options = body.get("stream_options")
+    if options is not None and not isinstance(options, dict):
+        raise InvalidRequestError("'stream_options' must be an object", param="stream_options")
+    budget = _integer(body, "max_completion_tokens", 1)
+    max_tokens = _integer(body, "max_tokens", 1)
+    chosen = budget if budget is not None else max_tokens
+    if chosen is None:
+        chosen = default_max_tokens
+    body["max_tokens"] = chosen
+    if budget is not None:
+        body["max_completion_tokens"] = chosen
+
+
+def check_chat(body: dict[str, Any], default_max_tokens: int) -> None:
+    """Check a ``/v1/chat/completions`` body (see :func:`check_common`).
+
+    Raises:
+        InvalidRequestError: ``messages`` missing or malformed, an unknown role,
+            ``logprobs`` / ``top_logprobs`` / ``tools`` / ``tool_choice`` /
+            ``response_format`` of the wrong type, or a shared field as in
+            :func:`check_common`.
+    """
+    messages = body.get("messages")
+    if not isinstance(messages, list) or not messages:
+        raise InvalidRequestError("'messages' must be a non-empty array", param="messages")
+    for i, raw in enumerate(cast("list[Any]", messages)):
+        where = f"messages[{i}]"
+        if not isinstance(raw, dict):
+            raise InvalidRequestError(f"'{where}' must be an object", param=where)
+        msg = cast("dict[str, Any]", raw)
+        role = msg.get("role")
+        if role not in ROLES:
+            raise InvalidRequestError(
+                f"'{where}.role' is {role!r}; expected one of {', '.join(sorted(ROLES))}",
+                param=f"{where}.role",
+            )
+        content = msg.get("content")
+        if content is None and role != "assistant":
+            raise InvalidRequestError(f"'{where}.content' is required", param=f"{where}.content")
+        if content is not None and not isinstance(content, str | list):
+            raise InvalidRequestError(
+                f"'{where}.content' must be a string or an array of parts",
+                param=f"{where}.content",
+            )
+        if role == "developer":
+            msg["role"] = "system"
+    logprobs = body.get("logprobs")
+    if logprobs is not None and not isinstance(logprobs, bool):
+        raise InvalidRequestError("'logprobs' must be a boolean", param="logprobs")
+    _integer(body, "top_logprobs", 0, 20)
+    tools = body.get("tools")
+    if tools is not None and not isinstance(tools, list):
+        raise InvalidRequestError("'tools' must be an array", param="tools")
+    choice = body.get("tool_choice")
+    if choice is not None and not isinstance(choice, str | dict):
+        raise InvalidRequestError(
+            "'tool_choice' must be a string or an object", param="tool_choice"
+        )
+    fmt = body.get("response_format")
+    if fmt is not None and not isinstance(fmt, dict):
+        raise InvalidRequestError("'response_format' must be an object", param="response_format")
+    check_common(body, default_max_tokens)
+
+
+def check_completion(body: dict[str, Any], default_max_tokens: int) -> None:
+    """Check a ``/v1/completions`` body (see :func:`check_common`).
+
+    Raises:
+        InvalidRequestError: ``prompt`` is not a string or an array, ``logprobs``
+            is not an integer from 0 to 5, or a shared field as in :func:`check_common`.
+    """
+    if not isinstance(body.get("prompt"), str | list):
+        raise InvalidRequestError("'prompt' must be a string or an array", param="prompt")
+    _integer(body, "logprobs", 0, 5)
+    check_common(body, default_max_tokens)

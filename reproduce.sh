@@ -1,11 +1,16 @@
 #!/usr/bin/env bash
-# The main job: set everything up (cached), start `fronde serve` on the default
-# profile, and measure each mode's decode tok/s through Fronde against the same
-# llama-server directly, interleaved in one run; print the table and a verdict.
-# Exit status: 0 PASS, 2 FAIL (Fronde cost more than 5 % decode speed), 1 error.
+# The main job, on a fresh machine: install llama-server and the model (cached),
+# run the battery (8 prompts × every config, bracketed by baseline, the router
+# through `fronde serve`), the five-edit agent loop, then print the invariant
+# verdict and write the JSONL, charts and summary.md under runs/battery-<time>/.
+#
+#   ./reproduce.sh            full CPU run (3 reps, 192/384 tokens; under 60 min on 2 cores)
+#   ./reproduce.sh --quick    1 rep, 64/128 tokens (under 25 min)
+#
+# Other `fronde bench battery` options pass through (see --help).
+# Exit status: 0 VERDICT: PASS, 2 VERDICT: FAIL, 1 error.
 set -euo pipefail
 cd "$(dirname "$0")"
 scripts/bootstrap.sh
-mkdir -p runs
-out="runs/modes-$(date -u +%Y%m%dT%H%M%SZ).json"
-exec .venv/bin/fronde bench modes --max-tokens "${MAX_TOKENS:-128}" --reps "${REPS:-5}" --out "$out" "$@"
+out="runs/battery-$(date -u +%Y%m%dT%H%M%SZ)"
+exec .venv/bin/fronde bench battery --out "$out" "$@"

@@ -300,6 +300,108 @@ def bench_shadow(
     _emit(format_shadow_table(report), report, out)
 
 
+@bench_app.command("battery")
+def bench_battery(
+    config: ConfigOpt = None,
+    out: Annotated[Path, typer.Option(help="folder for the JSONL, charts and summary")] = Path(
+        "runs/battery"
+    ),
+    quick: Annotated[bool, typer.Option(help="1 repetition, 64/128 tokens (CPU: ~10 min)")] = False,
+    reps: Annotated[int | None, typer.Option(help="repetitions per measurement", min=1)] = None,
+    gen_tokens: Annotated[int | None, typer.Option(help="tokens per generation", min=8)] = None,
+    edit_tokens: Annotated[int | None, typer.Option(help="tokens per edit", min=8)] = None,
+    prompt: Annotated[list[str] | None, typer.Option(help="only these prompts")] = None,
+    only: Annotated[list[str] | None, typer.Option("--config", help="only these configs")] = None,
+    resume: Annotated[bool, typer.Option(help="skip cells already in the JSONL")] = False,
+    agent_loop: Annotated[bool, typer.Option(help="also run the five-edit agent loop")] = True,
+) -> None:
+    """The battery: every config × prompt bracketed by baseline, then the invariant verdict."""
+    import asyncio
+
+    from fronde.bench.agent import run_agent_loop
+    from fronde.bench.runner import BatteryOptions, run_battery
+
+    settings = _settings(config)
+    options = BatteryOptions(
+        reps=reps or (1 if quick else 3),
+        gen_tokens=gen_tokens or (64 if quick else 192),
+        edit_tokens=edit_tokens or (128 if quick else 384),
+        prompts=tuple(prompt or ()),
+        configs=tuple(only or ()),
+    )
+    console = _console()
+    jsonl = out / "battery.jsonl"
+    console.print(
+        f"battery: {options.reps} rep(s), {options.gen_tokens}/{options.edit_tokens} tokens "
+        f"→ {jsonl}",
+        markup=False,
+    )
+    asyncio.run(
+        run_battery(
+            settings,
+            config,
+            jsonl,
+            options,
+            resume=resume,
+            progress=lambda line: console.print(line, markup=False, highlight=False),
+        )
+    )
+    extra = ""
+    if agent_loop:
+        report = asyncio.run(
+            run_agent_loop(settings, config, out, max_tokens=256 if quick else 512)
+        )
+        (out / "agent_loop.json").write_text(report.model_dump_json(indent=2))
+        extra = _agent_markdown(report)
+        console.print(extra, markup=False, highlight=False)
+    _verdict(jsonl, console, extra)
+
+
+@bench_app.command("verdict")
+def bench_verdict(
+    jsonl: Annotated[Path, typer.Argument(help="a battery JSONL")] = Path(
+        "runs/battery/battery.jsonl"
+    ),
+) -> None:
+    """Print the table and the invariant verdict of a battery JSONL; redraw its charts."""
+    _verdict(jsonl, _console(), "")
+
+
+def _agent_markdown(report: Any) -> str:
+    lines = [
+        "## Agent loop (five successive edits, each output the next input)",
+        "",
+        "| mode | wall s | tokens | sustained tok/s | final file sha256 |",
+        "|---|---:|---:|---:|---|",
+    ]
+    for r in report.runs:
+        lines.append(
+            f"| {r.mode} | {r.wall_s:.1f} | {r.tokens} | {r.sustained_tok_s:.1f} | "
+            f"`{r.final_sha256[:12]}` |"
+        )
+    same = "identical" if report.identical_final_files else "not identical"
+    lines += ["", f"Final files across modes: {same}."]
+    return "\n".join(lines)
+
+
+def _verdict(jsonl: Path, console: Console, extra: str) -> None:
+    from fronde.bench.report import summarize, verdict_table, write_charts, write_markdown
+
+    summary = summarize(jsonl)
+    ratios, checks = verdict_table(summary)
+    console.print(ratios)
+    if not summary.checks:
+        console.print("no router records: no verdict", markup=False)
+        return
+    console.print(checks)
+    charts = write_charts(summary, jsonl.parent)
+    md = write_markdown(summary, jsonl.parent / "summary.md", jsonl, extra)
+    console.print(f"summary: {md}; charts: {', '.join(str(c) for c in charts)}", markup=False)
+    console.print(f"VERDICT: {'PASS' if summary.passed else 'FAIL'}", markup=False)
+    if not summary.passed:
+        raise typer.Exit(2)
+
+
 @bench_app.command("load")
 def bench_load(
     config: ConfigOpt = None,

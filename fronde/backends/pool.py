@@ -165,7 +165,7 @@ class BackendPool:
         Never raises for a failed backend: check :meth:`ready_modes`.
         """
 
-        async def start_one(proc: LlamaServerProcess) -> None:
+        async def start_one(mode: Mode, proc: LlamaServerProcess) -> None:
             for attempt in (1, 2):
                 try:
                     await proc.start()
@@ -177,12 +177,12 @@ class BackendPool:
                         error=exc.message,
                     )
                     continue
-                self._supervisors.append(asyncio.create_task(self._supervise(proc)))
+                self._supervisors.append(asyncio.create_task(self._supervise(mode, proc)))
                 return
 
-        await asyncio.gather(*(start_one(p) for p in self.backends.values()))
+        await asyncio.gather(*(start_one(m, p) for m, p in self.backends.items()))
 
-    async def _supervise(self, proc: LlamaServerProcess) -> None:
+    async def _supervise(self, mode: Mode, proc: LlamaServerProcess) -> None:
         recent: deque[float] = deque()
         consecutive = 0
         while True:
@@ -208,13 +208,11 @@ class BackendPool:
             if self._stopping:
                 return
             recent.append(now)
-            self.restarts[proc.mode] += 1
+            self.restarts[mode] += 1
             try:
                 await proc.start()
                 consecutive = 0
-                log.info(
-                    "backend.restarted", mode=str(proc.mode), restarts=self.restarts[proc.mode]
-                )
+                log.info("backend.restarted", mode=str(proc.mode), restarts=self.restarts[mode])
             except BackendStartError as exc:
                 consecutive += 1
                 log.error("backend.restart_failed", mode=str(proc.mode), error=exc.message)

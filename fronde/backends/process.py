@@ -65,14 +65,15 @@ class LaunchSpec:
     """Everything needed to start one backend.
 
     Attributes:
-        mode: the decoding mode this process serves.
+        mode: the decoding mode this process serves (or, for the battery, a
+            config's name such as ``ngram-mod-6``).
         binary: the llama-server executable.
         args: argv after the binary, without ``--host``/``--port`` (chosen at start).
         log_path: file receiving the child's stdout and stderr.
         host: loopback address the child binds to.
     """
 
-    mode: Mode
+    mode: Mode | str
     binary: Path
     args: list[str]
     log_path: Path
@@ -133,8 +134,8 @@ class LlamaServerProcess:
     _proc: asyncio.subprocess.Process | None = field(default=None, repr=False)
 
     @property
-    def mode(self) -> Mode:
-        """The mode this backend serves."""
+    def mode(self) -> Mode | str:
+        """The mode (or battery config) this backend serves."""
         return self.spec.mode
 
     @property

@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-__all__ = ["BATTERY", "BatteryPrompt"]
+__all__ = ["BATTERY", "INVENTORY_PY", "BatteryPrompt"]
 
 
 @dataclass(frozen=True)
@@ -37,7 +37,7 @@ class BatteryPrompt:
     stop: str | None = None
 
 
-_INVENTORY = """import json
+INVENTORY_PY = """import json
 
 
 class inventory:
@@ -75,6 +75,7 @@ class inventory:
                 out.append(k)
         return out
 """
+"""The file the rewrite edit and the agent loop start from (about 250 tokens)."""
 
 _WINDOWS = '''def moving_average(values, window):
     """Return the moving averages of values over window items."""
@@ -168,7 +169,7 @@ BATTERY: tuple[BatteryPrompt, ...] = (
         "edit",
         "code",
         "Rename the class inventory to Inventory and add type hints to every method.\n"
-        f"```python\n{_INVENTORY}```\n"
+        f"```python\n{INVENTORY_PY}```\n"
         "Here is the whole file again, with the class renamed and type hints added:\n"
         "```python\n",
         stop="```",

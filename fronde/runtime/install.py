@@ -37,6 +37,7 @@ __all__ = [
     "cmake_flags",
     "find_llama_binary",
     "install",
+    "llama_build_info",
 ]
 
 LLAMA_CPP_BUILD = 11434
@@ -159,6 +160,15 @@ def _version_line(binary: Path) -> str:
     if proc.returncode != 0 or not line:
         raise InstallError(f"{binary} --version exited {proc.returncode}: {out.strip()[-200:]}")
     return line
+
+
+def llama_build_info(binary: Path) -> str:
+    """The ``--version`` line of a llama-server binary, for benchmark records.
+
+    Raises:
+        InstallError: the binary does not run.
+    """
+    return _version_line(binary)
 
 
 def _build_number(version_line: str) -> int | None:

@@ -43,7 +43,7 @@ import os
 import signal
 import sys
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 from types import FrameType
 from typing import Any
 
@@ -137,7 +137,7 @@ def build_app(args: argparse.Namespace) -> FastAPI:
 
     busy = [0]  # generations running now, for /slots
 
-    async def generate(body: dict[str, Any]) -> AsyncIterator[str]:
+    async def generate(body: dict[str, Any]) -> AsyncGenerator[str]:
         words = words_of(body)
         n = int(body.get("max_tokens") or body.get("n_predict") or 16)
         busy[0] += 1

@@ -15,7 +15,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -357,7 +357,7 @@ def test_metrics_count_requests_and_generations(plain: TestClient) -> None:
 
 
 @contextlib.contextmanager
-def real_serve(tmp_path: Path, fake_binary: Path, **settings: Any) -> Iterator[RealServe]:
+def real_serve(tmp_path: Path, fake_binary: Path, **settings: Any) -> Generator[RealServe]:
     """Run `fronde serve` as a user does, over fake backends, until the block ends."""
     models = tmp_path / "models"
     models.mkdir()

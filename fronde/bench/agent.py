@@ -17,11 +17,10 @@ import hashlib
 import time
 from pathlib import Path
 
-import httpx
 from pydantic import BaseModel
 
 from fronde.bench.battery import INVENTORY_PY
-from fronde.bench.runner import Config, backends, direct_run, routed_run
+from fronde.bench.runner import Config, backends, bench_client, direct_run, routed_run
 from fronde.bench.serve import RunInfo, run_info
 from fronde.config import Settings
 
@@ -99,7 +98,7 @@ async def run_agent_loop(
     runs: list[AgentRun] = []
     async with (
         backends(settings, config_file, configs, log_dir) as (procs, serve, build),
-        httpx.AsyncClient(timeout=httpx.Timeout(900.0, connect=10.0)) as http,
+        bench_client() as http,
     ):
         base = procs["baseline"].url
         for cfg in configs:

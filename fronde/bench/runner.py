@@ -60,6 +60,7 @@ __all__ = [
     "Run",
     "backends",
     "battery_configs",
+    "bench_client",
     "direct_run",
     "done_keys",
     "routed_run",
@@ -167,6 +168,20 @@ class Run:
         return (self.tokens - 1) / (self.last - self.first)
 
 
+def bench_client() -> httpx.AsyncClient:
+    """An HTTP client for benchmark requests: long reads, a new connection per request.
+
+    With pooled keep-alive connections, about one battery cell in three failed
+    with "Server disconnected without sending a response" (llama-server closing a
+    connection the pool was about to reuse), even with idle connections dropped
+    after 2 s. A loopback connection costs well under a millisecond, so none is kept.
+    """
+    return httpx.AsyncClient(
+        timeout=httpx.Timeout(900.0, connect=10.0),
+        limits=httpx.Limits(max_keepalive_connections=0),
+    )
+
+
 async def _sse(resp: httpx.Response) -> AsyncIterator[dict[str, Any]]:
     async for line in resp.aiter_lines():
         if line.startswith("data: {"):
@@ -184,7 +199,10 @@ async def direct_run(
         "temperature": 0.0,
         "stream": True,
         "return_tokens": True,
-        "cache_prompt": True,
+        # Off: with the prompt cache, a repeat evaluates only part of the prompt, in
+        # other batch shapes, and CPU numerics then flipped greedy near-ties: baseline
+        # differed from its own reference. Without it every repeat computes the same.
+        "cache_prompt": False,
     }
     if stop:
         body["stop"] = [stop]
@@ -333,7 +351,7 @@ async def run_battery(
     out.parent.mkdir(parents=True, exist_ok=True)
     async with backends(settings, config_file, configs, out.parent) as (procs, serve, build):
         info = run_info() | {"llama_build": build, "profile": settings.profile}
-        async with httpx.AsyncClient(timeout=httpx.Timeout(900.0, connect=10.0)) as http:
+        async with bench_client() as http:
             base_url = procs["baseline"].url
             warm = [2, 651, 1902, 236761]  # a few gemma tokens; warms pages and threads
             for p in procs.values():

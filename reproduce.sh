@@ -4,8 +4,8 @@
 # through `fronde serve`), the five-edit agent loop, then print the invariant
 # verdict and write the JSONL, charts and summary.md under runs/battery-<time>/.
 #
-#   ./reproduce.sh            full CPU run (3 reps, 192/384 tokens; under 60 min on 2 cores)
-#   ./reproduce.sh --quick    1 rep, 64/128 tokens (under 25 min)
+#   ./reproduce.sh            full CPU run (3 reps, 128/256 tokens; about 50 min on 2 cores)
+#   ./reproduce.sh --quick    1 rep, 64/128 tokens (about 15 min)
 #
 # Other `fronde bench battery` options pass through (see --help).
 # Exit status: 0 VERDICT: PASS, 2 VERDICT: FAIL, 1 error.

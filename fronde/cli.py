@@ -306,7 +306,7 @@ def bench_battery(
     out: Annotated[Path, typer.Option(help="folder for the JSONL, charts and summary")] = Path(
         "runs/battery"
     ),
-    quick: Annotated[bool, typer.Option(help="1 repetition, 64/128 tokens (CPU: ~10 min)")] = False,
+    quick: Annotated[bool, typer.Option(help="1 repetition, 64/128 tokens (CPU: ~15 min)")] = False,
     reps: Annotated[int | None, typer.Option(help="repetitions per measurement", min=1)] = None,
     gen_tokens: Annotated[int | None, typer.Option(help="tokens per generation", min=8)] = None,
     edit_tokens: Annotated[int | None, typer.Option(help="tokens per edit", min=8)] = None,
@@ -324,8 +324,8 @@ def bench_battery(
     settings = _settings(config)
     options = BatteryOptions(
         reps=reps or (1 if quick else 3),
-        gen_tokens=gen_tokens or (64 if quick else 192),
-        edit_tokens=edit_tokens or (128 if quick else 384),
+        gen_tokens=gen_tokens or (64 if quick else 128),
+        edit_tokens=edit_tokens or (128 if quick else 256),
         prompts=tuple(prompt or ()),
         configs=tuple(only or ()),
     )

@@ -93,7 +93,13 @@ class Summary:
             if r.get("degenerate"):
                 self.degenerate.append(r["key"])
         router = {p: v["router"] for p, v in self.ratio.items() if "router" in v}
-        static = {p: {c: x for c, x in v.items() if c != "router"} for p, v in self.ratio.items()}
+        # Ratios are already over the baseline references, so baseline itself is 1.0
+        # in the verdict; its own cell is an A/A check of the references' noise and
+        # would only add that noise to every comparison.
+        static = {
+            p: {c: (1.0 if c == "baseline" else x) for c, x in v.items() if c != "router"}
+            for p, v in self.ratio.items()
+        }
         self.checks: list[Check] = verdict(router, static, self.content) if router else []
 
     @property

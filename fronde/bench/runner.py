@@ -137,8 +137,8 @@ class BatteryOptions:
     """
 
     reps: int = 3
-    gen_tokens: int = 192
-    edit_tokens: int = 384
+    gen_tokens: int = 128
+    edit_tokens: int = 256
     prompts: tuple[str, ...] = ()
     configs: tuple[str, ...] = ()
 

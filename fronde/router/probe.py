@@ -30,7 +30,7 @@ from fronde.errors import BackendConnectionError, InvalidRequestError
 from fronde.modes import Mode
 from fronde.router.engine import Decision, Router
 from fronde.router.native import Kind, max_new_tokens, sampling_params
-from fronde.router.policy import Route
+from fronde.router.policy import Route, hand_over_pays
 
 __all__ = ["Segment", "Splice", "prompt_ids", "segment_stream"]
 
@@ -226,13 +226,22 @@ class Splice:
                 yield piece
             floor_tok_s = self.segments[-1].decode_tok_s
         self.decision.floor_tok_s = floor_tok_s
-        self._settle(
-            cand if probe.decode_tok_s >= self.router.policy.margin * floor_tok_s else floor
-        )
+        winner = cand if probe.decode_tok_s >= self.router.policy.margin * floor_tok_s else floor
+        if winner is floor and self.segments[-1].mode is cand:
+            # Handing over costs the floor a prefill of everything so far.
+            prompt_n = int(probe.timings.get("prompt_n") or 0)
+            prefill = probe.timings.get("prompt_per_second") if prompt_n >= 16 else None
+            if not hand_over_pays(
+                self._remaining(),
+                len(self.prompt) + len(self.tokens),
+                probe.decode_tok_s,
+                floor_tok_s,
+                float(prefill) if prefill else None,
+            ):
+                winner = cand
+        self._settle(winner)
         if self._finished():
             return
-        winner = self.decision.winner
-        assert winner is not None  # noqa: S101 - set by _settle
         remaining = self._remaining()
         async for piece in self._run_segment(winner, -1 if remaining is None else remaining):
             yield piece

@@ -21,7 +21,8 @@ rest is ignored) plus knobs in the manner of llama-swap's ``cmd/fake-model``:
 - ``--fake-split-utf8``: each streamed event is written in two pieces, cut inside a
   multi-byte character when it has one.
 
-A body field ``fake_backend_error: true`` gets a llama-server-style HTTP 400. A
+A body field ``fake_backend_error: true`` gets a llama-server-style HTTP 400.
+Non-streamed answers carry ``fake_received``: the body and headers that arrived. A
 request with ``tools`` and ``tool_choice: "required"`` answers with a tool call
 (streamed as OpenAI tool-call deltas). ``/slots`` reports ``is_processing`` while
 any generation runs, so a test can see a slot freed after a client disconnects.
@@ -246,6 +247,8 @@ def build_app(args: argparse.Namespace) -> FastAPI:
                         "total_tokens": 10 + n_max,
                     },
                     "timings": timings(n_max),
+                    # What reached the backend, for pass-through tests.
+                    "fake_received": {"body": body, "headers": dict(request.headers)},
                 }
             )
 

@@ -223,6 +223,32 @@ def test_keepalive_comments_flow_while_the_backend_is_silent(serve: Any) -> None
     assert lines.count("data: [DONE]") == 1
 
 
+def test_sampling_fields_reach_the_backend_and_client_headers_do_not(plain: TestClient) -> None:
+    fields: dict[str, Any] = {
+        "stop": ["\n\n", "END"],
+        "seed": 1234,
+        "temperature": 0.3,
+        "top_p": 0.9,
+        "response_format": {"type": "json_object"},
+        "tool_choice": "auto",
+        "max_completion_tokens": 5,
+    }
+    headers = {
+        "authorization": "Bearer client-secret",
+        "connection": "keep-alive, x-hop",
+        "x-hop": "1",
+        "cookie": "a=b",
+    }
+    r = plain.post(
+        "/v1/chat/completions", json=chat(model="fronde:ngram-mod", **fields), headers=headers
+    )
+    got = r.json()["fake_received"]
+    for name, value in fields.items():
+        assert got["body"][name] == value, name
+    sent = {k.lower() for k in got["headers"]}
+    assert not sent & {"authorization", "cookie", "x-hop", "x-fronde-mode"}
+
+
 def test_tool_call_deltas_and_stop_reach_the_client_intact(plain: TestClient) -> None:
     client = openai.OpenAI(base_url="http://testserver/v1", api_key="x", http_client=plain)
     tools: list[Any] = [

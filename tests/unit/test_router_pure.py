@@ -311,3 +311,18 @@ async def test_decode_gate_admits_one_generation_at_a_time() -> None:
     assert router.gate.locked()  # still exactly one holder
     second.release()
     assert not router.gate.locked()
+
+
+def test_a_hand_over_must_repay_the_floors_prefill() -> None:
+    from fronde.router.policy import hand_over_pays
+
+    # 16 tokens left, 40 → 45 tok/s: saves 0.044 s; prefilling 100 tokens at 500 tok/s
+    # costs 0.2 s. Stay on the probed backend.
+    assert not hand_over_pays(16, 100, 40.0, 45.0, 500.0)
+    # 500 tokens left: saves 1.39 s, more than the 0.2 s prefill.
+    assert hand_over_pays(500, 100, 40.0, 45.0, 500.0)
+    # Unknown budget or prefill speed: hand over, as the margin says.
+    assert hand_over_pays(None, 100, 40.0, 45.0, 500.0)
+    assert hand_over_pays(16, 100, 40.0, 45.0, None)
+    # A floor that is not faster is never worth a prefill.
+    assert not hand_over_pays(500, 100, 45.0, 44.0, 500.0)

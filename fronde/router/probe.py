@@ -29,6 +29,7 @@ from fronde.backends.pool import BackendPool
 from fronde.errors import BackendConnectionError, InvalidRequestError
 from fronde.modes import Mode
 from fronde.router.engine import Decision, Router
+from fronde.router.measure import measurement_from_timings
 from fronde.router.native import Kind, max_new_tokens, sampling_params
 from fronde.router.policy import Route, hand_over_pays
 
@@ -202,6 +203,18 @@ class Splice:
         Raises:
             BackendError: a backend failed; pieces already yielded stand.
         """
+        try:
+            async for piece in self._run():
+                yield piece
+        finally:
+            # Each segment was recorded for its own mode; the decision row shows the
+            # whole answer (router.record left the last segment's figures there).
+            m = measurement_from_timings(self.final_timings())
+            if m is not None:
+                d = self.decision
+                d.decode_tok_s, d.alpha, d.tau, d.tokens = m.decode_tok_s, m.alpha, m.tau, m.tokens
+
+    async def _run(self) -> AsyncIterator[str]:
         plan = self.decision.plan
         cand, floor = plan.mode, plan.floor
         assert floor is not None  # noqa: S101 - checked in __init__

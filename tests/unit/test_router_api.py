@@ -90,6 +90,10 @@ def test_probe_below_the_margin_hands_over_to_the_floor(slow_mod: TestClient) ->
     assert fronde["mode"] == "baseline"
     assert [s["mode"] for s in fronde["segments"]] == ["ngram-mod", "baseline", "baseline"]
     assert r["choices"][0]["message"]["content"] == chain(rendered("beta"), 120)[1]
+    # The router's row describes the whole answer, not its last segment.
+    row = slow_mod.get("/fronde/v1/router").json()["recent"][-1]
+    assert row["tokens"] == 120
+    assert row["alpha"] is not None  # the ngram-mod segment drafted
 
 
 @pytest.fixture

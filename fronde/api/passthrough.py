@@ -15,10 +15,8 @@ backend breaks; ``/completion`` also takes a decode-gate slot.
 
 from __future__ import annotations
 
-import json
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack
-from typing import Any
 
 import anyio
 import httpx
@@ -27,7 +25,8 @@ from fastapi.responses import JSONResponse, Response
 
 from fronde.api.deps import RuntimeDep
 from fronde.api.relay import RelayResponse, sse_error_event
-from fronde.errors import BackendUnavailableError, InvalidRequestError, PayloadTooLargeError
+from fronde.api.schema import read_json_body
+from fronde.errors import BackendUnavailableError
 from fronde.modes import Mode
 from fronde.router.choice import parse_mode
 from fronde.router.engine import GateHold
@@ -61,19 +60,6 @@ def _target(request: Request, rt: RuntimeDep) -> tuple[Mode, str]:
     return mode, rt.pool.get(mode).url
 
 
-async def _json_body(request: Request, max_bytes: int) -> dict[str, Any]:
-    raw = await request.body()
-    if len(raw) > max_bytes:
-        raise PayloadTooLargeError(f"the request body is over {max_bytes} bytes")
-    try:
-        body = json.loads(raw)
-    except ValueError as exc:
-        raise InvalidRequestError(f"request body is not valid JSON: {exc}") from exc
-    if not isinstance(body, dict):
-        raise InvalidRequestError("request body must be a JSON object")
-    return body  # pyright: ignore[reportUnknownVariableType]
-
-
 async def _get(request: Request, rt: RuntimeDep) -> Response:
     mode, url = _target(request, rt)
     data = await rt.client.get_json(url, request.url.path)
@@ -82,7 +68,7 @@ async def _get(request: Request, rt: RuntimeDep) -> Response:
 
 async def _post(request: Request, rt: RuntimeDep) -> Response:
     path = request.url.path
-    body = await _json_body(request, rt.settings.server.max_body_bytes)
+    body = await read_json_body(request, rt.settings.server.max_body_bytes)
     mode, url = _target(request, rt)
     headers = {"x-fronde-mode": str(mode)}
     if path != "/completion":

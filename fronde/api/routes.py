@@ -26,13 +26,11 @@ from fronde.api.relay import (
     sse_error_event,
     with_keepalive,
 )
-from fronde.api.schema import check_chat, check_completion
+from fronde.api.schema import check_chat, check_completion, read_json_body
 from fronde.errors import (
     BackendConnectionError,
     BackendUnavailableError,
     FrondeError,
-    InvalidRequestError,
-    PayloadTooLargeError,
 )
 from fronde.logging import get_logger
 from fronde.modes import Mode
@@ -53,36 +51,6 @@ CHAT_PATH = "/v1/chat/completions"
 COMPLETIONS_PATH = "/v1/completions"
 PATHS: dict[Kind, str] = {"chat": CHAT_PATH, "text": COMPLETIONS_PATH}
 SSE_HEADERS = {"cache-control": "no-cache", "x-accel-buffering": "no"}
-
-
-async def _read_body(request: Request, max_bytes: int) -> dict[str, Any]:
-    """Parse the JSON object body, refusing more than ``max_bytes`` bytes.
-
-    Raises:
-        PayloadTooLargeError: the body (declared or received) is over ``max_bytes``.
-        InvalidRequestError: not JSON, not an object, or ``stream``/``model`` ill-typed.
-    """
-    declared = request.headers.get("content-length", "")
-    too_big = f"the request body is over {max_bytes} bytes (server.max_body_bytes)"
-    if declared.isdigit() and int(declared) > max_bytes:
-        raise PayloadTooLargeError(too_big)
-    raw = bytearray()
-    async for part in request.stream():
-        raw += part
-        if len(raw) > max_bytes:
-            raise PayloadTooLargeError(too_big)
-    try:
-        body = json.loads(raw)
-    except ValueError as exc:
-        raise InvalidRequestError(f"request body is not valid JSON: {exc}") from exc
-    if not isinstance(body, dict):
-        raise InvalidRequestError("request body must be a JSON object")
-    typed: dict[str, Any] = body  # pyright: ignore[reportUnknownVariableType]
-    if "stream" in typed and not isinstance(typed["stream"], bool):
-        raise InvalidRequestError("'stream' must be a boolean", param="stream")
-    if "model" in typed and not isinstance(typed["model"], str):
-        raise InvalidRequestError("'model' must be a string", param="model")
-    return typed
 
 
 async def _forward(request: Request, rt: RuntimeDep, kind: Kind, body: dict[str, Any]) -> Response:
@@ -282,7 +250,7 @@ def _include_usage(body: dict[str, Any]) -> bool:
 @router.post(CHAT_PATH)
 async def chat_completions(request: Request, rt: RuntimeDep) -> Response:
     """OpenAI ``POST /v1/chat/completions``, streamed or not."""
-    body = await _read_body(request, rt.settings.server.max_body_bytes)
+    body = await read_json_body(request, rt.settings.server.max_body_bytes)
     check_chat(body, rt.settings.server.default_max_tokens)
     return await _forward(request, rt, "chat", body)
 
@@ -290,7 +258,7 @@ async def chat_completions(request: Request, rt: RuntimeDep) -> Response:
 @router.post(COMPLETIONS_PATH)
 async def completions(request: Request, rt: RuntimeDep) -> Response:
     """OpenAI ``POST /v1/completions`` (legacy text completions), streamed or not."""
-    body = await _read_body(request, rt.settings.server.max_body_bytes)
+    body = await read_json_body(request, rt.settings.server.max_body_bytes)
     check_completion(body, rt.settings.server.default_max_tokens)
     return await _forward(request, rt, "text", body)
 

@@ -16,14 +16,42 @@ Sources: OpenAI API reference, "Create chat completion" and "Create completion".
 
 from __future__ import annotations
 
+import json
 from typing import Any, cast
 
-from fronde.errors import InvalidRequestError
+from starlette.requests import Request
 
-__all__ = ["ROLES", "check_chat", "check_common", "check_completion"]
+from fronde.errors import InvalidRequestError, PayloadTooLargeError
+
+__all__ = ["ROLES", "check_chat", "check_common", "check_completion", "read_json_body"]
 
 ROLES = frozenset({"system", "developer", "user", "assistant", "tool", "function"})
 """Message roles OpenAI defines."""
+
+
+async def read_json_body(request: Request, max_bytes: int) -> dict[str, Any]:
+    """Read and parse a JSON object body, refusing more than ``max_bytes`` bytes.
+
+    Raises:
+        PayloadTooLargeError: the body (declared or received) is over ``max_bytes``.
+        InvalidRequestError: not JSON, or not an object.
+    """
+    declared = request.headers.get("content-length", "")
+    too_big = f"the request body is over {max_bytes} bytes (server.max_body_bytes)"
+    if declared.isdigit() and int(declared) > max_bytes:
+        raise PayloadTooLargeError(too_big)
+    raw = bytearray()
+    async for part in request.stream():
+        raw += part
+        if len(raw) > max_bytes:
+            raise PayloadTooLargeError(too_big)
+    try:
+        body = json.loads(raw)
+    except ValueError as exc:
+        raise InvalidRequestError(f"request body is not valid JSON: {exc}") from exc
+    if not isinstance(body, dict):
+        raise InvalidRequestError("request body must be a JSON object")
+    return cast("dict[str, Any]", body)
 
 
 def _number(body: dict[str, Any], name: str, lo: float, hi: float) -> None:
@@ -54,6 +82,10 @@ def check_common(body: dict[str, Any], default_max_tokens: int) -> None:
     Raises:
         InvalidRequestError: a field has the wrong type or range, or ``n`` > 1.
     """
+    if "stream" in body and not isinstance(body["stream"], bool):
+        raise InvalidRequestError("'stream' must be a boolean", param="stream")
+    if "model" in body and not isinstance(body["model"], str):
+        raise InvalidRequestError("'model' must be a string", param="model")
     n = _integer(body, "n", 1)
     if n is not None and n > 1:
         raise InvalidRequestError(

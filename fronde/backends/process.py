@@ -40,7 +40,14 @@ from fronde.errors import BackendStartError
 from fronde.logging import get_logger
 from fronde.modes import Mode
 
-__all__ = ["BackendState", "LaunchSpec", "LlamaServerProcess", "free_port", "log_tail"]
+__all__ = [
+    "BackendState",
+    "LaunchSpec",
+    "LlamaServerProcess",
+    "die_with_parent",
+    "free_port",
+    "log_tail",
+]
 
 log = get_logger(__name__)
 
@@ -105,7 +112,8 @@ def log_tail(path: Path, lines: int = 8, max_bytes: int = 8192) -> str:
     return " | ".join(ln.strip() for ln in text.splitlines()[-lines:] if ln.strip())
 
 
-def _die_with_parent() -> None:  # pragma: no cover - runs in the child before exec
+def die_with_parent() -> None:  # pragma: no cover - runs in the child before exec
+    """``preexec_fn`` for Linux: the child gets SIGKILL when its parent dies."""
     libc = ctypes.CDLL("libc.so.6", use_errno=True)
     libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
 
@@ -190,7 +198,7 @@ class LlamaServerProcess:
                     stdout=log_fh,
                     stderr=asyncio.subprocess.STDOUT,
                     start_new_session=True,
-                    preexec_fn=_die_with_parent if sys.platform == "linux" else None,
+                    preexec_fn=die_with_parent if sys.platform == "linux" else None,
                 )
             except OSError as exc:
                 self.state = BackendState.FAILED

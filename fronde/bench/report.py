@@ -113,6 +113,19 @@ def summarize(path: Path) -> Summary:
     return Summary(load_records(path))
 
 
+def _cells(s: Summary, prompt: str, bold: str) -> list[str]:
+    """One prompt's ratios as text: the best static in ``bold``, invalid ones starred."""
+    best = max((x for c, x in s.ratio[prompt].items() if c != "router"), default=0.0)
+    cells: list[str] = []
+    for c in s.configs:
+        x = s.ratio[prompt].get(c)
+        cell = "—" if x is None else f"{x:.2f}"
+        if x is not None and c != "router" and x == best:
+            cell = bold.format(cell)
+        cells.append(cell + ("*" if f"{c}|{prompt}" in s.invalid else ""))
+    return cells
+
+
 def verdict_table(s: Summary) -> tuple[Table, Table]:
     """The ratio table (prompt × config) and the checks table."""
     ratios = Table(title="decode tok/s ÷ baseline (bracketed, median of reps)")
@@ -120,17 +133,7 @@ def verdict_table(s: Summary) -> tuple[Table, Table]:
     for c in s.configs:
         ratios.add_column(c, justify="right")
     for p in s.prompts:
-        row = [f"{p} ({s.content[p]})"]
-        best = max((x for c, x in s.ratio[p].items() if c != "router"), default=0.0)
-        for c in s.configs:
-            x = s.ratio[p].get(c)
-            cell = "—" if x is None else f"{x:.2f}"
-            if x is not None and c != "router" and x == best:
-                cell = f"[bold]{cell}[/bold]"
-            if f"{c}|{p}" in s.invalid:
-                cell += "*"
-            row.append(cell)
-        ratios.add_row(*row)
+        ratios.add_row(f"{p} ({s.content[p]})", *_cells(s, p, "[bold]{}[/bold]"))
     ratios.caption = "bold: best static config; *: drifted > 5 % twice (invalid)"
     checks = Table(title="invariants")
     for col in ("check", "value", "bound", ""):
@@ -200,17 +203,7 @@ def write_markdown(s: Summary, path: Path, jsonl: Path, extra: str = "") -> Path
     lines.append("| prompt | " + " | ".join(s.configs) + " |")
     lines.append("|---|" + "---:|" * len(s.configs))
     for p in s.prompts:
-        best = max((x for c, x in s.ratio[p].items() if c != "router"), default=0.0)
-        cells: list[str] = []
-        for c in s.configs:
-            x = s.ratio[p].get(c)
-            cell = "—" if x is None else f"{x:.2f}"
-            if x is not None and c != "router" and x == best:
-                cell = f"**{cell}**"
-            if f"{c}|{p}" in s.invalid:
-                cell += "*"
-            cells.append(cell)
-        lines.append(f"| {p} ({s.content[p]}) | " + " | ".join(cells) + " |")
+        lines.append(f"| {p} ({s.content[p]}) | " + " | ".join(_cells(s, p, "**{}**")) + " |")
     lines += ["", "\\*: references drifted more than 5 % twice (invalid).", ""]
     if s.checks:
         lines += ["## Invariants", "", "| check | value | bound | |", "|---|---:|---:|---|"]

@@ -23,6 +23,7 @@ import numpy as np
 from pydantic import BaseModel
 from rich.table import Table
 
+from fronde.bench.battery import BATTERY
 from fronde.bench.serve import RunInfo, run_info, running_serve
 from fronde.bench.stream import collect_completion
 from fronde.config import Settings
@@ -38,65 +39,17 @@ __all__ = [
 DRIFT_LIMIT = 0.05
 """Baseline drift between the two references that triggers a rerun (original FRONDE)."""
 
-_CODE = '''def moving_average(values, window):
-    """Return the moving averages of values over window items."""
-    out = []
-    for i in range(len(values) - window):
-        chunk = values[i:i + window]
-        out.append(sum(chunk) / window)
-    return out
-
-
-def normalize(values):
-    lo, hi = min(values), max(values)
-    return [(v - lo) / (hi - lo) for v in values]
-
-
-def histogram(values, bins):
-    lo, hi = min(values), max(values)
-    width = (hi - lo) / bins
-    counts = [0] * bins
-    for v in values:
-        k = min(int((v - lo) / width), bins - 1)
-        counts[k] += 1
-    return counts
-
-
-def summary(values):
-    return {"n": len(values), "mean": sum(values) / len(values),
-            "min": min(values), "max": max(values)}
-
-
-def clip(values, lo, hi):
-    return [min(max(v, lo), hi) for v in values]
-'''
-
 ROUTER_PROMPTS: dict[str, str] = {
-    "code": (
-        "# file: geometry.py\n"
-        '"""Small 2-D geometry helpers: points, vectors, polygons."""\n\n'
-        "import math\n\n\nclass Point:\n"
-    ),
-    "prose": (
-        "The history of the lighthouse is a history of coastlines, of trade and of the "
-        "people who kept the lamps burning through the night. In this essay we follow"
-    ),
-    "math": (
-        "Problem: A train travels 180 km in 2 hours and then 240 km in 3 hours. What is "
-        "its average speed for the whole journey?\nSolution, step by step:\nStep 1:"
-    ),
-    "json": (
-        '{"catalog": [\n  {"id": 1, "name": "desk lamp", "price": 24.5, "stock": 12, '
-        '"tags": ["lighting", "office"]},\n  {"id": 2, "name": "bookshelf", "price": 89.0, '
-        '"stock": 4, "tags": ["furniture"]},\n  {"id": 3,'
-    ),
-    "edit": (
-        "Fix the off-by-one bug in moving_average (the last window is skipped).\n"
-        f"```python\n{_CODE}```\n"
-        "Here is the whole file again, with the bug fixed:\n```python\n"
-    ),
+    short: next(p.prompt for p in BATTERY if p.name == name)
+    for short, name in (
+        ("code", "code"),
+        ("prose", "prose-en"),
+        ("math", "math"),
+        ("json", "json"),
+        ("edit", "edit-bugfix"),
+    )
 }
-"""Completion-style prompts for a base model: four generations and one edit."""
+"""Five of the battery's prompts (:mod:`fronde.bench.battery`): four generations, one edit."""
 
 
 class PromptResult(BaseModel):

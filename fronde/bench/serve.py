@@ -18,7 +18,7 @@ from typing import Any
 import httpx
 from pydantic import BaseModel
 
-from fronde.backends.process import free_port, log_tail
+from fronde.backends.process import die_with_parent, free_port, log_tail
 from fronde.errors import FrondeError
 
 __all__ = ["RunInfo", "RunningServe", "git_state", "machine_info", "run_info", "running_serve"]
@@ -77,7 +77,14 @@ def running_serve(
         argv += ["--config", str(config_file)]
     env = {**os.environ, "FRONDE_LOG_FORMAT": "json"}
     with log.open("wb") as fh:
-        proc = subprocess.Popen(argv, stdout=fh, stderr=subprocess.STDOUT, env=env)
+        # Dies with the benchmark (its own llama-servers follow it the same way).
+        proc = subprocess.Popen(
+            argv,
+            stdout=fh,
+            stderr=subprocess.STDOUT,
+            env=env,
+            preexec_fn=die_with_parent if sys.platform == "linux" else None,
+        )
     try:
         deadline = time.monotonic() + timeout_s
         health: dict[str, Any] | None = None

@@ -10,11 +10,9 @@ from pathlib import Path
 import pytest
 from fastapi.testclient import TestClient
 
-from fronde.api.app import create_app
-from fronde.backends.pool import BackendPool, PoolPlan
-from fronde.backends.process import LaunchSpec
-from fronde.config import load_settings
 from fronde.modes import Mode
+
+from .test_contract import make_client
 
 MODES = [Mode.BASELINE, Mode.NGRAM_SIMPLE, Mode.NGRAM_MOD]
 CHAT = {"messages": [{"role": "user", "content": "alpha beta gamma"}], "max_tokens": 6}
@@ -23,21 +21,8 @@ CHAT = {"messages": [{"role": "user", "content": "alpha beta gamma"}], "max_toke
 def serve(
     fake_binary: Path, tmp_path: Path, knobs: dict[Mode, list[str]] | None = None
 ) -> TestClient:
-    knobs = knobs or {}
-    specs = {
-        m: LaunchSpec(
-            m,
-            fake_binary,
-            ["--alias", "fronde", "--spec-type", str(m), *knobs.get(m, [])],
-            tmp_path / f"{m}.log",
-        )
-        for m in MODES
-    }
-    pool = BackendPool(
-        PoolPlan(specs, {Mode.DRAFT: "profile has no draft model"}), stop_grace_s=1.0
-    )
-    settings = load_settings(cache_dir=tmp_path, models_dir=tmp_path)
-    return TestClient(create_app(settings, pool=pool), raise_server_exceptions=False)
+    """An app over three fake backends (draft left out), not yet started."""
+    return make_client(fake_binary, tmp_path, knobs)
 
 
 def wait_healthy(client: TestClient) -> None:

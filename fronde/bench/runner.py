@@ -155,6 +155,14 @@ class Run:
     wall_s: float = 0.0
     route: list[str] = field(default_factory=list[str])
 
+    def arrived(self, text: str, ids: list[int] | None = None) -> None:
+        """Note a piece of output arriving now (its text and, when known, token ids)."""
+        now = time.perf_counter()
+        self.first = self.first if self.first is not None else now
+        self.last = now
+        self.text += text
+        self.ids += ids or []
+
     @property
     def tokens(self) -> int:
         """Generated tokens (llama-server's ``predicted_n``)."""
@@ -212,13 +220,9 @@ async def direct_run(
         if resp.status_code != 200:
             raise FrondeError(f"{url}/completion: HTTP {resp.status_code}")
         async for ev in _sse(resp):
-            now = time.perf_counter()
             if ev.get("content") or ev.get("tokens"):
-                run.first = run.first if run.first is not None else now
-                run.last = now
-                run.text += ev.get("content") or ""
                 tokens: list[Any] = ev.get("tokens") or []
-                run.ids += [int(t) for t in tokens]
+                run.arrived(ev.get("content") or "", [int(t) for t in tokens])
             if ev.get("stop"):
                 run.timings = ev.get("timings") or {}
     run.wall_s = time.perf_counter() - t0
@@ -249,14 +253,11 @@ async def routed_run(
         async for ev in _sse(resp):
             if "error" in ev:
                 raise FrondeError(f"router stream error: {ev['error']}")
-            now = time.perf_counter()
             choices: list[dict[str, Any]] = ev.get("choices") or []
             for choice in choices:
                 text = choice.get("text")
                 if isinstance(text, str) and text:
-                    run.first = run.first if run.first is not None else now
-                    run.last = now
-                    run.text += text
+                    run.arrived(text)
             timings = ev.get("timings")
             if isinstance(timings, dict):
                 run.timings = cast("dict[str, Any]", timings)

@@ -194,7 +194,7 @@ def test_stream_has_one_done_and_usage_only_when_asked(serve: Any) -> None:
         usage = [json.loads(e) for e in events[:-1] if '"usage"' in e]
         assert len(usage) == 1 and usage[0]["choices"] == []
         assert usage[0]["usage"]["completion_tokens"] == 6
-        assert events[-2] == events[-2] and events[-1] == "[DONE]"
+        assert json.loads(events[-2]) == usage[0] and events[-1] == "[DONE]"  # usage is last
 
 
 def test_include_usage_is_made_from_timings_when_the_build_sends_none(plain: TestClient) -> None:

@@ -30,6 +30,7 @@ from fronde.api.deps import Runtime
 from fronde.api.middleware import GateMiddleware
 from fronde.api.passthrough import NATIVE_GET, NATIVE_POST, native
 from fronde.api.routes import router
+from fronde.api.ui import ui
 from fronde.backends.client import BackendClient, make_http_client
 from fronde.backends.pool import BackendPool
 from fronde.config import Settings
@@ -50,8 +51,9 @@ __all__ = ["build_pool", "create_app"]
 
 log = get_logger(__name__)
 
-OPEN_PATHS = frozenset({"/health"})
-"""Paths answered without an API key (liveness probes)."""
+OPEN_PATHS = frozenset({"/health", "/ui"})
+"""Paths answered without an API key: liveness probes, and the live page (static HTML;
+its data comes from ``/fronde/v1/events``, which needs the key)."""
 
 KNOWN_PATHS = frozenset(
     {
@@ -61,6 +63,8 @@ KNOWN_PATHS = frozenset(
         "/health",
         "/metrics",
         "/fronde/v1/router",
+        "/fronde/v1/events",
+        "/ui",
         *NATIVE_POST,
         *NATIVE_GET,
     }
@@ -246,4 +250,5 @@ def create_app(
 
     app.include_router(router)
     app.include_router(native)
+    app.include_router(ui)
     return app

@@ -37,7 +37,7 @@ from fronde.modes import Mode
 from fronde.router.cache import cache_key
 from fronde.router.choice import MODEL_PREFIX, forced_mode
 from fronde.router.classify import classify
-from fronde.router.engine import Decision, GateHold
+from fronde.router.engine import Decision, GateHold, Status
 from fronde.router.native import Kind, chunk, finish_reason, full_response, new_id, usage
 from fronde.router.policy import Route
 from fronde.router.probe import Splice
@@ -51,19 +51,23 @@ CHAT_PATH = "/v1/chat/completions"
 COMPLETIONS_PATH = "/v1/completions"
 PATHS: dict[Kind, str] = {"chat": CHAT_PATH, "text": COMPLETIONS_PATH}
 SSE_HEADERS = {"cache-control": "no-cache", "x-accel-buffering": "no"}
+DONE_BYTES = DONE_LINE.encode()
 
 
 async def _forward(request: Request, rt: RuntimeDep, kind: Kind, body: dict[str, Any]) -> Response:
+    t0 = time.monotonic()
     forced = forced_mode(request.headers.get("x-fronde-mode"), body.get("model"))
     cls = classify(body, edit_block_chars=rt.settings.router.edit_block_chars)
     ready = rt.pool.ready_modes()
     if not ready and forced is None:
         raise BackendUnavailableError("no backend is ready yet")
-    decision = rt.router.plan(cls, cache_key(body), ready, forced)
+    decision = rt.router.plan(cls, cache_key(body), ready, forced, now=t0)
     plan = decision.plan
     headers = {"x-fronde-mode": str(plan.mode), "x-fronde-class": str(plan.route)}
     hold = GateHold(rt.router.gate)
+    t_gate = time.monotonic()
     await hold.acquire()
+    decision.queued_ms = (time.monotonic() - t_gate) * 1000
     try:
         try:
             if plan.route is Route.PROBE and _probe_eligible(kind, body):
@@ -81,14 +85,46 @@ async def _forward(request: Request, rt: RuntimeDep, kind: Kind, body: dict[str,
             response = await _send(rt, PATHS[kind], body, decision, alt, headers, hold)
     except FrondeError as exc:
         hold.release()
+        rt.router.finish(decision, "error", exc.message)
         exc.headers.update(headers)  # an error still says which mode was chosen
         raise
     except BaseException:
         hold.release()
+        rt.router.finish(decision, "cancelled")
         raise
     if not isinstance(response, StreamingResponse):
         hold.release()  # a stream releases when it ends
+        rt.router.finish(decision, "done")
     return response
+
+
+def _overhead(decision: Decision) -> None:
+    """Fronde's own time before the upstream call: since arrival, gate wait excluded, ms."""
+    spent_ms = (time.monotonic() - decision.started) * 1000
+    decision.overhead_ms = round(spent_ms - (decision.queued_ms or 0.0), 3)
+
+
+async def _tracked(
+    rt: RuntimeDep, decision: Decision, source: AsyncIterator[bytes]
+) -> AsyncIterator[bytes]:
+    """Relay an SSE byte stream, counting its events and ending ``decision`` with it.
+
+    The outcome is ``done`` when ``[DONE]`` went out, ``error`` when the stream
+    ended without it (an in-band error event), ``cancelled`` when the client left.
+    """
+    outcome: Status = "error"
+    try:
+        async for piece in source:
+            if piece.startswith(b"data: {"):
+                rt.router.progress(decision)
+            elif piece.startswith(DONE_BYTES):
+                outcome = "done"
+            yield piece
+    except BaseException:
+        outcome = "cancelled"
+        raise
+    finally:
+        rt.router.finish(decision, outcome, None if outcome != "error" else "error in the stream")
 
 
 def _retry_mode(rt: RuntimeDep, decision: Decision) -> Mode | None:
@@ -124,6 +160,7 @@ async def _send(
     """Pass the request through to ``mode``'s OpenAI endpoint, recording its timings."""
     backend = rt.pool.get(mode)
     router = rt.router
+    _overhead(decision)
     if not body.get("stream", False):
         router.in_flight[mode] += 1
         try:
@@ -151,7 +188,8 @@ async def _send(
 
     async def events() -> AsyncIterator[bytes]:
         try:
-            async for chunk in with_keepalive(relayed, rt.settings.server.sse_keepalive_s):
+            tracked = _tracked(rt, decision, relayed)
+            async for chunk in with_keepalive(tracked, rt.settings.server.sse_keepalive_s):
                 yield chunk
         finally:
             # Also runs when the client disconnects (we are cancelled): the upstream
@@ -179,6 +217,7 @@ async def _probe(
     """Probe-and-continue (see :mod:`fronde.router.probe`), answered in OpenAI's shape."""
     splice = Splice(rt.client, rt.pool, rt.router, decision, kind, body)
     await splice.prepare()  # render + tokenize: errors here are still plain HTTP errors
+    _overhead(decision)  # the probe's render + tokenize round trips count as overhead
     model = str(body.get("model") or rt.settings.public_model)
     if not body.get("stream", False):
         text = "".join([piece async for piece in splice.run()])
@@ -234,7 +273,7 @@ async def _probe(
         yield DONE_LINE.encode() + b"\n\n"
 
     return RelayResponse(
-        with_keepalive(events(), rt.settings.server.sse_keepalive_s),
+        with_keepalive(_tracked(rt, decision, events()), rt.settings.server.sse_keepalive_s),
         media_type="text/event-stream",
         headers=headers | SSE_HEADERS,
         background=BackgroundTask(hold.release),

@@ -8,11 +8,12 @@ Everything runs on the event loop, so no locking is needed.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import time
 from collections import Counter, deque
 from collections.abc import Callable, Collection
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, Literal
 
 from fronde.config import Settings
 from fronde.logging import get_logger
@@ -30,14 +31,25 @@ RECENT_KEPT = 200
 """Recent routing decisions kept for ``/fronde/v1/router``."""
 
 
+Status = Literal["running", "done", "error", "cancelled"]
+"""A request's state: answering, answered, failed (HTTP or in-band error), client gone."""
+
+
 @dataclass
 class Decision:
-    """A planned request and what was measured of it (one row of the recent list)."""
+    """A planned request and what was measured of it (one row of the recent list).
+
+    Times are ``time.monotonic()`` seconds unless named ``_ms``. ``streamed``
+    counts the events relayed to the client so far (llama-server sends one per
+    token), which gives the live decode tok/s of a running stream.
+    """
 
     plan: Plan
     cls: RequestClass
     key: str
     started: float
+    rid: str = ""
+    wall: float = field(default_factory=time.time)
     probe_tok_s: float | None = None
     floor_tok_s: float | None = None
     winner: Mode | None = None
@@ -45,20 +57,46 @@ class Decision:
     alpha: float | None = None
     tau: float | None = None
     tokens: int | None = None
+    status: Status = "running"
+    error: str | None = None
+    ended: float | None = None
+    queued_ms: float | None = None
+    overhead_ms: float | None = None
+    streamed: int = 0
+    first_event: float | None = None
+    last_event: float | None = None
 
-    def as_dict(self) -> dict[str, Any]:
-        """JSON-ready view."""
+    def live_tok_s(self) -> float | None:
+        """Events per second since the first one: (streamed − 1) ÷ (last − first), or None."""
+        if self.first_event is None or self.last_event is None or self.streamed < 2:
+            return None
+        span = self.last_event - self.first_event
+        return (self.streamed - 1) / span if span > 0 else None
+
+    def as_dict(self, now: float | None = None) -> dict[str, Any]:
+        """JSON-ready view; ``elapsed_s`` runs until the request ends."""
+        now = time.monotonic() if now is None else now
         return {
+            "id": self.rid,
+            "at": self.wall,
+            "status": self.status,
+            "error": self.error,
+            "elapsed_s": round((self.ended or now) - self.started, 2),
             "class": str(self.plan.route),
             "static_class": str(self.cls),
             "mode": str(self.winner or self.plan.mode),
             "probed": str(self.plan.mode) if self.probe_tok_s is not None else None,
             "probe_tok_s": self.probe_tok_s,
+            "floor": str(self.plan.floor) if self.plan.floor is not None else None,
             "floor_tok_s": self.floor_tok_s,
             "decode_tok_s": self.decode_tok_s,
+            "live_tok_s": self.live_tok_s(),
+            "streamed": self.streamed,
             "alpha": self.alpha,
             "tau": self.tau,
             "tokens": self.tokens,
+            "queued_ms": self.queued_ms,
+            "overhead_ms": self.overhead_ms,
         }
 
 
@@ -111,6 +149,9 @@ class Router:
         self.gate = asyncio.Semaphore(max_parallel_decodes)
         self.in_flight: Counter[Mode] = Counter()
         self.recent: deque[Decision] = deque(maxlen=RECENT_KEPT)
+        self.version = 0
+        """Bumped on every change a viewer would see (``/fronde/v1/events`` polls it)."""
+        self._ids = itertools.count(1)
         self.observer: Callable[[Mode, dict[str, Any], bool], None] | None = None
         """Called with (mode, timings, quarantined) for each recorded generation (metrics)."""
 
@@ -160,9 +201,33 @@ class Router:
             busy={m for m in Mode if self.in_flight[m] >= self.slots},
             active={m for m in Mode if self.in_flight[m] > 0},
         )
-        decision = Decision(plan, cls, key, now)
+        decision = Decision(plan, cls, key, now, rid=f"r{next(self._ids)}")
         self.recent.append(decision)
+        self.version += 1
         return decision
+
+    def progress(self, decision: Decision, events: int = 1, now: float | None = None) -> None:
+        """Count ``events`` streamed to the client for ``decision`` (live tok/s)."""
+        now = time.monotonic() if now is None else now
+        if decision.first_event is None:
+            decision.first_event = now
+        decision.last_event = now
+        decision.streamed += events
+        self.version += 1
+
+    def finish(
+        self,
+        decision: Decision,
+        status: Status,
+        error: str | None = None,
+        now: float | None = None,
+    ) -> None:
+        """End ``decision`` with ``status``; only the first call counts."""
+        if decision.status != "running":
+            return
+        decision.status, decision.error = status, error
+        decision.ended = time.monotonic() if now is None else now
+        self.version += 1
 
     def record(
         self,
@@ -202,6 +267,7 @@ class Router:
             )
         decision.decode_tok_s = m.decode_tok_s
         decision.alpha, decision.tau, decision.tokens = m.alpha, m.tau, m.tokens
+        self.version += 1
 
     def snapshot(self, now: float | None = None) -> dict[str, Any]:
         """JSON-ready state for ``GET /fronde/v1/router``."""
@@ -218,5 +284,5 @@ class Router:
             "modes": self.measurements.snapshot(now),
             "in_flight": {str(m): n for m, n in self.in_flight.items() if n},
             "cache": {"entries": len(self.cache), "max_entries": self.cache.max_entries},
-            "recent": [d.as_dict() for d in list(self.recent)[-20:]],
+            "recent": [d.as_dict(now) for d in list(self.recent)[-20:]],
         }

@@ -1,0 +1,156 @@
+"""The live view of the router: request lifecycle, ``/fronde/v1/events`` and ``/ui``.
+
+Over fake backends; the browser test against the real model is in
+tests/integration/test_ui_browser.py.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from fastapi.testclient import TestClient
+
+from fronde.modes import Mode
+from fronde.router.classify import RequestClass
+from fronde.router.engine import Router
+
+from .test_contract import chat, make_client, ready, real_serve, sse_events
+
+
+def test_a_decision_runs_counts_its_events_and_ends_once() -> None:
+    r = Router()
+    v0 = r.version
+    d = r.plan(RequestClass.GENERAL, "k", [Mode.BASELINE], forced=Mode.BASELINE, now=10.0)
+    assert (d.rid, d.status, r.version) == ("r1", "running", v0 + 1)
+    assert d.live_tok_s() is None  # no event yet
+    r.progress(d, now=11.0)
+    assert d.live_tok_s() is None  # one event gives no rate
+    for i in range(1, 5):
+        r.progress(d, now=11.0 + 0.5 * i)
+    assert d.live_tok_s() == pytest.approx(4 / 2.0)  # 4 intervals in 2 s
+    r.finish(d, "done", now=14.0)
+    r.finish(d, "error", "late", now=15.0)  # the first ending stands
+    row = d.as_dict(now=99.0)
+    got = (row["status"], row["error"], row["elapsed_s"], row["streamed"])
+    assert got == ("done", None, 4.0, 5)
+    assert r.plan(RequestClass.GENERAL, "k2", [Mode.BASELINE], now=20.0).rid == "r2"
+
+
+@pytest.fixture(scope="module")
+def fakes(fake_binary: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[TestClient]:
+    with make_client(fake_binary, tmp_path_factory.mktemp("live")) as c:
+        yield ready(c)
+
+
+def last_row(c: TestClient) -> dict[str, Any]:
+    row: dict[str, Any] = c.get("/fronde/v1/router").json()["recent"][-1]
+    return row
+
+
+def test_a_plain_answer_is_done_with_its_timings_and_overhead(fakes: TestClient) -> None:
+    r = fakes.post("/v1/chat/completions", json=chat(model="fronde:ngram-simple", max_tokens=20))
+    assert r.status_code == 200
+    row = last_row(fakes)
+    assert (row["status"], row["mode"], row["class"], row["tokens"]) == (
+        "done",
+        "ngram-simple",
+        "forced",
+        20,
+    )
+    assert row["decode_tok_s"] == pytest.approx(500.0)  # the fake's default --fake-tps
+    assert 0.0 <= row["overhead_ms"] < 200.0
+    assert row["queued_ms"] >= 0.0
+
+
+def test_a_stream_counts_its_events_and_ends_done(fakes: TestClient) -> None:
+    events = sse_events(fakes, chat(model="fronde:baseline", max_tokens=12))
+    assert events[-1] == "[DONE]"
+    row = last_row(fakes)
+    assert row["status"] == "done"
+    assert row["streamed"] == len(events) - 1  # every data event but [DONE]
+    assert row["live_tok_s"] is not None
+
+
+def test_a_broken_stream_ends_as_error(fake_binary: Path, tmp_path: Path) -> None:
+    knobs = {Mode.BASELINE: ["--fake-garbage"]}
+    with make_client(fake_binary, tmp_path, knobs) as c:
+        ready(c)
+        events = sse_events(c, chat(model="fronde:baseline", max_tokens=8))
+        assert "[DONE]" not in events
+        assert last_row(c)["status"] == "error"
+
+
+def test_a_refused_request_ends_as_error_with_the_reason(fake_binary: Path, tmp_path: Path) -> None:
+    with make_client(fake_binary, tmp_path, {Mode.BASELINE: ["--fake-ctx", "8"]}) as c:
+        ready(c)
+        long = chat("word " * 50, model="fronde:baseline", max_tokens=8)
+        assert c.post("/v1/chat/completions", json=long).status_code == 400
+        row = last_row(c)
+        assert row["status"] == "error"
+        assert "context" in row["error"]
+
+
+def test_the_page_is_plain_html_that_reads_the_event_stream(fakes: TestClient) -> None:
+    r = fakes.get("/ui")
+    assert r.status_code == 200
+    assert r.headers["content-type"].startswith("text/html")
+    page = r.text
+    assert "<title>Fronde — live routing</title>" in page
+    assert 'fetch("/fronde/v1/events"' in page
+    assert "<script src=" not in page  # nothing to fetch or build
+
+
+def test_with_api_keys_the_page_is_open_but_its_data_is_not(
+    fake_binary: Path, tmp_path: Path
+) -> None:
+    with make_client(fake_binary, tmp_path, server={"api_keys": ["k1"]}) as c:
+        assert c.get("/ui").status_code == 200
+        assert c.get("/fronde/v1/events").status_code == 401
+
+
+def read_states(lines: Iterator[str]) -> Iterator[dict[str, Any]]:
+    """The ``state`` events of ``/fronde/v1/events``, parsed, as they arrive."""
+    for line in lines:
+        if line.startswith("data: "):
+            yield json.loads(line[6:])
+
+
+def test_the_event_stream_shows_a_request_while_it_runs_then_done(
+    tmp_path: Path, fake_binary: Path
+) -> None:
+    slow = {"backend": {"extra_args": ["--fake-tps", "25"]}}
+    with real_serve(tmp_path, fake_binary, **slow) as s:
+        body = {"prompt": "a b c", "max_tokens": 50, "stream": True, "model": "fronde:ngram-mod"}
+
+        def request() -> None:
+            with httpx.stream("POST", f"{s.base}/v1/completions", json=body, timeout=30) as r:
+                r.read()
+
+        seen: list[tuple[str, int]] = []
+        with httpx.stream("GET", f"{s.base}/fronde/v1/events", timeout=30) as ev:
+            states = read_states(ev.iter_lines())
+            first = next(states)
+            assert first["router"]["recent"] == []
+            assert set(first["backends"]) >= {"baseline", "ngram-mod"}
+            t = threading.Thread(target=request)
+            t.start()
+            for state in states:
+                rows = state["router"]["recent"]
+                if rows:
+                    seen.append((rows[-1]["status"], rows[-1]["streamed"]))
+                    if rows[-1]["status"] != "running":
+                        break
+            t.join()
+        running = [n for status, n in seen if status == "running"]
+        # 50 tokens at 25 tok/s take 2 s: several throttled updates show it running
+        # with a growing count before the final state says done.
+        assert len(running) >= 3, seen
+        assert running == sorted(running) and running[-1] > running[0]
+        assert seen[-1][0] == "done"
+        assert seen[-1][1] > 50  # 50 token events, the final event and the usage-free end

@@ -232,7 +232,12 @@ def create_app(
             allow_origins=settings.server.cors_origins,
             allow_methods=["*"],
             allow_headers=["*"],
-            expose_headers=["x-fronde-mode", "x-fronde-class", "x-fronde-probe-tok-s"],
+            expose_headers=[
+                "x-fronde-mode",
+                "x-fronde-class",
+                "x-fronde-probe-tok-s",
+                "x-fronde-request-id",
+            ],
         )
 
     # Added last, so it is the outermost layer: a refused key never reaches CORS or a route.

@@ -63,7 +63,11 @@ async def _forward(request: Request, rt: RuntimeDep, kind: Kind, body: dict[str,
         raise BackendUnavailableError("no backend is ready yet")
     decision = rt.router.plan(cls, cache_key(body), ready, forced, now=t0)
     plan = decision.plan
-    headers = {"x-fronde-mode": str(plan.mode), "x-fronde-class": str(plan.route)}
+    headers = {
+        "x-fronde-mode": str(plan.mode),
+        "x-fronde-class": str(plan.route),
+        "x-fronde-request-id": decision.rid,  # its row in /fronde/v1/router's "recent"
+    }
     hold = GateHold(rt.router.gate)
     t_gate = time.monotonic()
     await hold.acquire()

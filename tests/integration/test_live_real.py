@@ -1,0 +1,136 @@
+"""The live demo and the live page on real parts: llama-server b11434 and gemma-3-270m.
+
+- ``demo.py --plain`` starts its own `fronde serve` and plays its four scenes.
+- Headless Chromium (Debian's ``chromium``, driven by Playwright) shows a request
+  on ``/ui`` while it streams, then its result.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+from playwright.sync_api import Browser, expect, sync_playwright
+
+from fronde.backends.process import free_port
+
+from ..unit.test_demo import parse_plain
+from .conftest import Serve, require_real_parts
+
+pytestmark = pytest.mark.integration
+
+ROOT = Path(__file__).resolve().parents[2]
+MODES = {"baseline", "ngram-simple", "ngram-mod"}
+CHROMIUM_FLAGS = [
+    # This machine's network is closed: without these Chromium keeps trying Google's hosts.
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+
+
+def test_demo_plain_plays_every_scene_on_the_real_model(tmp_path: Path) -> None:
+    require_real_parts()
+    # Nothing answers on this port, so the demo starts its own `fronde serve`: the
+    # path a new user takes, with fresh n-gram pools.
+    env = {**os.environ, "FRONDE_SERVER__PORT": str(free_port())}
+    out = subprocess.run(
+        [sys.executable, str(ROOT / "demo.py"), "--plain"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+        env=env,
+        cwd=ROOT,
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    print(out.stdout)  # the summary, for the CI log
+    rows = parse_plain(out.stdout)
+    assert list(rows) == ["prose", "code", "JSON", "edit"]
+    for row in rows.values():
+        assert row["mode"] in MODES, row
+        assert float(row["decode_tok_s"]) > 5.0
+        assert float(row["baseline_tok_s"]) > 5.0
+        assert float(row["overhead_ms"]) >= 0.0
+    assert rows["prose"]["class"] == "probe"
+    assert rows["prose"]["probe"].startswith("ngram-mod_")
+    # The edit: an 800+ character block and an edit verb go straight to ngram-mod.
+    assert (rows["edit"]["class"], rows["edit"]["mode"]) == ("edit", "ngram-mod")
+    assert float(rows["edit"]["alpha"]) > 0.5  # a rewrite is mostly a copy
+
+
+def chromium() -> str:
+    """Debian's Chromium, or the one FRONDE_CHROMIUM names; fails with what to install."""
+    path = os.environ.get("FRONDE_CHROMIUM") or shutil.which("chromium")
+    if path is None:
+        pytest.fail("the browser test needs Chromium: `apt-get install chromium`")
+    return path
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Browser]:
+    with sync_playwright() as p:
+        b = p.chromium.launch(executable_path=chromium(), args=CHROMIUM_FLAGS)
+        yield b
+        b.close()
+
+
+def test_the_live_page_shows_a_request_while_it_streams(
+    real_serve: Serve, browser: Browser, tmp_path: Path
+) -> None:
+    shots = Path(os.environ.get("FRONDE_UI_SCREENSHOTS") or tmp_path)  # where the PNGs go
+    shots.mkdir(parents=True, exist_ok=True)
+    page = browser.new_page(viewport={"width": 1366, "height": 768})  # a laptop screen
+    page.goto(f"{real_serve.base_url}/ui")
+    expect(page.locator("#conn")).to_have_class("live", timeout=10_000)
+    expect(page.locator(".mode.ready")).to_have_count(len(MODES))
+
+    body = {
+        "prompt": "A list of the planets of the solar system, one per line:\n1. Mercury\n",
+        "max_tokens": 200,
+        "temperature": 0,
+        "stream": True,
+        "seed": 7,
+    }
+    rid: list[str] = []
+
+    def request() -> None:
+        with httpx.stream(
+            "POST", f"{real_serve.base_url}/v1/completions", json=body, timeout=120
+        ) as r:
+            rid.append(r.headers["x-fronde-request-id"])
+            r.read()
+
+    t = threading.Thread(target=request)
+    t.start()
+    try:
+        running = page.locator("#requests tr.running")
+        expect(running).to_have_count(1, timeout=30_000)
+        shown_id = running.get_attribute("data-id")
+        # Its token count grows while it streams (the 8th cell).
+        expect(running.locator("td").nth(7)).to_have_text(re.compile(r"^[1-9]\d*$"), timeout=30_000)
+        expect(running.locator("td").nth(6)).to_have_text(re.compile(r"^\d+\.\d$"))
+        page.screenshot(path=shots / "ui-running.png")
+    finally:
+        t.join(timeout=120)
+    assert rid == [shown_id]
+    row = page.locator(f'#requests tr[data-id="{shown_id}"]')
+    expect(row).to_have_class("done", timeout=10_000)
+    cells = row.locator("td").all_inner_texts()
+    assert cells[4] in MODES  # the mode column
+    assert float(cells[6]) > 5.0  # decode tok/s, from llama-server's timings
+    assert int(cells[7]) > 0  # tokens
+    page.screenshot(path=shots / "ui-done.png")
+    page.close()

@@ -32,6 +32,7 @@ __all__ = [
     "RouterSettings",
     "ServerSettings",
     "Settings",
+    "SwapSettings",
     "UpstreamSettings",
     "default_models_dir",
     "load_settings",
@@ -205,6 +206,42 @@ class RouterSettings(BaseModel):
     )
 
 
+class SwapSettings(BaseModel):
+    """How backends share a machine that cannot hold them all (``residency = "swap"``).
+
+    The scheduler (:mod:`fronde.backends.swap`) keeps at most ``max_resident``
+    llama-servers up and batches mode changes into epochs: it serves the resident
+    modes' queues for up to ``max_epoch_s``, then swaps to the mode whose oldest
+    request has waited longest. The seed's 8 GB GPU holds one Qwen3-8B copy, hence
+    ``max_resident = 1``.
+    """
+
+    max_resident: int = Field(
+        default=1, ge=1, le=16, description="llama-servers up at once; the others wait stopped"
+    )
+    max_epoch_s: float = Field(
+        default=30.0,
+        ge=0,
+        le=3600,
+        description="an epoch serves its modes' queues this long, seconds, while others wait",
+    )
+    max_wait_s: float = Field(
+        default=120.0,
+        gt=0,
+        le=3600,
+        description="no request waits longer for its mode, seconds; then fallback or 503",
+    )
+    fallback: bool = Field(
+        default=True,
+        description="past max_wait_s, serve from a resident mode (else 503 with Retry-After)",
+    )
+    policy: Literal["epoch", "fifo"] = Field(
+        default="epoch",
+        description="epoch: batch mode changes; fifo: strict arrival order, a swap at every "
+        "mode change (the comparison point of `fronde bench swap`)",
+    )
+
+
 class Settings(BaseSettings):
     """The whole settings tree of Fronde.
 
@@ -251,7 +288,13 @@ class Settings(BaseSettings):
     log_level: Literal["debug", "info", "warning", "error"] = Field(
         default="info", description="minimum level logged"
     )
+    residency: Literal["resident", "swap"] = Field(
+        default="resident",
+        description="resident: every mode's llama-server stays up; swap: at most "
+        "swap.max_resident are up, and mode changes are batched into epochs",
+    )
     server: ServerSettings = Field(default_factory=ServerSettings)
+    swap: SwapSettings = Field(default_factory=SwapSettings)
     backend: BackendSettings = Field(default_factory=BackendSettings)
     upstream: UpstreamSettings = Field(default_factory=UpstreamSettings)
     speculation: SpeculationSettings = Field(default_factory=SpeculationSettings)

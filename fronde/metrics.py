@@ -18,6 +18,7 @@ Names follow Prometheus conventions (base units, ``_total`` for counters):
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
+from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.core import GaugeMetricFamily, Metric
@@ -37,9 +38,11 @@ class _Live(Collector):
         self,
         up: Callable[[], dict[str, bool]],
         in_flight: Callable[[], dict[str, int]],
+        queued: Callable[[], dict[str, int]],
     ) -> None:
         self._up = up
         self._in_flight = in_flight
+        self._queued = queued
 
     def collect(self) -> Iterable[Metric]:
         up = GaugeMetricFamily(
@@ -54,6 +57,14 @@ class _Live(Collector):
         for mode, n in self._in_flight().items():
             busy.add_metric([mode], float(n))
         yield busy
+        queued = GaugeMetricFamily(
+            "fronde_swap_queue_depth",
+            "requests waiting for their mode to be swapped in (swap residency)",
+            labels=["mode"],
+        )
+        for mode, n in self._queued().items():
+            queued.add_metric([mode], float(n))
+        yield queued
 
 
 class Metrics:
@@ -62,12 +73,14 @@ class Metrics:
     Args:
         up: returns mode → backend ready, at scrape time.
         in_flight: returns mode → requests running, at scrape time.
+        queued: returns mode → requests waiting for residency, at scrape time.
     """
 
     def __init__(
         self,
         up: Callable[[], dict[str, bool]],
         in_flight: Callable[[], dict[str, int]],
+        queued: Callable[[], dict[str, int]] = dict,
     ) -> None:
         self.registry = CollectorRegistry()
         r = self.registry
@@ -92,7 +105,25 @@ class Metrics:
         self.quarantines = Counter(
             "fronde_quarantines", "collapses that quarantined a mode", ["mode"], registry=r
         )
-        r.register(_Live(up, in_flight))
+        self.swaps = Counter(
+            "fronde_swaps",
+            "backend swaps (swap residency): stop one llama-server, start another",
+            ["from_mode", "to_mode", "outcome"],
+            registry=r,
+        )
+        self.swap_seconds = Histogram(
+            "fronde_swap_seconds",
+            "wall time of one swap: stop, start, healthy",
+            buckets=(0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0),
+            registry=r,
+        )
+        r.register(_Live(up, in_flight, queued))
+
+    def swap(self, record: dict[str, Any]) -> None:
+        """Record one finished swap (a :class:`~fronde.backends.swap.SwapScheduler` record)."""
+        outcome = "ok" if record.get("ok") else "failed"
+        self.swaps.labels(record.get("from") or "", record["to"], outcome).inc()
+        self.swap_seconds.observe(float(record.get("seconds") or 0.0))
 
     def generation(
         self, mode: str, tokens: int, decode_tok_s: float, drafted: int, accepted: int

@@ -33,6 +33,7 @@ from fronde.api.routes import router
 from fronde.api.ui import ui
 from fronde.backends.client import BackendClient, make_http_client
 from fronde.backends.pool import BackendPool
+from fronde.backends.swap import SwapScheduler
 from fronde.config import Settings
 from fronde.errors import (
     BackendUnavailableError,
@@ -131,8 +132,25 @@ def create_app(
         reasons = "; ".join(f"{m}: {why}" for m, why in the_pool.left_out.items())
         raise ConfigError(f"no mode can run ({reasons or 'the `modes` setting is empty'})")
 
+    swap = (
+        SwapScheduler(
+            the_pool,
+            [m for m in Mode if m in the_pool.backends],
+            max_resident=settings.swap.max_resident,
+            max_epoch_s=settings.swap.max_epoch_s,
+            max_wait_s=settings.swap.max_wait_s,
+            fallback=settings.swap.fallback,
+            policy=settings.swap.policy,
+        )
+        if settings.residency == "swap"
+        else None
+    )
+
     async def start_backends() -> None:
-        await the_pool.start()
+        if swap is not None:
+            await swap.start()  # only the first max_resident modes come up
+        else:
+            await the_pool.start()
         ready = the_pool.ready_modes()
         if not ready:
             reasons = "; ".join(
@@ -145,10 +163,14 @@ def create_app(
             log.info("serve.ready", modes=[str(m) for m in ready])
 
     router_state = Router.from_settings(settings)
+    router_state.swap_residency = swap is not None
     metrics = Metrics(
         up=lambda: {str(m): m in the_pool.ready_modes() for m in the_pool.backends},
         in_flight=lambda: {str(m): n for m, n in router_state.in_flight.items()},
+        queued=lambda: {str(m): len(q) for m, q in swap.queues.items()} if swap is not None else {},
     )
+    if swap is not None:
+        swap.on_swap = metrics.swap
 
     def observe(mode: Mode, timings: dict[str, Any], collapsed: bool) -> None:
         tokens = int(timings.get("predicted_n") or 0)
@@ -168,7 +190,7 @@ def create_app(
     async def lifespan(app: FastAPI) -> AsyncGenerator[None]:
         http = make_http_client(settings.upstream)
         app.state.runtime = Runtime(
-            settings, the_pool, BackendClient(http), router_state, time.time(), metrics
+            settings, the_pool, BackendClient(http), router_state, time.time(), metrics, swap
         )
         starter = asyncio.create_task(start_backends())
         try:
@@ -177,6 +199,8 @@ def create_app(
             starter.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await starter
+            if swap is not None:
+                await swap.stop()
             await the_pool.stop()
             await http.aclose()
 

@@ -9,8 +9,10 @@ from fastapi import Depends, Request
 
 from fronde.backends.client import BackendClient
 from fronde.backends.pool import BackendPool
+from fronde.backends.swap import SwapScheduler
 from fronde.config import Settings
 from fronde.metrics import Metrics
+from fronde.modes import Mode
 from fronde.router.engine import Router
 
 __all__ = ["Runtime", "RuntimeDep", "get_runtime"]
@@ -27,6 +29,7 @@ class Runtime:
         router: routing state.
         started_at: when the app started, epoch seconds.
         metrics: the Prometheus instruments.
+        swap: the swap scheduler with ``residency = "swap"``, else None (all resident).
     """
 
     settings: Settings
@@ -35,6 +38,15 @@ class Runtime:
     router: Router
     started_at: float
     metrics: Metrics
+    swap: SwapScheduler | None = None
+
+    def routable(self) -> list[Mode]:
+        """Modes a request may be routed to now.
+
+        The ready ones; with swap residency, every swappable mode (a request for a
+        non-resident one waits for its epoch).
+        """
+        return self.swap.available() if self.swap is not None else self.pool.ready_modes()
 
 
 def get_runtime(request: Request) -> Runtime:

@@ -58,7 +58,7 @@ async def _forward(request: Request, rt: RuntimeDep, kind: Kind, body: dict[str,
     t0 = time.monotonic()
     forced = forced_mode(request.headers.get("x-fronde-mode"), body.get("model"))
     cls = classify(body, edit_block_chars=rt.settings.router.edit_block_chars)
-    ready = rt.pool.ready_modes()
+    ready = rt.routable()
     if not ready and forced is None:
         raise BackendUnavailableError("no backend is ready yet")
     decision = rt.router.plan(cls, cache_key(body), ready, forced, now=t0)
@@ -69,15 +69,18 @@ async def _forward(request: Request, rt: RuntimeDep, kind: Kind, body: dict[str,
         "x-fronde-request-id": decision.rid,  # its row in /fronde/v1/router's "recent"
     }
     hold = GateHold(rt.router.gate)
-    t_gate = time.monotonic()
-    await hold.acquire()
-    decision.queued_ms = (time.monotonic() - t_gate) * 1000
+    t_wait = time.monotonic()
     try:
+        mode = await _resident(rt, decision, headers, hold)
+        await hold.acquire()
+        decision.queued_ms = (time.monotonic() - t_wait) * 1000
         try:
-            if plan.route is Route.PROBE and _probe_eligible(kind, body):
+            # A probe hands over between two backends; with swap residency only the
+            # leased one is sure to stay up, so the probed mode answers in full.
+            if plan.route is Route.PROBE and _probe_eligible(kind, body) and rt.swap is None:
                 response = await _probe(rt, decision, kind, body, headers, hold)
             else:
-                response = await _send(rt, PATHS[kind], body, decision, plan.mode, headers, hold)
+                response = await _send(rt, PATHS[kind], body, decision, mode, headers, hold)
         except (BackendConnectionError, BackendUnavailableError) as exc:
             # Nothing reached the client yet: serve from another ready mode.
             alt = _retry_mode(rt, decision)
@@ -131,14 +134,55 @@ async def _tracked(
         rt.router.finish(decision, outcome, None if outcome != "error" else "error in the stream")
 
 
+async def _resident(
+    rt: RuntimeDep, decision: Decision, headers: dict[str, str], hold: GateHold
+) -> Mode:
+    """With swap residency, wait for the plan's mode to be resident; return the mode to use.
+
+    The lease goes back when ``hold`` is released. Past ``swap.max_wait_s`` the
+    scheduler grants another resident mode (``x-fronde-swap-fallback`` names the
+    one asked for) or raises :class:`~fronde.backends.swap.SwapWaitError` (503).
+    """
+    plan = decision.plan
+    if rt.swap is None:
+        return plan.mode
+    swap = rt.swap
+    lease = await swap.acquire(plan.mode)
+    hold.also(lambda: swap.release(lease))
+    headers["x-fronde-swap-wait-ms"] = f"{lease.waited_s * 1000:.0f}"
+    if lease.fallback:
+        headers |= {"x-fronde-mode": str(lease.mode), "x-fronde-swap-fallback": str(plan.mode)}
+        decision.winner = lease.mode
+    return lease.mode
+
+
+def _settle_whole_probe(rt: RuntimeDep, decision: Decision, mode: Mode) -> None:
+    """A probe answered in full by its mode (swap residency): judge it and cache the winner.
+
+    The whole answer's decode tok/s stands for the probe; it wins against the
+    floor's EMA with the usual margin. The prompt-hash cache then sends a repeat of
+    this request to the winner, as after a probe with a hand-over.
+    """
+    plan = decision.plan
+    if plan.route is not Route.PROBE or decision.decode_tok_s is None or plan.floor is None:
+        return
+    decision.probe_tok_s = decision.decode_tok_s
+    decision.floor_tok_s = plan.floor_tok_s
+    beats = plan.floor_tok_s is None or (
+        decision.decode_tok_s >= rt.router.policy.margin * plan.floor_tok_s
+    )
+    rt.router.cache.put(decision.key, mode if beats else plan.floor, decision.started)
+
+
 def _retry_mode(rt: RuntimeDep, decision: Decision) -> Mode | None:
     """Where a request goes when its mode failed before any byte was sent, or None.
 
-    Forced requests are not moved (the client asked for that mode). Otherwise the
+    Forced requests are not moved (the client asked for that mode), nor are requests
+    under swap residency (only the leased mode is sure to stay up). Otherwise the
     plan's floor, then baseline, then any other ready mode.
     """
     plan = decision.plan
-    if plan.route is Route.FORCED:
+    if plan.route is Route.FORCED or rt.swap is not None:
         return None
     ready = [m for m in rt.pool.ready_modes() if m is not plan.mode]
     for m in (plan.floor, Mode.BASELINE, *ready):
@@ -172,6 +216,7 @@ async def _send(
         finally:
             router.in_flight[mode] -= 1
         router.record(decision, mode, data.get("timings"))
+        _settle_whole_probe(rt, decision, mode)
         return JSONResponse(data, headers=headers)
     stack = AsyncExitStack()
     stack.callback(hold.release)
@@ -187,6 +232,7 @@ async def _send(
 
     def on_timings(timings: dict[str, Any]) -> None:
         router.record(decision, mode, timings)
+        _settle_whole_probe(rt, decision, mode)
 
     relayed = relay_sse(resp, str(mode), on_timings, include_usage=_include_usage(body))
 
@@ -333,7 +379,10 @@ async def health(rt: RuntimeDep) -> JSONResponse:
     That is baseline when it runs, otherwise any mode.
     """
     ready = rt.pool.ready_modes()
-    floor_ready = Mode.BASELINE in ready if Mode.BASELINE in rt.pool.backends else bool(ready)
+    if rt.swap is not None:  # whatever is resident serves (and swaps bring the rest)
+        floor_ready = bool(ready)
+    else:
+        floor_ready = Mode.BASELINE in ready if Mode.BASELINE in rt.pool.backends else bool(ready)
     body = {
         "status": "ok" if floor_ready else "unavailable",
         "uptime_s": round(time.time() - rt.started_at, 1),
@@ -344,5 +393,10 @@ async def health(rt: RuntimeDep) -> JSONResponse:
 
 @router.get("/fronde/v1/router")
 async def router_state(rt: RuntimeDep) -> dict[str, Any]:
-    """The router's live state: EMAs, α/τ per mode, quarantines, cache size, recent decisions."""
-    return rt.router.snapshot()
+    """The router's live state: EMAs, α/τ per mode, quarantines, cache, recent decisions.
+
+    With swap residency, ``swap`` holds the resident modes, queues and swaps.
+    """
+    state = rt.router.snapshot()
+    state["swap"] = rt.swap.snapshot() if rt.swap is not None else None
+    return state

@@ -160,27 +160,46 @@ class BackendPool:
     async def start(self) -> None:
         """Start every backend concurrently and supervise the ones that came up.
 
-        A backend that fails to start is retried once on a fresh port (the port
-        race of :func:`~fronde.backends.process.free_port`), then marked failed.
         Never raises for a failed backend: check :meth:`ready_modes`.
         """
 
-        async def start_one(mode: Mode, proc: LlamaServerProcess) -> None:
-            for attempt in (1, 2):
-                try:
-                    await proc.start()
-                except BackendStartError as exc:
-                    log.error(
-                        "backend.start_failed",
-                        mode=str(proc.mode),
-                        attempt=attempt,
-                        error=exc.message,
-                    )
-                    continue
-                self._supervisors.append(asyncio.create_task(self._supervise(mode, proc)))
-                return
+        async def start_one(mode: Mode) -> None:
+            with contextlib.suppress(BackendStartError):
+                await self.start_mode(mode)
 
-        await asyncio.gather(*(start_one(m, p) for m, p in self.backends.items()))
+        await asyncio.gather(*(start_one(m) for m in self.backends))
+
+    async def start_mode(self, mode: Mode) -> None:
+        """Start ``mode``'s backend and supervise it (swap residency starts them one by one).
+
+        A backend that fails to start is retried once on a fresh port (the port
+        race of :func:`~fronde.backends.process.free_port`), then marked failed.
+
+        Raises:
+            BackendStartError: both attempts failed (the last one's reason).
+        """
+        proc = self.backends[mode]
+        for attempt in (1, 2):
+            try:
+                await proc.start()
+            except BackendStartError as exc:
+                log.error(
+                    "backend.start_failed", mode=str(proc.mode), attempt=attempt, error=exc.message
+                )
+                if attempt == 2:
+                    raise
+                continue
+            self._supervisors.append(asyncio.create_task(self._supervise(mode, proc)))
+            return
+
+    async def stop_mode(self, mode: Mode) -> None:
+        """Stop ``mode``'s backend on purpose (its supervisor sees STOPPING and ends)."""
+        await self.backends[mode].stop()
+
+    def is_ready(self, mode: Mode) -> bool:
+        """True when ``mode`` has a backend and it is READY."""
+        proc = self.backends.get(mode)
+        return proc is not None and proc.state is BackendState.READY
 
     async def _supervise(self, mode: Mode, proc: LlamaServerProcess) -> None:
         recent: deque[float] = deque()

@@ -106,6 +106,11 @@ class GateHold:
     def __init__(self, gate: asyncio.Semaphore) -> None:
         self._gate = gate
         self._held = False
+        self._after: list[Callable[[], None]] = []
+
+    def also(self, callback: Callable[[], None]) -> None:
+        """Run ``callback`` once when the hold is released (e.g. give a swap lease back)."""
+        self._after.append(callback)
 
     async def acquire(self) -> None:
         """Wait for a free decode slot."""
@@ -113,10 +118,13 @@ class GateHold:
         self._held = True
 
     def release(self) -> None:
-        """Give the slot back (no-op when not held)."""
+        """Give the slot back and run the :meth:`also` callbacks; later calls do nothing."""
         if self._held:
             self._held = False
             self._gate.release()
+        after, self._after = self._after, []
+        for callback in after:
+            callback()
 
 
 class Router:
@@ -149,6 +157,8 @@ class Router:
         self.gate = asyncio.Semaphore(max_parallel_decodes)
         self.in_flight: Counter[Mode] = Counter()
         self.recent: deque[Decision] = deque(maxlen=RECENT_KEPT)
+        self.swap_residency = False
+        """With swap residency, waiting for residency serializes; the load rule must not."""
         self.version = 0
         """Bumped on every change a viewer would see (``/fronde/v1/events`` polls it)."""
         self._ids = itertools.count(1)
@@ -199,7 +209,7 @@ class Router:
             quarantined=quarantined,
             probation=probation,
             busy={m for m in Mode if self.in_flight[m] >= self.slots},
-            active={m for m in Mode if self.in_flight[m] > 0},
+            active=set() if self.swap_residency else {m for m in Mode if self.in_flight[m] > 0},
         )
         decision = Decision(plan, cls, key, now, rid=f"r{next(self._ids)}")
         self.recent.append(decision)

@@ -50,7 +50,8 @@ from rich.table import Table
 from rich.text import Text
 
 from fronde.backends.process import die_with_parent, free_port
-from fronde.bench.battery import BATTERY, BatteryPrompt
+from fronde.bench.battery import BATTERY, INVENTORY_PY, BatteryPrompt
+from fronde.bench.stats import DEGENERATE_SCORE, repetition_score
 from fronde.bench.stream import StreamedCompletion, stream_completion
 from fronde.config import Settings, load_settings
 from fronde.errors import FrondeError
@@ -58,13 +59,27 @@ from fronde.modes import Mode
 from fronde.runtime.install import find_llama_binary
 from fronde.runtime.models import load_profile, model_path
 
+EDIT_PROMPT = (
+    "Rename the class inventory to Inventory and add type hints to every method.\n"
+    f"```python\n{INVENTORY_PY}```\n"
+    "Here is the whole file again, with the class renamed and type hints added:\n"
+    "```python\nimport json\n\n\nclass Inventory:\n"
+)
+"""The edit scene: the battery's rewrite edit with the answer's first lines given.
+
+Without them, the base model's first sight of the battery's ``edit-rewrite`` is a
+loop of ``import`` lines on every mode (repetition 0.93, measured 2026-11-30 on a
+fresh server); with them it copies the file (repetition 0.01, 268 tokens, stops at
+the closing fence). A base model mostly copies: the type hints may not appear.
+"""
+
 SCENES: tuple[tuple[str, str, int], ...] = (
     ("prose", "prose-en", 128),
     ("code", "code", 128),
     ("JSON", "json", 128),
-    ("edit", "edit-rewrite", 320),
+    ("edit", "edit", 320),
 )
-"""(scene title, battery prompt name, max tokens). The edit stops at its closing fence."""
+"""(scene title, battery prompt name or ``edit``, max tokens). The edit stops at its fence."""
 
 WARMUP_PROMPT = "A short note about the weather:"
 """The neutral warm-up: unrelated to every scene, so it primes no n-gram pool with an answer."""
@@ -130,6 +145,10 @@ class Played:
         """The routed answer's client-side decode tok/s."""
         return self.routed.client_tok_s(self.routed.chunks)
 
+    def repetition(self) -> float:
+        """Repetition score of the routed answer (0 = none, 1 = one loop; bench.stats)."""
+        return repetition_score(self.routed.text)
+
     def speedup(self) -> float | None:
         """Routed ÷ baseline decode tok/s, both client-side, or None."""
         return None if self.baseline is None else routed_speedup(self.routed, self.baseline)
@@ -142,8 +161,9 @@ def routed_speedup(routed: StreamedCompletion, baseline: StreamedCompletion) -> 
 
 
 def scenes() -> list[Scene]:
-    """The four scenes, from the battery's prompts."""
+    """The four scenes: three battery generation prompts and :data:`EDIT_PROMPT`."""
     by_name = {p.name: p for p in BATTERY}
+    by_name["edit"] = BatteryPrompt("edit", "edit", "code", EDIT_PROMPT, stop="```")
     return [Scene(title, by_name[name], n) for title, name, n in SCENES]
 
 
@@ -396,23 +416,54 @@ class Demo:
     def summary(self) -> Table:
         """One row per played scene."""
         table = Table(title="Fronde demo: one row per scene (decode tok/s as the client saw it)")
-        cols = ("scene", "class", "mode", "probe", "tok/s", "× baseline", "α", "τ", "tokens")
-        for col in (*cols, "overhead ms"):
-            table.add_column(col, justify="left" if col in cols[:4] else "right")
+        for col in ("scene", "class", "mode"):
+            table.add_column(col, no_wrap=True)
+        table.add_column("probe vs floor", no_wrap=True)
+        for col in ("tok/s", "× base", "α", "τ", "tokens", "rep.", "ovh ms"):
+            table.add_column(col, justify="right", no_wrap=True)
         for p in self.played:
+            rep = p.repetition()
             table.add_row(
                 p.label,
                 p.routed.route or "-",
                 routed_mode(p),
-                probe_text(p.row, p.routed),
+                probe_short(p.row, p.routed),
                 fmt(p.decode_tok_s()),
                 fmt(p.speedup(), 2),
                 fmt(p.row.get("alpha"), 2),
                 fmt(p.row.get("tau"), 2),
                 str(p.routed.chunks),
+                f"{rep:.2f}" + (" loop" if rep > DEGENERATE_SCORE else ""),
                 fmt(p.row.get("overhead_ms"), 2),
             )
         return table
+
+    def notes(self) -> list[str]:
+        """What a reader of the table should know: loops, quarantines."""
+        out: list[str] = []
+        loops = [p.label for p in self.played if p.repetition() > DEGENERATE_SCORE]
+        if loops:
+            out.append(
+                f"note: {', '.join(loops)} looped (repetition score > {DEGENERATE_SCORE}): a "
+                "base model's loop is easy to draft, so its α and speed-up are inflated"
+            )
+        modes = self.http.get(f"{self.base}/fronde/v1/router").json()["modes"]
+        for mode, m in modes.items():
+            if m.get("collapses"):
+                out.append(
+                    f"note: {mode} collapsed below half its EMA {m['collapses']} time(s) and was "
+                    "quarantined (is something else loading this machine?)"
+                )
+        return out
+
+
+def probe_short(row: dict[str, Any], routed: StreamedCompletion) -> str:
+    """The probe in a narrow column: ``55.1 vs 53.8``, or "-"."""
+    info = routed.fronde or row
+    probe, floor = info.get("probe_tok_s"), info.get("floor_tok_s")
+    if probe is None:
+        return "-"
+    return f"{probe:.1f}" + (f" vs {floor:.1f}" if floor is not None else "")
 
 
 def routed_mode(p: Played) -> str:
@@ -437,6 +488,7 @@ def plain_line(p: Played) -> str:
         "tau": fmt(p.row.get("tau"), 2),
         "tokens": p.routed.chunks,
         "overhead_ms": fmt(p.row.get("overhead_ms"), 2),
+        "repetition": f"{p.repetition():.2f}",
     }
     return " ".join(f"{k}={v}" for k, v in fields.items())
 
@@ -450,7 +502,12 @@ def main() -> None:
     ap.add_argument("--no-compare", action="store_true", help="skip the baseline comparison")
     args = ap.parse_args()
     console = Console(width=150) if args.plain else Console()
-    settings = load_settings()
+    if args.url is not None and not args.url.startswith(("http://", "https://")):
+        raise SystemExit(f"demo: --url {args.url}: give the scheme, e.g. http://{args.url}")
+    try:
+        settings = load_settings()
+    except FrondeError as exc:
+        raise SystemExit(f"demo: {exc.message}") from exc
     proc: subprocess.Popen[bytes] | None = None
     base = args.url or f"http://127.0.0.1:{settings.server.port}"
     health = answering(base)
@@ -486,6 +543,8 @@ def main() -> None:
             edit = scenes()[-1]
             demo.play(edit, demo.seed + len(SCENES), not args.no_compare, "edit again (primed)")
         console.print(demo.summary())
+        for note in demo.notes():
+            demo.line(note)
     finally:
         demo.close()
         if proc is not None:

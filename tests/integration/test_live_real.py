@@ -69,6 +69,7 @@ def test_demo_plain_plays_every_scene_on_the_real_model(tmp_path: Path) -> None:
     # The edit: an 800+ character block and an edit verb go straight to ngram-mod.
     assert (rows["edit"]["class"], rows["edit"]["mode"]) == ("edit", "ngram-mod")
     assert float(rows["edit"]["alpha"]) > 0.5  # a rewrite is mostly a copy
+    assert float(rows["edit"]["repetition"]) < 0.5  # ... and not a loop (demo.EDIT_PROMPT)
 
 
 def chromium() -> str:

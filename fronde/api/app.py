@@ -26,6 +26,7 @@ from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from fronde.api.batch import batch
 from fronde.api.deps import Runtime
 from fronde.api.middleware import GateMiddleware
 from fronde.api.passthrough import NATIVE_GET, NATIVE_POST, native
@@ -65,6 +66,7 @@ KNOWN_PATHS = frozenset(
         "/metrics",
         "/fronde/v1/router",
         "/fronde/v1/events",
+        "/fronde/v1/batch",
         "/ui",
         *NATIVE_POST,
         *NATIVE_GET,
@@ -280,4 +282,5 @@ def create_app(
     app.include_router(router)
     app.include_router(native)
     app.include_router(ui)
+    app.include_router(batch)
     return app

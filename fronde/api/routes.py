@@ -156,24 +156,6 @@ async def _resident(
     return lease.mode
 
 
-def _settle_whole_probe(rt: RuntimeDep, decision: Decision, mode: Mode) -> None:
-    """A probe answered in full by its mode (swap residency): judge it and cache the winner.
-
-    The whole answer's decode tok/s stands for the probe; it wins against the
-    floor's EMA with the usual margin. The prompt-hash cache then sends a repeat of
-    this request to the winner, as after a probe with a hand-over.
-    """
-    plan = decision.plan
-    if plan.route is not Route.PROBE or decision.decode_tok_s is None or plan.floor is None:
-        return
-    decision.probe_tok_s = decision.decode_tok_s
-    decision.floor_tok_s = plan.floor_tok_s
-    beats = plan.floor_tok_s is None or (
-        decision.decode_tok_s >= rt.router.policy.margin * plan.floor_tok_s
-    )
-    rt.router.cache.put(decision.key, mode if beats else plan.floor, decision.started)
-
-
 def _retry_mode(rt: RuntimeDep, decision: Decision) -> Mode | None:
     """Where a request goes when its mode failed before any byte was sent, or None.
 
@@ -216,7 +198,7 @@ async def _send(
         finally:
             router.in_flight[mode] -= 1
         router.record(decision, mode, data.get("timings"))
-        _settle_whole_probe(rt, decision, mode)
+        router.settle_whole_probe(decision, mode)
         return JSONResponse(data, headers=headers)
     stack = AsyncExitStack()
     stack.callback(hold.release)
@@ -232,7 +214,7 @@ async def _send(
 
     def on_timings(timings: dict[str, Any]) -> None:
         router.record(decision, mode, timings)
-        _settle_whole_probe(rt, decision, mode)
+        router.settle_whole_probe(decision, mode)
 
     relayed = relay_sse(resp, str(mode), on_timings, include_usage=_include_usage(body))
 

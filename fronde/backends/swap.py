@@ -296,10 +296,14 @@ class SwapScheduler:
             for w in queue:
                 if w.future.done():
                     continue
-                if not failed and now - w.arrived < self.max_wait_s:
+                spare = next((m for m in self.resident if self._open(m)), None)
+                over = now - w.arrived >= self.max_wait_s
+                # After a failed swap the previous mode is being started again: a
+                # waiter that may fall back waits for it (within its bound).
+                restoring = self.fallback and spare is None and self._swapping is not None
+                if not over and (not failed or restoring):
                     keep.append(w)
                     continue
-                spare = next((m for m in self.resident if self._open(m)), None)
                 if self.fallback and spare is not None:
                     self.fallbacks += 1
                     log.warning(

@@ -279,6 +279,24 @@ class Router:
         decision.alpha, decision.tau, decision.tokens = m.alpha, m.tau, m.tokens
         self.version += 1
 
+    def settle_whole_probe(self, decision: Decision, mode: Mode) -> None:
+        """A probe answered in full by its mode (swap residency, batches): judge and cache it.
+
+        The whole answer's decode tok/s stands for the probe's, and wins against the
+        floor's EMA with the usual margin. The prompt-hash cache then sends a repeat
+        of this request to the winner, as after a probe with a hand-over. No-op for
+        other routes, or before the answer's timings were recorded.
+        """
+        plan = decision.plan
+        if plan.route is not Route.PROBE or decision.decode_tok_s is None or plan.floor is None:
+            return
+        decision.probe_tok_s = decision.decode_tok_s
+        decision.floor_tok_s = plan.floor_tok_s
+        floor = plan.floor_tok_s
+        beats = floor is None or decision.decode_tok_s >= self.policy.margin * floor
+        self.cache.put(decision.key, mode if beats else plan.floor, decision.started)
+        self.version += 1
+
     def snapshot(self, now: float | None = None) -> dict[str, Any]:
         """JSON-ready state for ``GET /fronde/v1/router``."""
         now = time.monotonic() if now is None else now

@@ -399,6 +399,10 @@ def real_serve(tmp_path: Path, fake_binary: Path, **settings: Any) -> Generator[
         "modes": ["baseline", "ngram-mod"],
     }
     cfg.write_text(tomli_w.dumps(base_settings | settings))
+    # With swap residency the modes that are not resident wait stopped.
+    settled: set[str] = {"ready", "left-out"}
+    if settings.get("residency") == "swap":
+        settled.add("stopped")
     port = free_port()
     base = f"http://127.0.0.1:{port}"
     log_path = tmp_path / "serve.log"
@@ -410,7 +414,7 @@ def real_serve(tmp_path: Path, fake_binary: Path, **settings: Any) -> Generator[
             with contextlib.suppress(httpx.TransportError):
                 r = httpx.get(f"{base}/health", timeout=2)
                 states = {b["state"] for b in r.json()["backends"].values()}
-                if r.status_code == 200 and states <= {"ready", "left-out"}:
+                if r.status_code == 200 and states <= settled:
                     yield RealServe(proc, base, r.json())
                     return
             time.sleep(0.1)

@@ -481,6 +481,31 @@ def bench_load(
     _emit(format_load_table(report), report, out)
 
 
+@bench_app.command("swap")
+def bench_swap(
+    config: ConfigOpt = None,
+    requests: Annotated[int, typer.Option(help="requests in the mixed workload", min=3)] = 24,
+    max_tokens: Annotated[int, typer.Option(help="tokens generated per request", min=1)] = 32,
+    gap_s: Annotated[float, typer.Option(help="seconds between two arrivals", min=0)] = 0.25,
+    reps: Annotated[int, typer.Option(help="runs of each policy", min=1)] = 2,
+    out: Annotated[Path | None, typer.Option(help="also write the records as JSON here")] = None,
+) -> None:
+    """Swap residency (one llama-server up): epochs against a swap at every mode change."""
+    from fronde.bench.swap import format_swap_table, run_swap_bench
+
+    settings = _settings(config)
+    report = run_swap_bench(
+        settings,
+        config,
+        requests=requests,
+        max_tokens=max_tokens,
+        gap_s=gap_s,
+        reps=reps,
+        progress=lambda line: err.print(line, highlight=False),
+    )
+    _emit(format_swap_table(report), report, out)
+
+
 def main() -> None:
     """Console-script entry point: run the CLI, turning Fronde errors into one line."""
     try:

@@ -62,9 +62,15 @@ class RunningServe:
 
 @contextlib.contextmanager
 def running_serve(
-    config_file: Path | None, timeout_s: float = 240.0, extra_args: tuple[str, ...] = ()
+    config_file: Path | None,
+    timeout_s: float = 240.0,
+    extra_args: tuple[str, ...] = (),
+    env: dict[str, str] | None = None,
 ) -> Generator[RunningServe]:
     """Start `fronde serve` on a free port, wait for it, and stop it (SIGTERM) on exit.
+
+    ``env`` adds environment variables (settings such as ``FRONDE_RESIDENCY=swap``).
+    With swap residency, the modes that are not resident count as settled when stopped.
 
     Raises:
         FrondeError: the child exited or was not ready within ``timeout_s`` seconds.
@@ -75,7 +81,8 @@ def running_serve(
     argv = [sys.executable, "-m", "fronde", "serve", "--port", str(port), *extra_args]
     if config_file is not None:
         argv += ["--config", str(config_file)]
-    env = {**os.environ, "FRONDE_LOG_FORMAT": "json"}
+    env = {**os.environ, "FRONDE_LOG_FORMAT": "json", **(env or {})}
+    unsettled = {"starting"} if env.get("FRONDE_RESIDENCY") == "swap" else {"starting", "stopped"}
     with log.open("wb") as fh:
         # Dies with the benchmark (its own llama-servers follow it the same way).
         proc = subprocess.Popen(
@@ -98,7 +105,7 @@ def running_serve(
             with contextlib.suppress(httpx.TransportError, ValueError, KeyError):
                 r = httpx.get(f"{base}/health", timeout=5)
                 states = {v["state"] for v in r.json()["backends"].values()}
-                if r.status_code == 200 and not states & {"starting", "stopped"}:
+                if r.status_code == 200 and not states & unsettled:
                     health = r.json()
             time.sleep(0.5)
         urls = {m: b["url"] for m, b in health["backends"].items() if b["state"] == "ready"}

@@ -43,7 +43,9 @@ class Serve:
     def backend_pids(self) -> list[int]:
         return [b["pid"] for b in self.health()["backends"].values() if b.get("pid")]
 
-    def wait_all_ready(self, timeout_s: float = SERVE_TIMEOUT_S) -> dict[str, Any]:
+    def wait_all_ready(
+        self, timeout_s: float = SERVE_TIMEOUT_S, settled: frozenset[str] = frozenset()
+    ) -> dict[str, Any]:
         deadline = time.monotonic() + timeout_s
         last: Any = None
         while time.monotonic() < deadline:
@@ -54,7 +56,7 @@ class Serve:
             try:
                 last = self.health()
                 states = {b["state"] for b in last["backends"].values()}
-                if states <= {"ready", "left-out"}:
+                if states <= {"ready", "left-out", *settled}:
                     return last  # type: ignore[no-any-return]
             except httpx.TransportError:
                 pass
@@ -90,7 +92,8 @@ def start_serve(tmp_path: Path, *args: str, env: dict[str, str] | None = None) -
             env=env,
         )
     serve = Serve(proc, f"http://127.0.0.1:{port}", log)
-    serve.wait_all_ready()
+    swap = env.get("FRONDE_RESIDENCY") == "swap"
+    serve.wait_all_ready(settled=frozenset({"stopped"}) if swap else frozenset())
     return serve
 
 

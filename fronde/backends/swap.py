@@ -377,6 +377,7 @@ class SwapScheduler:
                 await self.pool.stop_mode(victim)
                 self.resident.remove(victim)
                 self.draining.discard(victim)
+            record["stop_s"] = round(self.clock() - t0, 3)
             try:
                 await self.pool.start_mode(target)
             except BackendStartError as exc:

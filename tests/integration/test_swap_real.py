@@ -44,7 +44,7 @@ def test_a_request_for_another_mode_swaps_the_llama_server(tmp_path: Path) -> No
         assert (state["resident"], state["swaps"]) == (["ngram-mod"], 1)
         swap = state["history"][-1]
         assert (swap["from"], swap["to"], swap["ok"]) == ("baseline", "ngram-mod", True)
-        print(f"real swap baseline → ngram-mod: {swap['seconds']} s")  # for the CI log
+        print(f"real swap baseline → ngram-mod: {swap}")  # for the CI log
         assert not alive(first_pid)  # the baseline llama-server was stopped, not left behind
         health = serve.health()
         assert health["status"] == "ok"

@@ -39,11 +39,12 @@ def state_event(rt: RuntimeDep) -> bytes:
     """One SSE ``state`` event: the router snapshot plus the backends' states.
 
     Shape: ``{"router": Router.snapshot(), "backends": BackendPool.status(),
-    "public_model": str, "time": unix seconds}``.
+    "swap": SwapScheduler.snapshot() or None, "public_model": str, "time": unix seconds}``.
     """
     body: dict[str, Any] = {
         "router": rt.router.snapshot(),
         "backends": rt.pool.status(),
+        "swap": rt.swap.snapshot() if rt.swap is not None else None,
         "public_model": rt.settings.public_model,
         "time": time.time(),
     }

@@ -7,11 +7,13 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
+from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
+from fronde.api.ui import state_event
 from fronde.modes import Mode
 
 from .test_contract import chat, make_client, real_serve
@@ -50,6 +52,9 @@ def test_only_one_backend_is_up_and_a_request_swaps_it(fake_binary: Path, tmp_pa
         )
         states = {m: b["state"] for m, b in c.get("/health").json()["backends"].items()}
         assert (states["baseline"], states["ngram-mod"]) == ("stopped", "ready")
+        app = cast("FastAPI", c.app)
+        event = json.loads(state_event(app.state.runtime).split(b"data: ", 1)[1])
+        assert event["swap"]["resident"] == ["ngram-mod"]  # the live page shows residency
         metrics = c.get("/metrics").text
         assert (
             'fronde_swaps_total{from_mode="baseline",outcome="ok",to_mode="ngram-mod"} 1.0'

@@ -276,7 +276,7 @@ def test_no_request_waits_past_the_bound_or_is_lost(
 
     outcomes, pool = asyncio.run(main())
     assert len(outcomes) == len(arrivals)
-    slack = 0.06  # the loop's wake-up and one service slot
+    slack = 0.15  # the loop's wake-up and one service slot, on a loaded 2-core machine
     for o in outcomes:
         assert (o.lease is None) != (o.error is None)  # exactly one answer
         if o.lease is not None:

@@ -19,6 +19,7 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
+import httpx
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.middleware.cors import CORSMiddleware
@@ -43,7 +44,7 @@ from fronde.errors import (
     openai_error_body,
 )
 from fronde.logging import get_logger
-from fronde.metrics import Metrics
+from fronde.metrics import Metrics, merge_backend_metrics
 from fronde.modes import Mode
 from fronde.router.engine import Router
 from fronde.runtime.install import find_llama_binary
@@ -110,6 +111,25 @@ def _error_response(
     return JSONResponse(body, status_code=status, headers=headers)
 
 
+BACKEND_METRICS_TIMEOUT_S = 2.0
+"""A backend's ``/metrics`` that takes longer is left out of that scrape, seconds."""
+
+
+async def _backend_metrics(rt: Runtime) -> bytes:
+    """Every ready backend's llama-server metrics, merged with a ``mode`` label."""
+
+    async def one(mode: Mode) -> tuple[str, str]:
+        try:
+            url = rt.pool.get(mode).url
+            resp = await rt.client.http.get(f"{url}/metrics", timeout=BACKEND_METRICS_TIMEOUT_S)
+        except (FrondeError, httpx.HTTPError):
+            return str(mode), ""
+        return str(mode), resp.text if resp.status_code == 200 else ""
+
+    texts = dict(await asyncio.gather(*(one(m) for m in rt.pool.ready_modes())))
+    return merge_backend_metrics(texts).encode()
+
+
 def create_app(
     settings: Settings,
     pool: BackendPool | None = None,
@@ -170,7 +190,14 @@ def create_app(
         up=lambda: {str(m): m in the_pool.ready_modes() for m in the_pool.backends},
         in_flight=lambda: {str(m): n for m, n in router_state.in_flight.items()},
         queued=lambda: {str(m): len(q) for m, q in swap.queues.items()} if swap is not None else {},
+        restarts=lambda: {str(m): n for m, n in the_pool.restarts.items()},
+        alpha=lambda: {
+            m: s["alpha_ema"]
+            for m, s in router_state.measurements.snapshot(time.monotonic()).items()
+            if s["alpha_ema"] is not None
+        },
     )
+    router_state.on_finish = metrics.finished
     if swap is not None:
         swap.on_swap = metrics.swap
 
@@ -263,6 +290,9 @@ def create_app(
                 "x-fronde-class",
                 "x-fronde-probe-tok-s",
                 "x-fronde-request-id",
+                "x-fronde-overhead-ms",
+                "x-fronde-swap-wait-ms",
+                "x-fronde-swap-fallback",
             ],
         )
 
@@ -276,8 +306,10 @@ def create_app(
     )
 
     @app.get("/metrics", include_in_schema=False)
-    async def prometheus() -> Response:  # pyright: ignore[reportUnusedFunction]
-        return Response(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)
+    async def prometheus(request: Request) -> Response:  # pyright: ignore[reportUnusedFunction]
+        rt: Runtime = request.app.state.runtime
+        own = generate_latest(metrics.registry)
+        return Response(own + await _backend_metrics(rt), media_type=CONTENT_TYPE_LATEST)
 
     app.include_router(router)
     app.include_router(native)

@@ -105,10 +105,14 @@ async def _forward(request: Request, rt: RuntimeDep, kind: Kind, body: dict[str,
     return response
 
 
-def _overhead(decision: Decision) -> None:
-    """Fronde's own time before the upstream call: since arrival, gate wait excluded, ms."""
+def _overhead(decision: Decision, headers: dict[str, str]) -> None:
+    """Fronde's own time before the upstream call: since arrival, waits excluded, ms.
+
+    Set on the decision and in the ``x-fronde-overhead-ms`` response header.
+    """
     spent_ms = (time.monotonic() - decision.started) * 1000
     decision.overhead_ms = round(spent_ms - (decision.queued_ms or 0.0), 3)
+    headers["x-fronde-overhead-ms"] = f"{decision.overhead_ms:.3f}"
 
 
 async def _tracked(
@@ -190,7 +194,7 @@ async def _send(
     """Pass the request through to ``mode``'s OpenAI endpoint, recording its timings."""
     backend = rt.pool.get(mode)
     router = rt.router
-    _overhead(decision)
+    _overhead(decision, headers)
     if not body.get("stream", False):
         router.in_flight[mode] += 1
         try:
@@ -249,7 +253,7 @@ async def _probe(
     """Probe-and-continue (see :mod:`fronde.router.probe`), answered in OpenAI's shape."""
     splice = Splice(rt.client, rt.pool, rt.router, decision, kind, body)
     await splice.prepare()  # render + tokenize: errors here are still plain HTTP errors
-    _overhead(decision)  # the probe's render + tokenize round trips count as overhead
+    _overhead(decision, headers)  # the probe's render + tokenize round trips count
     model = str(body.get("model") or rt.settings.public_model)
     if not body.get("stream", False):
         text = "".join([piece async for piece in splice.run()])

@@ -100,6 +100,10 @@ class Decision:
         }
 
 
+def _round(value: float | None, digits: int) -> float | None:
+    return None if value is None else round(value, digits)
+
+
 class GateHold:
     """One request's hold on the router's decode gate, released exactly once."""
 
@@ -164,6 +168,8 @@ class Router:
         self._ids = itertools.count(1)
         self.observer: Callable[[Mode, dict[str, Any], bool], None] | None = None
         """Called with (mode, timings, quarantined) for each recorded generation (metrics)."""
+        self.on_finish: Callable[[float | None, str | None, bool | None], None] | None = None
+        """Called with (overhead ms, probed mode, probe won) when a request ends (metrics)."""
 
     @classmethod
     def from_settings(cls, settings: Settings) -> Router:
@@ -238,6 +244,31 @@ class Router:
         decision.status, decision.error = status, error
         decision.ended = time.monotonic() if now is None else now
         self.version += 1
+        row = decision.as_dict(decision.ended)
+        probed = row["probed"]
+        won = None if probed is None else row["mode"] == probed
+        # The canonical line: one per request, everything an operator greps for.
+        log.info(
+            "request.finished",
+            id=row["id"],
+            status=status,
+            route=row["class"],
+            static_class=row["static_class"],
+            mode=row["mode"],
+            probe=None if probed is None else ("won" if won else "lost"),
+            probe_tok_s=_round(row["probe_tok_s"], 1),
+            floor_tok_s=_round(row["floor_tok_s"], 1),
+            decode_tok_s=_round(row["decode_tok_s"], 1),
+            alpha=_round(row["alpha"], 3),
+            tau=_round(row["tau"], 2),
+            tokens=row["tokens"],
+            overhead_ms=_round(row["overhead_ms"], 3),
+            queued_ms=_round(row["queued_ms"], 1),
+            elapsed_s=row["elapsed_s"],
+            error=error,
+        )
+        if self.on_finish is not None:
+            self.on_finish(decision.overhead_ms, probed, won)
 
     def record(
         self,

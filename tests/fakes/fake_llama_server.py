@@ -50,7 +50,7 @@ from typing import Any
 
 import uvicorn
 from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse, StreamingResponse
+from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 
 class ClosingStream(StreamingResponse):
@@ -120,8 +120,10 @@ def build_app(args: argparse.Namespace) -> FastAPI:
     def timings(n: int) -> dict[str, Any]:
         t: dict[str, Any] = {
             "prompt_n": 10,
+            "prompt_ms": 10.0,
             "prompt_per_second": 1000.0,
             "predicted_n": n,
+            "predicted_ms": n / args.fake_tps * 1000,
             "predicted_per_second": args.fake_tps,
         }
         if spec and n > 1:
@@ -137,6 +139,7 @@ def build_app(args: argparse.Namespace) -> FastAPI:
         return JSONResponse({"status": "ok"})
 
     busy = [0]  # generations running now, for /slots
+    predicted = [0]  # tokens generated so far, for /metrics
 
     async def generate(body: dict[str, Any]) -> AsyncGenerator[str]:
         words = words_of(body)
@@ -147,6 +150,7 @@ def build_app(args: argparse.Namespace) -> FastAPI:
                 if args.fake_crash_after is not None and i >= args.fake_crash_after:
                     os.kill(os.getpid(), signal.SIGKILL)
                 await asyncio.sleep(1.0 / args.fake_tps)
+                predicted[0] += 1
                 yield words[i % len(words)] + " "
         finally:
             busy[0] -= 1
@@ -300,6 +304,19 @@ def build_app(args: argparse.Namespace) -> FastAPI:
     @app.get("/slots")
     async def slots() -> JSONResponse:  # pyright: ignore[reportUnusedFunction]
         return JSONResponse([{"id": 0, "is_processing": busy[0] > 0}])
+
+    @app.get("/metrics")
+    async def metrics() -> Response:  # pyright: ignore[reportUnusedFunction]
+        # llama-server's own format (``--metrics``): names prefixed ``llamacpp:``.
+        text = (
+            "# HELP llamacpp:tokens_predicted_total Number of generation tokens processed.\n"
+            "# TYPE llamacpp:tokens_predicted_total counter\n"
+            f"llamacpp:tokens_predicted_total {predicted[0]}\n"
+            "# HELP llamacpp:requests_processing Number of requests processing.\n"
+            "# TYPE llamacpp:requests_processing gauge\n"
+            f"llamacpp:requests_processing {busy[0]}\n"
+        )
+        return Response(text, media_type="text/plain; version=0.0.4")
 
     @app.get("/props")
     async def props() -> JSONResponse:  # pyright: ignore[reportUnusedFunction]

@@ -32,6 +32,7 @@ __all__ = [
     "RouterSettings",
     "ServerSettings",
     "Settings",
+    "SharedSettings",
     "SwapSettings",
     "UpstreamSettings",
     "default_models_dir",
@@ -242,6 +243,27 @@ class SwapSettings(BaseModel):
     )
 
 
+class SharedSettings(BaseModel):
+    """Router state shared by Fronde replicas through Redis (:mod:`fronde.router.shared`)."""
+
+    redis_url: str = Field(
+        default="",
+        max_length=2048,
+        pattern=r"^(|rediss?://.+|unix://.+)$",
+        description="redis://host:port/db shared by the replicas; empty = local state only",
+    )
+    namespace: str = Field(
+        default="fronde",
+        min_length=1,
+        max_length=64,
+        pattern=r"^[A-Za-z0-9_.-]+$",
+        description="key prefix in Redis (several clusters can share one Redis)",
+    )
+    sync_s: float = Field(
+        default=1.0, gt=0, le=60, description="seconds between two syncs of EMAs and quarantines"
+    )
+
+
 class Settings(BaseSettings):
     """The whole settings tree of Fronde.
 
@@ -295,6 +317,7 @@ class Settings(BaseSettings):
     )
     server: ServerSettings = Field(default_factory=ServerSettings)
     swap: SwapSettings = Field(default_factory=SwapSettings)
+    shared: SharedSettings = Field(default_factory=SharedSettings)
     backend: BackendSettings = Field(default_factory=BackendSettings)
     upstream: UpstreamSettings = Field(default_factory=UpstreamSettings)
     speculation: SpeculationSettings = Field(default_factory=SpeculationSettings)

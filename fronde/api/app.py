@@ -47,6 +47,7 @@ from fronde.logging import get_logger
 from fronde.metrics import Metrics, merge_backend_metrics
 from fronde.modes import Mode
 from fronde.router.engine import Router
+from fronde.router.shared import SharedState
 from fronde.runtime.install import find_llama_binary
 from fronde.runtime.models import load_profile
 
@@ -221,10 +222,20 @@ def create_app(
         app.state.runtime = Runtime(
             settings, the_pool, BackendClient(http), router_state, time.time(), metrics, swap
         )
+        if settings.shared.redis_url:
+            router_state.shared = SharedState(
+                settings.shared.redis_url,
+                router_state,
+                settings.shared.namespace,
+                settings.shared.sync_s,
+            )
+            await router_state.shared.start()
         starter = asyncio.create_task(start_backends())
         try:
             yield
         finally:
+            if router_state.shared is not None:
+                await router_state.shared.stop()
             starter.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await starter

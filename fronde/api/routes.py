@@ -61,7 +61,10 @@ async def _forward(request: Request, rt: RuntimeDep, kind: Kind, body: dict[str,
     ready = rt.routable()
     if not ready and forced is None:
         raise BackendUnavailableError("no backend is ready yet")
-    decision = rt.router.plan(cls, cache_key(body), ready, forced, now=t0)
+    key = cache_key(body)
+    if rt.router.shared is not None and forced is None:
+        await rt.router.shared.lookup_route(key)  # another replica may have routed it
+    decision = rt.router.plan(cls, key, ready, forced, now=t0)
     plan = decision.plan
     headers = {
         "x-fronde-mode": str(plan.mode),

@@ -13,15 +13,18 @@ import time
 from collections import Counter, deque
 from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from fronde.config import Settings
 from fronde.logging import get_logger
 from fronde.modes import Mode
 from fronde.router.cache import RouteCache
 from fronde.router.classify import RequestClass
-from fronde.router.measure import Measurements, measurement_from_timings
+from fronde.router.measure import MIN_TOKENS, Measurements, measurement_from_timings
 from fronde.router.policy import Plan, Route, RouterPolicy, plan_route
+
+if TYPE_CHECKING:
+    from fronde.router.shared import SharedState
 
 __all__ = ["Decision", "GateHold", "Router"]
 
@@ -161,6 +164,8 @@ class Router:
         self.gate = asyncio.Semaphore(max_parallel_decodes)
         self.in_flight: Counter[Mode] = Counter()
         self.recent: deque[Decision] = deque(maxlen=RECENT_KEPT)
+        self.shared: SharedState | None = None
+        """Redis-backed state shared with other replicas (``shared.redis_url``), or None."""
         self.swap_residency = False
         """With swap residency, waiting for residency serializes; the load rule must not."""
         self.version = 0
@@ -291,9 +296,13 @@ class Router:
         if m is None:
             return
         now = time.monotonic() if now is None else now
-        collapsed = decision.plan.route is not Route.FORCED and self.measurements.record(
-            mode, str(decision.cls), m, now
-        )
+        feeds = decision.plan.route is not Route.FORCED
+        collapsed = feeds and self.measurements.record(mode, str(decision.cls), m, now)
+        if self.shared is not None and feeds:
+            if collapsed:
+                self.shared.quarantined(mode, self.measurements.quarantine_s)
+            elif m.tokens >= MIN_TOKENS and m.decode_tok_s > 0:  # what record() folded in
+                self.shared.measured(mode, str(decision.cls), m)
         if self.observer is not None:
             self.observer(mode, timings, collapsed)
         if collapsed:
@@ -310,6 +319,12 @@ class Router:
         decision.alpha, decision.tau, decision.tokens = m.alpha, m.tau, m.tokens
         self.version += 1
 
+    def remember(self, key: str, mode: Mode, now: float) -> None:
+        """Cache ``key`` → ``mode`` here, and for the other replicas when state is shared."""
+        self.cache.put(key, mode, now)
+        if self.shared is not None:
+            self.shared.route_chosen(key, mode, self.cache.ttl_s)
+
     def settle_whole_probe(self, decision: Decision, mode: Mode) -> None:
         """A probe answered in full by its mode (swap residency, batches): judge and cache it.
 
@@ -325,7 +340,7 @@ class Router:
         decision.floor_tok_s = plan.floor_tok_s
         floor = plan.floor_tok_s
         beats = floor is None or decision.decode_tok_s >= self.policy.margin * floor
-        self.cache.put(decision.key, mode if beats else plan.floor, decision.started)
+        self.remember(decision.key, mode if beats else plan.floor, decision.started)
         self.version += 1
 
     def snapshot(self, now: float | None = None) -> dict[str, Any]:
@@ -344,4 +359,5 @@ class Router:
             "in_flight": {str(m): n for m, n in self.in_flight.items() if n},
             "cache": {"entries": len(self.cache), "max_entries": self.cache.max_entries},
             "recent": [d.as_dict(now) for d in list(self.recent)[-20:]],
+            "shared": self.shared.snapshot() if self.shared is not None else None,
         }

@@ -171,6 +171,29 @@ class Measurements:
         st.on_probation = False
         return False
 
+    def adopt(self, mode: Mode, kind: str, value: float, samples: int, cls: str = "") -> None:
+        """Take an EMA's value from shared state (:mod:`fronde.router.shared`).
+
+        Args:
+            mode: the mode.
+            kind: ``speed``, ``alpha``, ``tau`` (per mode) or ``class`` (per class).
+            value: the shared EMA's value.
+            samples: how many measurements the shared EMA folded in.
+            cls: the class, for ``kind == "class"``.
+        """
+        if kind == "class":
+            ema = self._by_class.setdefault((mode, cls), Ema(self.ema_alpha))
+        else:
+            ema = getattr(self._mode(mode), kind)
+        ema.value, ema.samples = value, max(ema.samples, samples)
+
+    def impose_quarantine(self, mode: Mode, until: float) -> None:
+        """Quarantine ``mode`` until ``until`` (monotonic s) as another replica decided."""
+        st = self._mode(mode)
+        if st.quarantined_until is None or st.quarantined_until < until:
+            st.quarantined_until = until
+            st.on_probation = False
+
     def speed(self, mode: Mode, cls: str | None = None) -> float | None:
         """EMA decode tok/s of ``mode`` (for class ``cls`` if given), or None if unmeasured."""
         if cls is not None:

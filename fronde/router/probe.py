@@ -262,7 +262,7 @@ class Splice:
     def _settle(self, winner: Mode) -> None:
         """Record the winner and cache it for this request's key."""
         self.decision.winner = winner
-        self.router.cache.put(self.decision.key, winner, self.decision.started)
+        self.router.remember(self.decision.key, winner, self.decision.started)
         if self.on_switch is not None:
             self.on_switch(winner)
 

@@ -310,6 +310,11 @@ class Settings(BaseSettings):
     log_level: Literal["debug", "info", "warning", "error"] = Field(
         default="info", description="minimum level logged"
     )
+    remote: dict[Mode, list[str]] = Field(
+        default_factory=dict[Mode, list[str]],
+        description="mode → URLs of llama-servers run elsewhere (replicas, balanced by "
+        "least in flight); such a mode starts no local process",
+    )
     residency: Literal["resident", "swap"] = Field(
         default="resident",
         description="resident: every mode's llama-server stays up; swap: at most "

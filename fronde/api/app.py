@@ -219,8 +219,10 @@ def create_app(
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncGenerator[None]:
         http = make_http_client(settings.upstream)
+        client = BackendClient(http)
+        the_pool.count_load_with(lambda url: client.in_flight[url])
         app.state.runtime = Runtime(
-            settings, the_pool, BackendClient(http), router_state, time.time(), metrics, swap
+            settings, the_pool, client, router_state, time.time(), metrics, swap
         )
         if settings.shared.redis_url:
             router_state.shared = SharedState(

@@ -8,6 +8,7 @@ API layer deals in Fronde errors only.
 from __future__ import annotations
 
 import json
+from collections import Counter
 from collections.abc import AsyncGenerator
 from contextlib import asynccontextmanager
 from typing import Any, cast
@@ -140,6 +141,8 @@ class BackendClient:
 
     def __init__(self, http: httpx.AsyncClient) -> None:
         self.http = http
+        self.in_flight: Counter[str] = Counter()
+        """Requests in flight per backend base URL (balances remote replicas)."""
 
     async def get_json(self, base_url: str, path: str) -> Any:
         """GET ``base_url + path`` and return the decoded JSON.
@@ -169,10 +172,13 @@ class BackendClient:
         """
         url = base_url + path
         request = self.http.build_request("POST", url, json=body)
+        self.in_flight[base_url] += 1
         try:
             resp = await _send_once_retried(self.http, request, stream=False)
         except httpx.HTTPError as exc:
             raise _translate(exc, url) from exc
+        finally:
+            self.in_flight[base_url] -= 1
         if resp.status_code >= 400:
             raise _backend_error(resp.content, resp.status_code)
         try:
@@ -201,10 +207,15 @@ class BackendClient:
         """
         url = base_url + path
         request = self.http.build_request("POST", url, json=body)
+        self.in_flight[base_url] += 1
         try:
             resp = await _send_once_retried(self.http, request, stream=True)
         except httpx.HTTPError as exc:
+            self.in_flight[base_url] -= 1
             raise _translate(exc, url) from exc
+        except BaseException:
+            self.in_flight[base_url] -= 1
+            raise
         try:
             if resp.status_code >= 400:
                 content = await resp.aread()
@@ -214,5 +225,6 @@ class BackendClient:
             # Shielded: on a client disconnect this runs inside a cancelled scope, where
             # an unshielded await is cancelled at once and the upstream connection
             # would stay open, the llama-server slot generating for nobody.
+            self.in_flight[base_url] -= 1
             with anyio.CancelScope(shield=True):
                 await resp.aclose()

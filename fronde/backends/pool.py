@@ -15,11 +15,13 @@ import contextlib
 import os
 import time
 from collections import deque
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from fronde.backends.process import BackendState, LaunchSpec, LlamaServerProcess, log_tail
+from fronde.backends.remote import RemoteMode
 from fronde.config import Settings
 from fronde.errors import (
     BackendStartError,
@@ -31,7 +33,7 @@ from fronde.logging import get_logger
 from fronde.modes import Mode, mode_args
 from fronde.runtime.models import Profile, chat_template_file, model_path
 
-__all__ = ["BackendPool", "PoolPlan", "plan_pool"]
+__all__ = ["Backend", "BackendPool", "PoolPlan", "plan_pool"]
 
 log = get_logger(__name__)
 
@@ -41,10 +43,15 @@ RESTART_BACKOFF_S = (1.0, 2.0, 4.0, 8.0, 16.0, 30.0)
 
 @dataclass(frozen=True)
 class PoolPlan:
-    """What to start: a launch spec per mode, and the modes left out with why."""
+    """What to start: a launch spec per local mode, remote URLs, the modes left out with why."""
 
     specs: dict[Mode, LaunchSpec]
     left_out: dict[Mode, str]
+    remote: dict[Mode, list[str]] = field(default_factory=dict[Mode, list[str]])
+
+
+Backend = LlamaServerProcess | RemoteMode
+"""A mode's backend: a local llama-server child, or remote replicas."""
 
 
 def plan_pool(settings: Settings, profile: Profile, binary: Path, log_dir: Path) -> PoolPlan:
@@ -66,6 +73,9 @@ def plan_pool(settings: Settings, profile: Profile, binary: Path, log_dir: Path)
     b = settings.backend
     specs: dict[Mode, LaunchSpec] = {}
     left_out: dict[Mode, str] = {}
+    remote = {m: urls for m, urls in settings.remote.items() if m in settings.modes}
+    if all(m in remote for m in settings.modes):
+        return PoolPlan(specs, left_out, remote)  # a proxy-only host needs no model
     target = model_path(settings.models_dir, profile.target)
     common = [
         "-m",
@@ -93,6 +103,8 @@ def plan_pool(settings: Settings, profile: Profile, binary: Path, log_dir: Path)
         common += ["-ngl", str(b.n_gpu_layers)]
     common += [*profile.server_args, *b.extra_args]
     for mode in settings.modes:
+        if mode in remote:
+            continue
         draft: Path | None = None
         if mode is Mode.DRAFT:
             if profile.draft is None:
@@ -107,7 +119,7 @@ def plan_pool(settings: Settings, profile: Profile, binary: Path, log_dir: Path)
                 continue
         args = [*common, *mode_args(mode, settings.speculation, draft)]
         specs[mode] = LaunchSpec(mode, binary, args, log_dir / f"{mode}.log")
-    return PoolPlan(specs, left_out)
+    return PoolPlan(specs, left_out, remote)
 
 
 class BackendPool:
@@ -131,10 +143,13 @@ class BackendPool:
         restart_window_s: float = 300.0,
     ) -> None:
         self.left_out: dict[Mode, str] = dict(plan.left_out)
-        self.backends: dict[Mode, LlamaServerProcess] = {
+        self.backends: dict[Mode, Backend] = {
             mode: LlamaServerProcess(spec, start_timeout_s, stop_grace_s)
             for mode, spec in plan.specs.items()
         }
+        for mode, urls in plan.remote.items():
+            self.backends[mode] = RemoteMode(mode, urls, start_timeout_s=start_timeout_s)
+        self.backends = {m: self.backends[m] for m in Mode if m in self.backends}
         self.restarts: dict[Mode, int] = dict.fromkeys(self.backends, 0)
         self._max_restarts = max_restarts
         self._window_s = restart_window_s
@@ -201,7 +216,15 @@ class BackendPool:
         proc = self.backends.get(mode)
         return proc is not None and proc.state is BackendState.READY
 
-    async def _supervise(self, mode: Mode, proc: LlamaServerProcess) -> None:
+    def count_load_with(self, load: Callable[[str], int]) -> None:
+        """Balance remote replicas by ``load(url)``: requests in flight (the client counts)."""
+        for backend in self.backends.values():
+            if isinstance(backend, RemoteMode):
+                backend.load = load
+
+    async def _supervise(self, mode: Mode, proc: Backend) -> None:
+        if isinstance(proc, RemoteMode):
+            return  # its health loop is its supervisor; the llama-servers are not ours
         recent: deque[float] = deque()
         consecutive = 0
         while True:
@@ -242,7 +265,7 @@ class BackendPool:
             m for m in Mode if m in self.backends and self.backends[m].state is BackendState.READY
         ]
 
-    def get(self, mode: Mode) -> LlamaServerProcess:
+    def get(self, mode: Mode) -> Backend:
         """Return the READY backend for ``mode``.
 
         Raises:
@@ -270,6 +293,8 @@ class BackendPool:
                 "restarts": self.restarts[mode],
                 "error": proc.last_error,
             }
+            if isinstance(proc, RemoteMode):
+                out[str(mode)]["replicas"] = proc.replica_status()
         for mode, reason in self.left_out.items():
             out[str(mode)] = {"state": "left-out", "error": reason}
         return out

@@ -1,0 +1,182 @@
+"""A mode served by llama-servers that run elsewhere (other hosts, other units).
+
+``remote = {"ngram-mod" = ["http://gpu1:8081", "http://gpu2:8081"]}`` makes the
+pool start no local process for that mode: its replicas are polled on
+``/health`` and requests go to the ready replica with the fewest requests in
+flight. Health uses hysteresis so one slow answer does not flap a replica:
+
+    unknown ──2 successes──▶ up ──3 failures──▶ down ──2 successes──▶ up
+
+:class:`RemoteMode` offers the subset of
+:class:`~fronde.backends.process.LlamaServerProcess` the pool and the routes use
+(``url``, ``state``, ``start``, ``stop``, ``wait``), so the rest of Fronde does
+not know the difference.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+
+from fronde.backends.process import BackendState
+from fronde.errors import BackendStartError
+from fronde.logging import get_logger
+from fronde.modes import Mode
+
+__all__ = ["DOWN_AFTER", "HEALTH_EVERY_S", "UP_AFTER", "RemoteMode", "Replica"]
+
+log = get_logger(__name__)
+
+DOWN_AFTER = 3
+"""Consecutive failed health checks that mark a replica down."""
+UP_AFTER = 2
+"""Consecutive successful health checks that bring a replica (back) up."""
+HEALTH_EVERY_S = 1.0
+"""Seconds between two health checks of one replica."""
+HEALTH_TIMEOUT_S = 2.0
+"""A health check that takes longer fails, seconds."""
+
+
+@dataclass
+class Replica:
+    """One remote llama-server and its health counters."""
+
+    url: str
+    up: bool = False
+    fails: int = 0
+    oks: int = 0
+    last_error: str | None = None
+
+    def observe(self, ok: bool, error: str | None = None) -> bool:
+        """Fold one health check in; return True when ``up`` changed."""
+        if ok:
+            self.oks, self.fails = self.oks + 1, 0
+            if not self.up and self.oks >= UP_AFTER:
+                self.up, self.last_error = True, None
+                return True
+        else:
+            self.fails, self.oks = self.fails + 1, 0
+            self.last_error = error
+            if self.up and self.fails >= DOWN_AFTER:
+                self.up = False
+                return True
+        return False
+
+
+@dataclass
+class RemoteMode:
+    """The remote replicas of one mode, behind the interface of a local backend.
+
+    Args:
+        mode: the mode they serve.
+        urls: their base URLs.
+        load: base URL → requests in flight there (the backend client counts them).
+        start_timeout_s: how long :meth:`start` waits for a first replica, seconds.
+    """
+
+    mode: Mode
+    urls: list[str]
+    load: Callable[[str], int] = lambda _url: 0
+    start_timeout_s: float = 180.0
+    replicas: list[Replica] = field(default_factory=list[Replica])
+    state: BackendState = BackendState.STOPPED
+    starts: int = 0
+    pid: None = None
+    port: None = None
+    returncode: None = None
+    _tasks: list[asyncio.Task[None]] = field(default_factory=list[asyncio.Task[None]], repr=False)
+    _stopped: asyncio.Event = field(default_factory=asyncio.Event, repr=False)
+
+    def __post_init__(self) -> None:
+        self.replicas = [Replica(u.rstrip("/")) for u in self.urls]
+
+    @property
+    def last_error(self) -> str | None:
+        """Why no replica is up, or None."""
+        if any(r.up for r in self.replicas):
+            return None
+        errors = [f"{r.url}: {r.last_error}" for r in self.replicas if r.last_error]
+        return "; ".join(errors) or None
+
+    @property
+    def url(self) -> str:
+        """The up replica with the fewest requests in flight (first listed on a tie).
+
+        Raises:
+            RuntimeError: no replica is up (the pool checks ``state`` first).
+        """
+        up = [r for r in self.replicas if r.up]
+        if not up:
+            raise RuntimeError(f"no replica of {self.mode} is up")
+        return min(up, key=lambda r: self.load(r.url)).url
+
+    def _refresh(self) -> None:
+        if self.state is not BackendState.STOPPED:
+            up = any(r.up for r in self.replicas)
+            self.state = BackendState.READY if up else BackendState.FAILED
+
+    async def _watch(self, replica: Replica) -> None:
+        async with httpx.AsyncClient(timeout=HEALTH_TIMEOUT_S) as http:
+            while True:
+                try:
+                    resp = await http.get(f"{replica.url}/health")
+                    ok, error = resp.status_code == 200, f"/health answered {resp.status_code}"
+                except httpx.HTTPError as exc:
+                    ok, error = False, f"{type(exc).__name__}: {exc}"
+                if replica.observe(ok, None if ok else error):
+                    event = "backend.replica_up" if replica.up else "backend.replica_down"
+                    log.warning(
+                        event, mode=str(self.mode), url=replica.url, error=replica.last_error
+                    )
+                self._refresh()
+                await asyncio.sleep(HEALTH_EVERY_S)
+
+    async def start(self) -> None:
+        """Start watching the replicas; return once one is up.
+
+        Raises:
+            BackendStartError: none came up within ``start_timeout_s``.
+        """
+        self.starts += 1
+        self._stopped.clear()
+        self.state = BackendState.STARTING
+        self._tasks = [asyncio.create_task(self._watch(r)) for r in self.replicas]
+        deadline = asyncio.get_running_loop().time() + self.start_timeout_s
+        while not any(r.up for r in self.replicas):
+            if asyncio.get_running_loop().time() > deadline:
+                await self.stop()
+                self.state = BackendState.FAILED
+                raise BackendStartError(
+                    f"no replica of {self.mode} answered /health: {self.last_error}"
+                )
+            await asyncio.sleep(0.05)
+        self.state = BackendState.READY
+        log.info("backend.remote_ready", mode=str(self.mode), urls=self.urls)
+
+    async def wait(self) -> int | None:
+        """Block until :meth:`stop` (a remote replica never "exits" here); return None."""
+        await self._stopped.wait()
+        return None
+
+    async def stop(self) -> None:
+        """Stop watching (the remote llama-servers keep running: someone else owns them)."""
+        self.state = BackendState.STOPPED
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        self._tasks = []
+        self._stopped.set()
+
+    def replica_status(self) -> list[dict[str, Any]]:
+        """JSON-ready replica states for ``/health``."""
+        return [
+            {"url": r.url, "up": r.up, "in_flight": self.load(r.url), "error": r.last_error}
+            for r in self.replicas
+        ]

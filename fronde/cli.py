@@ -115,7 +115,7 @@ def batch_cmd(
         Path, typer.Argument(help="JSONL: one OpenAI request body per line (messages or prompt)")
     ],
     url: Annotated[
-        str | None, typer.Option(help="a running Fronde [default: the configured host:port]")
+        str | None, typer.Option(help="a running Fronde (default: the configured host and port)")
     ] = None,
     api_key: Annotated[
         str | None, typer.Option(envvar="FRONDE_API_KEY", help="sent as Authorization: Bearer")
@@ -170,7 +170,13 @@ def batch_cmd(
     for row in answer["data"]:
         sys.stdout.write(json.dumps(row, ensure_ascii=False) + "\n")
     groups = ", ".join(f"{g['mode']} ×{g['requests']} ({g['seconds']} s)" for g in answer["groups"])
-    err.print(f"batch: {len(items)} requests; groups in order: {groups}", highlight=False)
+    refused = sum(1 for row in answer["data"] if row["status"] != 200)
+    err.print(
+        f"batch: {len(items)} request{'s' if len(items) != 1 else ''}, {refused} refused; "
+        f"groups in order: {groups or 'none'}",
+        highlight=False,
+        markup=False,
+    )
 
 
 @contextmanager

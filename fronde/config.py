@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import platformdirs
-from pydantic import BaseModel, Field, SecretStr, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
@@ -61,7 +61,13 @@ def _default_threads() -> int:
     return max(1, min(os.cpu_count() or 1, 8))
 
 
-class ServerSettings(BaseModel):
+class _Section(BaseModel):
+    """A settings section: an unknown key (a typo) is an error, not silently ignored."""
+
+    model_config = ConfigDict(extra="forbid")
+
+
+class ServerSettings(_Section):
     """Where `fronde serve` listens."""
 
     host: str = Field(
@@ -102,7 +108,7 @@ class ServerSettings(BaseModel):
     )
 
 
-class BackendSettings(BaseModel):
+class BackendSettings(_Section):
     """How each llama-server backend process is started and supervised."""
 
     ctx_size: int = Field(
@@ -138,7 +144,7 @@ class BackendSettings(BaseModel):
     )
 
 
-class UpstreamSettings(BaseModel):
+class UpstreamSettings(_Section):
     """Timeouts of the HTTP client from Fronde to the backends.
 
     httpx's default of 5 s is far too short for a long prefill on a CPU
@@ -157,7 +163,7 @@ class UpstreamSettings(BaseModel):
     )
 
 
-class RouterSettings(BaseModel):
+class RouterSettings(_Section):
     """The routing policy; defaults are the original FRONDE router's constants."""
 
     probe_tokens: int = Field(
@@ -207,7 +213,7 @@ class RouterSettings(BaseModel):
     )
 
 
-class SwapSettings(BaseModel):
+class SwapSettings(_Section):
     """How backends share a machine that cannot hold them all (``residency = "swap"``).
 
     The scheduler (:mod:`fronde.backends.swap`) keeps at most ``max_resident``
@@ -243,7 +249,7 @@ class SwapSettings(BaseModel):
     )
 
 
-class SharedSettings(BaseModel):
+class SharedSettings(_Section):
     """Router state shared by Fronde replicas through Redis (:mod:`fronde.router.shared`)."""
 
     redis_url: str = Field(
@@ -371,7 +377,11 @@ def load_settings(config_file: Path | None = None, **overrides: Any) -> Settings
     """
     if config_file is not None and not config_file.is_file():
         raise ConfigError(f"config file not found: {config_file}")
-    origin = str(config_file) if config_file is not None else "environment/defaults"
+    origin = (
+        f"{config_file} or the FRONDE_* environment"
+        if config_file is not None
+        else "the FRONDE_* environment or the defaults"
+    )
     token = _CONFIG_FILE.set(config_file)
     try:
         return Settings(**overrides)

@@ -11,7 +11,7 @@ from __future__ import annotations
 from enum import StrEnum
 from pathlib import Path
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 __all__ = ["Mode", "SpeculationSettings", "mode_args"]
 
@@ -32,6 +32,8 @@ class SpeculationSettings(BaseModel):
     ngram-mod n_match 12 beat 6 and 24 on a JSON edit (409 vs 291 and 276 tok/s);
     the draft mode used n_max 12 and p_min 0.45.
     """
+
+    model_config = ConfigDict(extra="forbid")  # a typo in [speculation] is an error
 
     ngram_mod_n_match: int = Field(
         default=12, ge=1, le=1024, description="--spec-ngram-mod-n-match: lookup length in tokens"

@@ -108,7 +108,9 @@ async def _run_one(
 ) -> dict[str, Any]:
     """One item on ``mode`` (non-streamed), behind the decode gate."""
     hold = GateHold(rt.router.gate)
+    t_wait = time.monotonic()
     await hold.acquire()
+    rt.router.begin(decision, (time.monotonic() - t_wait) * 1000)
     try:
         decision.winner = mode if mode is not decision.plan.mode else None
         data = await rt.client.post_json(rt.pool.get(mode).url, PATHS[kind], body)

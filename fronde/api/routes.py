@@ -76,7 +76,7 @@ async def _forward(request: Request, rt: RuntimeDep, kind: Kind, body: dict[str,
     try:
         mode = await _resident(rt, decision, headers, hold)
         await hold.acquire()
-        decision.queued_ms = (time.monotonic() - t_wait) * 1000
+        rt.router.begin(decision, (time.monotonic() - t_wait) * 1000)
         try:
             # A probe hands over between two backends; with swap residency only the
             # leased one is sure to stay up, so the probed mode answers in full.

@@ -34,8 +34,9 @@ RECENT_KEPT = 200
 """Recent routing decisions kept for ``/fronde/v1/router``."""
 
 
-Status = Literal["running", "done", "error", "cancelled"]
-"""A request's state: answering, answered, failed (HTTP or in-band error), client gone."""
+Status = Literal["waiting", "running", "done", "error", "cancelled"]
+"""A request's state: waiting (for its mode to be resident, or for a decode slot),
+answering, answered, failed (HTTP or in-band error), client gone."""
 
 
 @dataclass
@@ -60,7 +61,7 @@ class Decision:
     alpha: float | None = None
     tau: float | None = None
     tokens: int | None = None
-    status: Status = "running"
+    status: Status = "waiting"
     error: str | None = None
     ended: float | None = None
     queued_ms: float | None = None
@@ -227,6 +228,12 @@ class Router:
         self.version += 1
         return decision
 
+    def begin(self, decision: Decision, queued_ms: float) -> None:
+        """``decision`` got its backend and decode slot after ``queued_ms``: it runs now."""
+        if decision.status == "waiting":
+            decision.status, decision.queued_ms = "running", queued_ms
+            self.version += 1
+
     def progress(self, decision: Decision, events: int = 1, now: float | None = None) -> None:
         """Count ``events`` streamed to the client for ``decision`` (live tok/s)."""
         now = time.monotonic() if now is None else now
@@ -244,7 +251,7 @@ class Router:
         now: float | None = None,
     ) -> None:
         """End ``decision`` with ``status``; only the first call counts."""
-        if decision.status != "running":
+        if decision.status not in ("waiting", "running"):
             return
         decision.status, decision.error = status, error
         decision.ended = time.monotonic() if now is None else now

@@ -26,8 +26,8 @@ def test_bad_setting_is_one_line(tmp_path: Path) -> None:
     r = fronde("serve", env={"FRONDE_BACKEND__THREADS": "0", "FRONDE_CACHE_DIR": str(tmp_path)})
     assert r.returncode == 1
     assert r.stderr.strip().splitlines() == [
-        "fronde: error: invalid setting in environment/defaults: backend.threads: "
-        "Input should be greater than or equal to 1 (got '0')"
+        "fronde: error: invalid setting in the FRONDE_* environment or the defaults: "
+        "backend.threads: Input should be greater than or equal to 1 (got '0')"
     ]
 
 

@@ -78,3 +78,17 @@ def test_every_field_is_described() -> None:
                 assert field.description, f"{prefix}{name} has no description"
 
     check(Settings, "")
+
+
+@pytest.mark.parametrize(
+    ("section", "key"), [("swap", "max_resdent"), ("backend", "threadz"), ("speculation", "n_mach")]
+)
+def test_a_typo_inside_a_section_is_an_error_naming_it(
+    tmp_path: Path, section: str, key: str
+) -> None:
+    cfg = tmp_path / "typo.toml"
+    cfg.write_text(f"[{section}]\n{key} = 2\n")
+    with pytest.raises(ConfigError) as err:
+        load_settings(cfg)
+    assert f"{section}.{key}: Extra inputs are not permitted" in err.value.message
+    assert "\n" not in err.value.message

@@ -27,7 +27,9 @@ def test_a_decision_runs_counts_its_events_and_ends_once() -> None:
     r = Router()
     v0 = r.version
     d = r.plan(RequestClass.GENERAL, "k", [Mode.BASELINE], forced=Mode.BASELINE, now=10.0)
-    assert (d.rid, d.status, r.version) == ("r1", "running", v0 + 1)
+    assert (d.rid, d.status, r.version) == ("r1", "waiting", v0 + 1)
+    r.begin(d, queued_ms=3.5)  # it got its backend and decode slot
+    assert (d.status, d.queued_ms) == ("running", 3.5)
     assert d.live_tok_s() is None  # no event yet
     r.progress(d, now=11.0)
     assert d.live_tok_s() is None  # one event gives no rate
@@ -144,7 +146,7 @@ def test_the_event_stream_shows_a_request_while_it_runs_then_done(
                 rows = state["router"]["recent"]
                 if rows:
                     seen.append((rows[-1]["status"], rows[-1]["streamed"]))
-                    if rows[-1]["status"] != "running":
+                    if rows[-1]["status"] in ("done", "error", "cancelled"):
                         break
             t.join()
         running = [n for status, n in seen if status == "running"]

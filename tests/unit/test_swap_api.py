@@ -164,4 +164,4 @@ def test_fronde_batch_prints_one_result_per_line_in_order(
     # Novel routed requests go to the probe's mode (ngram-mod), like the forced one:
     # one group, one swap.
     assert [r["mode"] for r in rows] == ["ngram-mod"] * 3
-    assert out.stderr.startswith("batch: 3 requests; groups in order: ngram-mod ×3 (")
+    assert out.stderr.startswith("batch: 3 requests, 0 refused; groups in order: ngram-mod ×3 (")

@@ -101,8 +101,11 @@ def build_pool(settings: Settings) -> BackendPool:
         InstallError: no llama-server is installed and none is configured.
         ManifestError: the profile does not exist or is malformed.
     """
-    binary = find_llama_binary(settings.cache_dir, settings.llama_server)
     profile = load_profile(settings.models_dir, settings.profile)
+    if all(m in settings.remote for m in settings.modes):
+        # A proxy-only host: every mode is remote, so no llama-server runs here.
+        return BackendPool.from_settings(settings, profile, Path("llama-server"), Path())
+    binary = find_llama_binary(settings.cache_dir, settings.llama_server)
     return BackendPool.from_settings(settings, profile, binary, _run_log_dir(settings.cache_dir))
 
 

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import platformdirs
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
@@ -321,6 +321,18 @@ class Settings(BaseSettings):
         description="mode → URLs of llama-servers run elsewhere (replicas, balanced by "
         "least in flight); such a mode starts no local process",
     )
+
+    @field_validator("remote")
+    @classmethod
+    def _remote_urls(cls, remote: dict[Mode, list[str]]) -> dict[Mode, list[str]]:
+        for mode, urls in remote.items():
+            if not urls:
+                raise ValueError(f"remote.{mode}: give at least one URL")
+            for url in urls:
+                if not url.startswith(("http://", "https://")) or len(url) > 2048:
+                    raise ValueError(f"remote.{mode}: {url!r} is not an http(s) URL")
+        return remote
+
     residency: Literal["resident", "swap"] = Field(
         default="resident",
         description="resident: every mode's llama-server stays up; swap: at most "

@@ -92,3 +92,11 @@ def test_a_typo_inside_a_section_is_an_error_naming_it(
         load_settings(cfg)
     assert f"{section}.{key}: Extra inputs are not permitted" in err.value.message
     assert "\n" not in err.value.message
+
+
+def test_remote_urls_are_checked(tmp_path: Path) -> None:
+    cfg = tmp_path / "remote.toml"
+    cfg.write_text('[remote]\nngram-mod = ["gpu1:8081"]\n')
+    with pytest.raises(ConfigError) as err:
+        load_settings(cfg)
+    assert "remote.ngram-mod: 'gpu1:8081' is not an http(s) URL" in err.value.message

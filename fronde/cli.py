@@ -512,6 +512,52 @@ def bench_swap(
     _emit(format_swap_table(report), report, out)
 
 
+@bench_app.command("overhead")
+def bench_overhead(
+    config: ConfigOpt = None,
+    backend: Annotated[
+        str, typer.Option(help="fake: the proxy's own cost; real: decode tok/s on gemma")
+    ] = "fake",
+    requests: Annotated[int, typer.Option(help="requests per cell", min=10)] = 200,
+    max_tokens: Annotated[int, typer.Option(help="tokens per answer", min=2)] = 16,
+    reps: Annotated[int, typer.Option(help="repetitions of the grid", min=1)] = 3,
+    litellm: Annotated[bool, typer.Option(help="include LiteLLM's proxy")] = True,
+    out: Annotated[Path | None, typer.Option(help="write the records (JSON) and OUT.md")] = None,
+) -> None:
+    """Latency and throughput: direct to llama-server, through Fronde, through LiteLLM."""
+    import stat
+    import tempfile
+
+    from fronde.bench.overhead import markdown, run_overhead_bench
+
+    if backend not in ("fake", "real"):
+        raise FrondeError(f"--backend {backend}: give fake or real")
+    settings = _settings(config)
+    fake: Path | None = None
+    if backend == "fake":
+        script = Path(__file__).resolve().parents[1] / "tests" / "fakes" / "fake_llama_server.py"
+        if not script.is_file():
+            raise FrondeError(f"{script} is missing: the fake backend needs a source checkout")
+        fake = Path(tempfile.mkdtemp(prefix="fronde-fake-")) / "llama-server"
+        fake.write_text(f'#!/bin/sh\nexec "{sys.executable}" "{script}" "$@"\n')
+        fake.chmod(fake.stat().st_mode | stat.S_IXUSR)
+    report = run_overhead_bench(
+        cache_dir=settings.cache_dir,
+        fake_binary=fake,
+        requests=requests,
+        max_tokens=max_tokens if backend == "fake" else max(max_tokens, 64),
+        reps=reps,
+        with_litellm=litellm,
+        progress=lambda line: err.print(line, highlight=False, markup=False),
+    )
+    text = markdown(report)
+    _console().print(text, markup=False, highlight=False)
+    if out is not None:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(report.model_dump_json(indent=2))
+        out.with_suffix(".md").write_text(text)
+
+
 def main() -> None:
     """Console-script entry point: run the CLI, turning Fronde errors into one line."""
     try:

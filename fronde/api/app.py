@@ -34,7 +34,7 @@ from fronde.api.passthrough import NATIVE_GET, NATIVE_POST, native
 from fronde.api.routes import router
 from fronde.api.ui import ui
 from fronde.backends.client import BackendClient, make_http_client
-from fronde.backends.pool import BackendPool
+from fronde.backends.pool import BackendPool, PoolPlan
 from fronde.backends.swap import SwapScheduler
 from fronde.config import Settings
 from fronde.errors import (
@@ -55,7 +55,7 @@ __all__ = ["build_pool", "create_app"]
 
 log = get_logger(__name__)
 
-OPEN_PATHS = frozenset({"/health", "/ui"})
+OPEN_PATHS = frozenset({"/health", "/health/live", "/ui"})
 """Paths answered without an API key: liveness probes, and the live page (static HTML;
 its data comes from ``/fronde/v1/events``, which needs the key)."""
 
@@ -65,6 +65,7 @@ KNOWN_PATHS = frozenset(
         "/v1/completions",
         "/v1/models",
         "/health",
+        "/health/live",
         "/metrics",
         "/fronde/v1/router",
         "/fronde/v1/events",
@@ -101,10 +102,19 @@ def build_pool(settings: Settings) -> BackendPool:
         InstallError: no llama-server is installed and none is configured.
         ManifestError: the profile does not exist or is malformed.
     """
-    profile = load_profile(settings.models_dir, settings.profile)
     if all(m in settings.remote for m in settings.modes):
-        # A proxy-only host: every mode is remote, so no llama-server runs here.
-        return BackendPool.from_settings(settings, profile, Path("llama-server"), Path())
+        # A proxy-only host: every mode is remote, so no llama-server, model or
+        # profile manifest is needed here.
+        b = settings.backend
+        remote = {m: settings.remote[m] for m in settings.modes}
+        return BackendPool(
+            PoolPlan({}, {}, remote),
+            start_timeout_s=b.start_timeout_s,
+            stop_grace_s=b.stop_grace_s,
+            max_restarts=b.max_restarts,
+            restart_window_s=b.restart_window_s,
+        )
+    profile = load_profile(settings.models_dir, settings.profile)
     binary = find_llama_binary(settings.cache_dir, settings.llama_server)
     return BackendPool.from_settings(settings, profile, binary, _run_log_dir(settings.cache_dir))
 

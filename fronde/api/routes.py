@@ -361,6 +361,16 @@ async def list_models(rt: RuntimeDep) -> dict[str, Any]:
     }
 
 
+@router.get("/health/live")
+async def live() -> dict[str, str]:
+    """Liveness: the proxy answers, whatever its backends do.
+
+    For Kubernetes' liveness probe; readiness is ``/health``, which is 503 while no
+    floor backend is ready (a loading 8B model must not get Fronde restarted).
+    """
+    return {"status": "ok"}
+
+
 @router.get("/health")
 async def health(rt: RuntimeDep) -> JSONResponse:
     """Proxy and backend states: 200 once the floor of last resort can serve, else 503.

@@ -257,7 +257,9 @@ class Router:
         decision.ended = time.monotonic() if now is None else now
         self.version += 1
         row = decision.as_dict(decision.ended)
-        probed = row["probed"]
+        # A probe was a contest only when the floor's speed was known (an answer that
+        # ended inside the probe had nothing to compare against).
+        probed = row["probed"] if row["floor_tok_s"] is not None else None
         won = None if probed is None else row["mode"] == probed
         # The canonical line: one per request, everything an operator greps for.
         log.info(

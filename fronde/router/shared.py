@@ -30,6 +30,9 @@ import time
 from typing import TYPE_CHECKING, Any
 
 import redis.asyncio as aioredis
+from redis.asyncio.retry import Retry
+from redis.backoff import NoBackoff
+from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError
 
 from fronde.logging import get_logger
@@ -79,6 +82,10 @@ class SharedState:
             socket_timeout=REDIS_TIMEOUT_S,
             socket_connect_timeout=REDIS_TIMEOUT_S,
             decode_responses=True,
+            # After a Redis restart the pooled connections are dead: retry a command
+            # once on a fresh connection rather than drop the write (seen in a trial).
+            retry=Retry(NoBackoff(), 1),
+            retry_on_error=[RedisConnectionError],
         )
         self._ema = self.redis.register_script(_EMA_LUA)
         self.healthy = True

@@ -16,10 +16,10 @@ from urllib.parse import urlparse
 import pytest
 import yaml
 
-from fronde.backends.pool import plan_pool
+from fronde.api.app import build_pool
+from fronde.backends.remote import RemoteMode
 from fronde.config import Settings, load_settings
 from fronde.modes import Mode, SpeculationSettings, mode_args
-from fronde.runtime.models import load_profile
 
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"
@@ -107,6 +107,8 @@ def test_kubernetes_services_ports_and_probes_match_the_config(tmp_path: Path) -
     port = settings.server.port
     assert container["ports"][0]["containerPort"] == port
     assert container["readinessProbe"]["httpGet"] == {"path": "/health", "port": port}
+    # Liveness must not depend on the backends (an 8B model loads for minutes).
+    assert container["livenessProbe"]["httpGet"] == {"path": "/health/live", "port": port}
     assert container["command"] == ["fronde", "serve", "--config", "/etc/fronde/fronde.toml"]
     assert container["volumeMounts"][0]["mountPath"] == "/etc/fronde"
     redis = urlparse(settings.shared.redis_url)
@@ -114,10 +116,13 @@ def test_kubernetes_services_ports_and_probes_match_the_config(tmp_path: Path) -
     for dep in deployments.values():
         for c in dep["spec"]["template"]["spec"]["containers"]:
             assert "readinessProbe" in c, dep["metadata"]["name"]
-    # A proxy-only Fronde plans no local process, so it needs no model or binary.
-    profile = load_profile(settings.models_dir, settings.profile)
-    plan = plan_pool(settings, profile, Path("llama-server"), tmp_path)
-    assert (plan.specs, set(plan.remote)) == ({}, set(settings.modes))
+    # A proxy-only Fronde plans no local process: it needs no binary, no model and
+    # no profile manifest (the container has no models/ mounted).
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    pool = build_pool(settings.model_copy(update={"models_dir": empty, "cache_dir": empty}))
+    assert set(pool.backends) == set(settings.modes)
+    assert all(isinstance(b, RemoteMode) for b in pool.backends.values())
 
 
 def test_gpu_compose_services_match_the_config(tmp_path: Path) -> None:

@@ -77,3 +77,12 @@ def test_overhead_header_and_the_metrics_an_operator_needs(fakes: TestClient) ->
     assert all(n.startswith("fronde_") for n in names), sorted(
         n for n in names if "fronde_" not in n
     )
+
+
+def test_liveness_answers_without_a_key_and_without_backends(
+    fake_binary: Path, tmp_path: Path
+) -> None:
+    with make_client(fake_binary, tmp_path, server={"api_keys": ["k"]}) as c:
+        # Before any backend is ready /health may be 503; liveness is 200 at once.
+        r = c.get("/health/live")
+        assert (r.status_code, r.json()) == (200, {"status": "ok"})

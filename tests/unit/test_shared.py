@@ -112,11 +112,13 @@ def test_replicas_learn_together_and_survive_losing_redis(
             assert httpx.post(f"{a.base}/v1/chat/completions", json=fresh, timeout=30).is_success
             client = redis.Redis(port=redis_port, decode_responses=True)
             wait_for(lambda: client.hlen("fronde:ema") > 0)
-            assert router(a.base)["shared"]["healthy"] is True  # no second "lost"
+            assert router(a.base)["shared"]["healthy"] is True
             client.close()
+            # Read now: killing this Redis below, before the replicas stop, may log
+            # another (legitimate) "lost".
+            logs = (tmp_path / "a" / "serve.log").read_text()
+            assert logs.count('"event": "shared_state.lost"') == 1  # not again on reconnect
+            assert '"event": "shared_state.restored"' in logs
         finally:
             proc.kill()
             proc.wait()
-    logs = (tmp_path / "a" / "serve.log").read_text()
-    assert logs.count('"event": "shared_state.lost"') == 1  # once, not again on reconnect
-    assert '"event": "shared_state.restored"' in logs

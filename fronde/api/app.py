@@ -105,15 +105,8 @@ def build_pool(settings: Settings) -> BackendPool:
     if all(m in settings.remote for m in settings.modes):
         # A proxy-only host: every mode is remote, so no llama-server, model or
         # profile manifest is needed here.
-        b = settings.backend
         remote = {m: settings.remote[m] for m in settings.modes}
-        return BackendPool(
-            PoolPlan({}, {}, remote),
-            start_timeout_s=b.start_timeout_s,
-            stop_grace_s=b.stop_grace_s,
-            max_restarts=b.max_restarts,
-            restart_window_s=b.restart_window_s,
-        )
+        return BackendPool.from_plan(settings, PoolPlan({}, {}, remote))
     profile = load_profile(settings.models_dir, settings.profile)
     binary = find_llama_binary(settings.cache_dir, settings.llama_server)
     return BackendPool.from_settings(settings, profile, binary, _run_log_dir(settings.cache_dir))

@@ -21,6 +21,7 @@ from fastapi.responses import HTMLResponse
 
 from fronde.api.deps import RuntimeDep
 from fronde.api.relay import RelayResponse
+from fronde.api.routes import SSE_HEADERS
 
 __all__ = ["EVENT_MIN_INTERVAL_S", "HEARTBEAT_S", "state_event", "ui"]
 
@@ -80,5 +81,5 @@ async def events(rt: RuntimeDep) -> RelayResponse:
     return RelayResponse(
         stream(),
         media_type="text/event-stream",
-        headers={"cache-control": "no-cache", "x-accel-buffering": "no"},
+        headers=SSE_HEADERS,
     )

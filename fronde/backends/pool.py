@@ -163,9 +163,14 @@ class BackendPool:
         cls, settings: Settings, profile: Profile, binary: Path, log_dir: Path
     ) -> BackendPool:
         """Plan the pool from settings and build it (nothing is started yet)."""
+        return cls.from_plan(settings, plan_pool(settings, profile, binary, log_dir))
+
+    @classmethod
+    def from_plan(cls, settings: Settings, plan: PoolPlan) -> BackendPool:
+        """Build a pool for ``plan`` with the timeouts and restart limits of ``settings``."""
         b = settings.backend
         return cls(
-            plan_pool(settings, profile, binary, log_dir),
+            plan,
             start_timeout_s=b.start_timeout_s,
             stop_grace_s=b.stop_grace_s,
             max_restarts=b.max_restarts,

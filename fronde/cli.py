@@ -522,6 +522,13 @@ def bench_overhead(
     max_tokens: Annotated[int, typer.Option(help="tokens per answer", min=2)] = 16,
     reps: Annotated[int, typer.Option(help="repetitions of the grid", min=1)] = 3,
     litellm: Annotated[bool, typer.Option(help="include LiteLLM's proxy")] = True,
+    clients: Annotated[
+        str,
+        typer.Option(
+            help="comma-separated upstream transports to compare side by side "
+            "(aiohttp,httpx); empty: one Fronde arm with the configured one"
+        ),
+    ] = "",
     out: Annotated[Path | None, typer.Option(help="write the records (JSON) and OUT.md")] = None,
 ) -> None:
     """Latency and throughput: direct to llama-server, through Fronde, through LiteLLM."""
@@ -532,6 +539,10 @@ def bench_overhead(
 
     if backend not in ("fake", "real"):
         raise FrondeError(f"--backend {backend}: give fake or real")
+    wanted = tuple(c.strip() for c in clients.split(",") if c.strip())
+    for c in wanted:
+        if c not in ("aiohttp", "httpx"):
+            raise FrondeError(f"--clients {clients}: each one is aiohttp or httpx")
     settings = _settings(config)
     fake: Path | None = None
     if backend == "fake":
@@ -548,6 +559,7 @@ def bench_overhead(
         max_tokens=max_tokens if backend == "fake" else max(max_tokens, 64),
         reps=reps,
         with_litellm=litellm,
+        clients=wanted,
         progress=lambda line: err.print(line, highlight=False, markup=False),
     )
     text = markdown(report)

@@ -161,6 +161,13 @@ class UpstreamSettings(_Section):
     pool_timeout_s: float = Field(
         default=60.0, gt=0, le=3600, description="wait for a free pooled connection, seconds"
     )
+    client: Literal["aiohttp", "httpx"] = Field(
+        default="aiohttp",
+        description=(
+            "transport under the httpx client: aiohttp (httpx-aiohttp) or httpx's own "
+            "httpcore; chosen by `fronde bench overhead` (results/overhead-*)"
+        ),
+    )
 
 
 class RouterSettings(_Section):

@@ -49,8 +49,12 @@ class Runtime:
         return self.swap.available() if self.swap is not None else self.pool.ready_modes()
 
 
-def get_runtime(request: Request) -> Runtime:
-    """Return the app's :class:`Runtime` (set by the lifespan in ``create_app``)."""
+async def get_runtime(request: Request) -> Runtime:
+    """Return the app's :class:`Runtime` (set by the lifespan in ``create_app``).
+
+    ``async`` on purpose: FastAPI runs a plain ``def`` dependency in its thread
+    pool, a thread hop on every request (seen by py-spy in issue 9).
+    """
     runtime: Runtime = request.app.state.runtime
     return runtime
 

@@ -19,13 +19,13 @@ from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack
 
 import anyio
-import httpx
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 
 from fronde.api.deps import RuntimeDep
 from fronde.api.relay import RelayResponse, sse_error_event
 from fronde.api.schema import read_json_body
+from fronde.backends.client import TRANSPORT_ERRORS
 from fronde.errors import BackendUnavailableError
 from fronde.modes import Mode
 from fronde.router.choice import parse_mode
@@ -92,7 +92,7 @@ async def _post(request: Request, rt: RuntimeDep) -> Response:
         try:
             async for part in resp.aiter_raw():
                 yield part
-        except httpx.HTTPError as exc:
+        except TRANSPORT_ERRORS as exc:
             yield b"\n" + sse_error_event(f"backend {mode} failed mid-stream: {type(exc).__name__}")
         finally:
             with anyio.CancelScope(shield=True):  # see routes._send

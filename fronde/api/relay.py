@@ -21,6 +21,7 @@ import httpx
 from starlette.responses import StreamingResponse
 from starlette.types import Receive, Scope, Send
 
+from fronde.backends.client import TRANSPORT_ERRORS
 from fronde.errors import openai_error_body
 from fronde.logging import get_logger
 
@@ -120,7 +121,7 @@ async def relay_sse(
                     line = "data: " + json.dumps(event, ensure_ascii=False)
                 last = event or last
             yield line.encode() + b"\n"
-    except httpx.HTTPError as exc:
+    except TRANSPORT_ERRORS as exc:
         log.error("stream.broken", mode=mode, error=f"{type(exc).__name__}: {exc}")
         yield b"\n" + sse_error_event(f"backend {mode} failed mid-stream: {type(exc).__name__}")
         return

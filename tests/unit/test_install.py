@@ -15,7 +15,7 @@ from fronde.runtime import install as inst
 
 FAKE_CMAKE = r"""#!/bin/sh
 # A stand-in for cmake: configure succeeds (or fails with FAIL_CONFIGURE=1);
-# --build prints ninja-style progress and writes the two binaries.
+# --build prints ninja-style progress and writes the three binaries.
 echo "$@" >> "$CMAKE_CALLS"
 if [ "$1" = "--build" ]; then
   build="$2"
@@ -23,7 +23,7 @@ if [ "$1" = "--build" ]; then
   echo "[1/2] Building CXX object a.o"
   echo "[2/2] Linking CXX executable bin/llama-server"
   line="version: 0.6.0-dev (build $VERSION, commit b11434)"
-  for t in llama-server llama-bench; do
+  for t in llama-server llama-bench llama-quantize; do
     printf '#!/bin/sh\necho "%s" >&2\n' "$line" > "$build/bin/$t"
     chmod +x "$build/bin/$t"
   done
@@ -91,6 +91,12 @@ def test_build_then_cache_hit(tmp_path: Path, fake_cmake: Path) -> None:
     again = inst.install(cache)
     assert again.cached and again.llama_server == result.llama_server
     assert len(fake_cmake.read_text().splitlines()) == n_calls  # nothing ran
+
+    # A cache from before llama-quantize was a target builds again (incrementally).
+    (result.bin_dir / "llama-quantize").unlink()
+    third = inst.install(cache)
+    assert not third.cached
+    assert inst.find_llama_binary(cache, name="llama-quantize").is_file()
 
 
 def test_wrong_build_number_is_refused(

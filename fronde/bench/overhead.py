@@ -399,6 +399,8 @@ class OverheadRow(BaseModel):
     ttft_p50_ms: float | None
     gap_mean_ms: float | None
     decode_tok_s: float | None
+    decode_vs_direct: float | None = None
+    """Median over repetitions of this arm's decode tok/s ÷ direct's in the same one."""
     errors: int
 
 
@@ -422,6 +424,11 @@ def summarize(report: OverheadReport) -> list[OverheadRow]:
         }
         added50 = [mine[r].p50_ms - base[r].p50_ms for r in mine if r in base]
         added99 = [mine[r].p99_ms - base[r].p99_ms for r in mine if r in base]
+        decode_ratio: list[float | None] = []
+        for r in mine:
+            arm_tps, direct_tps = mine[r].decode_tok_s, base[r].decode_tok_s if r in base else None
+            if arm_tps and direct_tps:
+                decode_ratio.append(arm_tps / direct_tps)
 
         def med(values: list[float | None]) -> float | None:
             got = [v for v in values if v is not None]
@@ -441,6 +448,7 @@ def summarize(report: OverheadReport) -> list[OverheadRow]:
                 ttft_p50_ms=med([c.ttft_p50_ms for c in cells]),
                 gap_mean_ms=med([c.gap_mean_ms for c in cells]),
                 decode_tok_s=med([c.decode_tok_s for c in cells]),
+                decode_vs_direct=None if arm == "direct" else med(decode_ratio),
                 errors=sum(c.errors for c in cells),
             )
         )
@@ -457,11 +465,11 @@ def markdown(report: OverheadReport) -> str:
         f"Run {report.started_at} on {report.machine.get('cpu')} ({report.machine.get('cpus')} "
         f"CPUs), commit {str(report.commit)[:10]}{' (dirty)' if report.dirty else ''}; "
         f"LiteLLM {report.litellm_version or 'not run'}. Medians of {reps} repetitions; "
-        "added = arm − direct, per repetition.",
+        "added = arm − direct, and decode ÷ direct, per repetition.",
         "",
         "| stream | conc. | arm | p50 ms | p99 ms | added p50 ms | added p99 ms | req/s "
-        "| TTFT p50 ms | chunk gap ms | decode tok/s | errors |",
-        "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| TTFT p50 ms | chunk gap ms | decode tok/s | decode ÷ direct | errors |",
+        "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
 
     def f(v: float | None, d: int = 2) -> str:
@@ -471,6 +479,7 @@ def markdown(report: OverheadReport) -> str:
         lines.append(
             f"| {'yes' if r.stream else 'no'} | {r.concurrency} | {r.arm} | {f(r.p50_ms)} | "
             f"{f(r.p99_ms)} | {f(r.added_p50_ms)} | {f(r.added_p99_ms)} | {f(r.rps, 0)} | "
-            f"{f(r.ttft_p50_ms)} | {f(r.gap_mean_ms)} | {f(r.decode_tok_s, 1)} | {r.errors} |"
+            f"{f(r.ttft_p50_ms)} | {f(r.gap_mean_ms)} | {f(r.decode_tok_s, 1)} | "
+            f"{f(r.decode_vs_direct, 3)} | {r.errors} |"
         )
     return "\n".join(lines) + "\n"

@@ -141,25 +141,29 @@ def git_state() -> tuple[str | None, bool | None]:
     return commit, dirty
 
 
+def gpu_names() -> list[str]:
+    """The GPUs ``nvidia-smi`` lists (``[]`` without it or without a GPU)."""
+    if not shutil.which("nvidia-smi"):
+        return []
+    done = subprocess.run(
+        ["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    return [n.strip() for n in done.stdout.splitlines() if n.strip()] if done.returncode == 0 else []
+
+
 def machine_line() -> str:
     """One line naming the machine: the GPU when ``nvidia-smi`` lists one, and the CPU."""
     info = machine_info()
     cpu = f"{info['cpu']} ({info['cpus']} CPUs)"
-    if shutil.which("nvidia-smi"):
-        done = subprocess.run(
-            ["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"],
-            capture_output=True,
-            text=True,
-            check=False,
-        )
-        names = done.stdout.strip().splitlines() if done.returncode == 0 else []
-        if names:
-            return f"{names[0]} (GPU ×{len(names)}), {cpu}"
-    return cpu
+    gpus: list[str] = info["gpus"]
+    return f"{gpus[0]} (GPU ×{len(gpus)}), {cpu}" if gpus else cpu
 
 
 def machine_info() -> dict[str, Any]:
-    """Return what identifies the machine: CPU model, core count, OS, Python."""
+    """Return what identifies the machine: CPU model, core count, GPUs, OS, Python."""
     cpu = platform.processor()
     with contextlib.suppress(OSError):
         for line in Path("/proc/cpuinfo").read_text().splitlines():
@@ -169,6 +173,7 @@ def machine_info() -> dict[str, Any]:
     return {
         "cpu": cpu,
         "cpus": os.cpu_count(),
+        "gpus": gpu_names(),
         "system": platform.platform(),
         "python": platform.python_version(),
     }

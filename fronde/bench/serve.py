@@ -151,7 +151,9 @@ def gpu_names() -> list[str]:
         text=True,
         check=False,
     )
-    return [n.strip() for n in done.stdout.splitlines() if n.strip()] if done.returncode == 0 else []
+    if done.returncode != 0:
+        return []
+    return [n.strip() for n in done.stdout.splitlines() if n.strip()]
 
 
 def machine_line() -> str:

@@ -460,6 +460,9 @@ def bench_atlas(
     ] = 2,
     verify: Annotated[bool, typer.Option(help="measure verify costs with llama-bench")] = True,
     verify_reps: Annotated[int, typer.Option(help="llama-bench repetitions per k", min=1)] = 3,
+    max_k: Annotated[
+        int, typer.Option(help="verify batches of k = 1…MAX_K tokens", min=2, max=512)
+    ] = 64,
     campaign: Annotated[
         bool, typer.Option(help="run the mode × prompt campaigns (off: verify cost only)")
     ] = True,
@@ -512,10 +515,11 @@ def bench_atlas(
             settings.models_dir, load_profile(settings.models_dir, settings.profile).target
         )
         if verify:
-            show(f"verify cost: llama-bench, k = 1…64 at depth {verify_depth}")
+            show(f"verify cost: llama-bench, k = 1…{max_k} at depth {verify_depth}")
             costs = measure_verify_costs(
                 find_llama_binary(settings.cache_dir, name="llama-bench"),
                 target,
+                ks=tuple(range(1, max_k + 1)),
                 depth=verify_depth,
                 reps=verify_reps,
                 threads=settings.backend.threads,
@@ -523,9 +527,7 @@ def bench_atlas(
                 machine=machine_line(),
             )
             (out / "verify-cost.json").write_text(jsonlib.dumps(costs.to_json(), indent=2))
-            show(
-                f"r(2) {costs.ratio(2):.2f}, r(8) {costs.ratio(8):.2f}, r(64) {costs.ratio(64):.2f}"
-            )
+            show(f"r(2) {costs.ratio(2):.2f}, r({max_k}) {costs.ratio(max_k):.2f} decode steps")
         if campaign:
             show(f"campaign {SHIPPED}: {options.reps} rotations, ≤ {options.max_tokens} tokens")
             asyncio.run(run_campaign(settings, jsonl, options, resume=resume, progress=show))

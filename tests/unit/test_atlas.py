@@ -241,3 +241,18 @@ async def test_campaign_writes_a_record_per_mode_and_prompt_and_resumes(
 def test_report_without_records_says_what_to_run(tmp_path: Path) -> None:
     with pytest.raises(FrondeError, match="run the campaign"):
         write_atlas_report(tmp_path, "cpu")
+
+
+def test_cli_unknown_domain_is_one_line(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    done = subprocess.run(
+        [sys.executable, "-m", "fronde", "bench", "atlas", "--out", str(tmp_path), "--domain", "x"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.returncode == 1
+    [line] = done.stderr.strip().splitlines()
+    assert line.startswith("fronde: error: --domain: unknown domain 'x'; known: code-generation")

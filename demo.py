@@ -32,7 +32,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import random
-import shutil
 import signal
 import subprocess
 import sys
@@ -51,6 +50,7 @@ from rich.text import Text
 
 from fronde.backends.process import die_with_parent, free_port
 from fronde.bench.battery import BATTERY, INVENTORY_PY, BatteryPrompt
+from fronde.bench.serve import nvidia_smi_query
 from fronde.bench.stats import DEGENERATE_SCORE, repetition_score
 from fronde.bench.stream import StreamedCompletion, stream_completion
 from fronde.config import Settings, load_settings
@@ -188,16 +188,7 @@ def probe_text(row: dict[str, Any], routed: StreamedCompletion) -> str:
 
 def gpu_free_mib() -> list[int]:
     """Free memory of each NVIDIA GPU in MiB (``nvidia-smi``), or [] without one."""
-    if shutil.which("nvidia-smi") is None:
-        return []
-    out = subprocess.run(
-        ["nvidia-smi", "--query-gpu=memory.free", "--format=csv,noheader,nounits"],
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=20,
-    )
-    return [int(x) for x in out.stdout.split()] if out.returncode == 0 else []
+    return [int(x) for x in nvidia_smi_query("memory.free") if x.isdigit()]
 
 
 def preflight(settings: Settings) -> list[str]:

@@ -141,19 +141,26 @@ def git_state() -> tuple[str | None, bool | None]:
     return commit, dirty
 
 
-def gpu_names() -> list[str]:
-    """The GPUs ``nvidia-smi`` lists (``[]`` without it or without a GPU)."""
+def nvidia_smi_query(field: str) -> list[str]:
+    """One ``nvidia-smi --query-gpu=FIELD`` value per GPU, no header, no units.
+
+    Returns ``[]`` without ``nvidia-smi``, without a GPU, or when it fails.
+    """
     if not shutil.which("nvidia-smi"):
         return []
-    done = subprocess.run(
-        ["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
+    argv = ["nvidia-smi", f"--query-gpu={field}", "--format=csv,noheader,nounits"]
+    try:
+        done = subprocess.run(argv, capture_output=True, text=True, check=False, timeout=20)
+    except subprocess.TimeoutExpired:
+        return []
     if done.returncode != 0:
         return []
-    return [n.strip() for n in done.stdout.splitlines() if n.strip()]
+    return [v.strip() for v in done.stdout.splitlines() if v.strip()]
+
+
+def gpu_names() -> list[str]:
+    """The GPUs ``nvidia-smi`` lists (``[]`` without it or without a GPU)."""
+    return nvidia_smi_query("name")
 
 
 def machine_line() -> str:

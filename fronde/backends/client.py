@@ -61,12 +61,18 @@ def _stale_connection(exc: httpx.HTTPError) -> bool:
     """Whether ``exc`` is a pooled keep-alive connection the backend had closed.
 
     httpcore says ``RemoteProtocolError`` ("Server disconnected without sending a
-    response"); under the aiohttp transport it is ``ServerDisconnectedError``, which
-    httpx-aiohttp maps to a ``ConnectTimeout`` with the original as ``__cause__``.
+    response"). Under the aiohttp transport it is ``ServerDisconnectedError``, or
+    ``ClientOSError`` ("Can not write request body") when the close arrives while
+    the request is being written; httpx-aiohttp maps both to ``ConnectTimeout`` with
+    the original as ``__cause__``. A refused connection (``ClientConnectorError``,
+    itself a ``ClientOSError``) is not stale.
     """
     if isinstance(exc, httpx.RemoteProtocolError):
         return True
-    return isinstance(exc.__cause__, aiohttp.ServerDisconnectedError)
+    cause = exc.__cause__
+    if isinstance(cause, aiohttp.ClientConnectorError):
+        return False
+    return isinstance(cause, aiohttp.ServerDisconnectedError | aiohttp.ClientOSError)
 
 
 async def _send_once_retried(

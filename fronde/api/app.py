@@ -189,7 +189,11 @@ def create_app(
             if on_fatal is not None:
                 on_fatal(f"no llama-server backend could start ({reasons})")
         else:
-            log.info("serve.ready", modes=[str(m) for m in ready])
+            log.info(
+                "serve.ready",
+                modes=[str(m) for m in ready],
+                upstream_client=settings.upstream.client,
+            )
 
     router_state = Router.from_settings(settings)
     router_state.swap_residency = swap is not None

@@ -45,7 +45,7 @@ import numpy as np
 
 from fronde.backends.pool import plan_pool
 from fronde.backends.process import LaunchSpec, LlamaServerProcess
-from fronde.bench.breakeven import VerifyCosts, write_break_even_map
+from fronde.bench.breakeven import VerifyCosts, break_even_alpha, write_break_even_map
 from fronde.bench.domains import DOMAINS, DomainPrompt, prompts_by_domain
 from fronde.bench.runner import Run, bench_client, direct_run
 from fronde.bench.serve import machine_line, run_info
@@ -59,6 +59,7 @@ from fronde.runtime.models import load_profile, model_path
 
 __all__ = [
     "ATLAS_MODES",
+    "QUANTIZE_TYPES",
     "QUANT_TYPES",
     "AtlasOptions",
     "DomainRow",
@@ -78,6 +79,12 @@ ATLAS_MODES: tuple[Mode, ...] = (Mode.BASELINE, Mode.NGRAM_SIMPLE, Mode.NGRAM_MO
 """The modes a CPU campaign runs (draft needs a draft model sharing the vocabulary)."""
 QUANT_TYPES: tuple[str, ...] = ("Q3_K_M", "Q2_K", "Q4_0")
 """llama-quantize types derived from the shipped Q4_K_M by default."""
+QUANTIZE_TYPES: tuple[str, ...] = (
+    "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q2_K", "Q2_K_S", "Q3_K_S", "Q3_K_M", "Q3_K_L",
+    "Q4_K_S", "Q4_K_M", "Q5_K_S", "Q5_K_M", "Q6_K", "IQ4_NL", "IQ4_XS", "F16", "BF16",
+)  # fmt: skip
+"""Types ``--variants`` accepts: llama-quantize's (``tools/quantize/quantize.cpp``) that
+need no importance matrix."""
 SHIPPED = "Q4_K_M"
 """The variant name of the shipped model file."""
 
@@ -178,16 +185,22 @@ def done_prompts(path: Path, variant: str, modes: Sequence[Mode]) -> set[str]:
 
 
 def load_atlas(path: Path) -> list[dict[str, Any]]:
-    """The records of an atlas JSONL (a torn last line is skipped); [] if absent."""
+    """The records of an atlas JSONL, the last one per key; [] if absent.
+
+    A torn last line (a stop mid-write) is skipped. A key measured twice (a failed
+    prompt measured again with ``--resume``) counts once, by its latest record.
+    """
     if not path.exists():
         return []
-    out: list[dict[str, Any]] = []
-    for line in path.read_text().splitlines():
+    by_key: dict[str, dict[str, Any]] = {}
+    for i, line in enumerate(path.read_text().splitlines()):
         with contextlib.suppress(ValueError):
             rec = json.loads(line)
             if isinstance(rec, dict):
-                out.append(rec)  # pyright: ignore[reportUnknownArgumentType]
-    return out
+                record: dict[str, Any] = rec  # pyright: ignore[reportUnknownVariableType]
+                by_key.pop(str(record.get("key", i)), None)
+                by_key[str(record.get("key", i))] = record
+    return list(by_key.values())
 
 
 def _median(values: Sequence[float]) -> float:
@@ -616,7 +629,10 @@ def write_atlas_report(folder: Path, tag: str, commands: Sequence[str] = ()) -> 
         f"{first.get('max_tokens')} tokens. Decode tok/s as the client saw it (first token "
         "excluded); speedup = a mode's median ÷ baseline's median on the same prompt, geometric "
         "mean over the domain's prompts; α = Σ accepted ÷ Σ drafted; τ = tokens ÷ (tokens − "
-        "accepted). Intervals: 95 % bootstrap over the domain's prompts (five prompts: wide).",
+        "accepted). Intervals: 95 % bootstrap over the domain's prompts (five prompts: wide). "
+        "'Identical to baseline': the mode's output tokens equal baseline's; greedy decoding "
+        "is not bit-identical across modes here (a verify batch and a decode step round "
+        "differently), so a mode may take another path after a near-tie.",
         "",
     ]
     if commands:
@@ -636,7 +652,11 @@ def write_atlas_report(folder: Path, tag: str, commands: Sequence[str] = ()) -> 
         "drop every prompt where any mode's output was flagged degenerate (repetition "
         f"score > {DEGENERATE_SCORE}). Read the domain rows above with this in mind.",
         "",
+        "### All domains",
+        "",
         *_domain_markdown(clean_all),
+        "",
+        "### By domain (a domain whose every prompt looped has no row)",
         "",
         *_domain_markdown(clean),
         "",
@@ -688,6 +708,7 @@ def write_atlas_report(folder: Path, tag: str, commands: Sequence[str] = ()) -> 
             )
         )
         shown = [k for k in (1, 2, 4, 8, 16, 32, 64) if k in costs.ks]
+        gammas = [g for g in (1, 2, 4, 8, 16, 32) if g + 1 in costs.ks]
         lines += [
             "## Verify cost and the break-even map",
             "",
@@ -704,6 +725,13 @@ def write_atlas_report(folder: Path, tag: str, commands: Sequence[str] = ()) -> 
             + " | ".join(f"{costs.seconds[costs.ks.index(k)] * 1e3:.2f}" for k in shown)
             + " |",
             "| r(k) | " + " | ".join(f"{costs.ratio(k):.2f}" for k in shown) + " |",
+            "",
+            "Break-even: the smallest α at which drafting γ tokens every step pays (S ≥ 1), "
+            "from the model above:",
+            "",
+            "| γ | " + " | ".join(str(g) for g in gammas) + " |",
+            "|---|" + "---:|" * len(gammas),
+            "| break-even α | " + " | ".join(_f(break_even_alpha(costs, g)) for g in gammas) + " |",
             "",
             f"![break-even map]({written[-1].name})",
             "",

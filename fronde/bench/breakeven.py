@@ -43,6 +43,7 @@ from fronde.errors import FrondeError
 __all__ = [
     "VerifyCosts",
     "acceptance_rate",
+    "break_even_alpha",
     "expected_tokens",
     "measure_verify_costs",
     "speedup",
@@ -220,6 +221,23 @@ def speedup(
         KeyError: γ + 1 was not measured.
     """
     return expected_tokens(beta, gamma) / (costs.ratio(gamma + 1) + gamma * draft_cost)
+
+
+def break_even_alpha(costs: VerifyCosts, gamma: int, draft_cost: float = 0.0) -> float | None:
+    """The smallest α (accepted ÷ drafted) at which drafting γ tokens pays, S ≥ 1.
+
+    Returns 0.0 when even β = 0 pays (a verify cheaper than a decode step, as seen
+    on a GPU), None when no β < 1 does.
+
+    Raises:
+        KeyError: γ + 1 was not measured.
+    """
+    betas = 1.0 - np.geomspace(1.0, 1e-6, 4000)
+    s = speedup(betas, gamma, costs, draft_cost)
+    paying = np.nonzero(s >= 1.0)[0]
+    if paying.size == 0:
+        return None
+    return float(acceptance_rate(betas[paying[0]], gamma))
 
 
 def write_break_even_map(

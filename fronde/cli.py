@@ -484,7 +484,7 @@ def bench_atlas(
     import shlex
 
     from fronde.bench.atlas import QUANTIZE_TYPES, SHIPPED, AtlasOptions, requantize, run_campaign
-    from fronde.bench.atlas import write_atlas_report as write_report
+    from fronde.bench.atlas_report import write_atlas_report as write_report
     from fronde.bench.breakeven import measure_verify_costs
     from fronde.bench.domains import prompts_by_domain
     from fronde.bench.serve import machine_line

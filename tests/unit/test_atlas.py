@@ -12,14 +12,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from fronde.bench.atlas import (
-    AtlasOptions,
-    bootstrap_ci,
-    domain_rows,
-    load_atlas,
-    run_campaign,
-    write_atlas_report,
-)
+from fronde.bench.atlas import AtlasOptions, load_atlas, run_campaign
+from fronde.bench.atlas_report import bootstrap_ci, domain_rows, write_atlas_report
 from fronde.bench.breakeven import (
     VerifyCosts,
     acceptance_rate,

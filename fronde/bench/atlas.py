@@ -24,7 +24,6 @@ model, not quantizations of full-precision weights, and the report says so.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import hashlib
 import json
@@ -40,7 +39,7 @@ import numpy as np
 from fronde.backends.pool import plan_pool
 from fronde.backends.process import LaunchSpec, LlamaServerProcess
 from fronde.bench.domains import DomainPrompt, prompts_by_domain
-from fronde.bench.runner import Run, bench_client, direct_run
+from fronde.bench.runner import Run, all_started, bench_client, direct_run
 from fronde.bench.serve import machine_line, run_info
 from fronde.bench.stats import DEGENERATE_SCORE, first_difference, repetition_score
 from fronde.config import Settings
@@ -158,11 +157,8 @@ async def mode_servers(
             LaunchSpec(mode, binary, args, log_dir / f"atlas-{mode}.log"),
             start_timeout_s=settings.backend.start_timeout_s,
         )
-    try:
-        await asyncio.gather(*(p.start() for p in procs.values()))
+    async with all_started(procs):
         yield procs
-    finally:
-        await asyncio.gather(*(p.stop() for p in procs.values()), return_exceptions=True)
 
 
 def done_prompts(path: Path, variant: str, modes: Sequence[Mode]) -> set[str]:

@@ -27,7 +27,7 @@ import contextlib
 import hashlib
 import json
 import time
-from collections.abc import AsyncGenerator, AsyncIterator, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, cast
@@ -58,6 +58,7 @@ __all__ = [
     "BatteryOptions",
     "Config",
     "Run",
+    "all_started",
     "backends",
     "battery_configs",
     "bench_client",
@@ -282,6 +283,22 @@ def done_keys(path: Path) -> set[str]:
 
 
 @contextlib.asynccontextmanager
+async def all_started(
+    procs: Mapping[Any, LlamaServerProcess],
+) -> AsyncGenerator[None]:
+    """Start every process at once, and stop them all on exit (also after a failed start).
+
+    Raises:
+        FrondeError: a backend could not start (the others are stopped).
+    """
+    try:
+        await asyncio.gather(*(p.start() for p in procs.values()))
+        yield
+    finally:
+        await asyncio.gather(*(p.stop() for p in procs.values()), return_exceptions=True)
+
+
+@contextlib.asynccontextmanager
 async def backends(
     settings: Settings, config_file: Path | None, configs: list[Config], log_dir: Path
 ) -> AsyncGenerator[tuple[dict[str, LlamaServerProcess], RunningServe | None, str]]:
@@ -304,15 +321,12 @@ async def backends(
             procs[c.name] = LlamaServerProcess(
                 spec, start_timeout_s=settings.backend.start_timeout_s
             )
-    try:
-        await asyncio.gather(*(p.start() for p in procs.values()))
+    async with all_started(procs):
         if any(c.router for c in configs):
             with running_serve(config_file, settings.backend.start_timeout_s + 30) as serve:
                 yield procs, serve, llama_build_info(binary)
         else:
             yield procs, None, llama_build_info(binary)
-    finally:
-        await asyncio.gather(*(p.stop() for p in procs.values()), return_exceptions=True)
 
 
 async def run_battery(

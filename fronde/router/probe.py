@@ -24,7 +24,7 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from fronde.backends.client import BackendClient
+from fronde.backends.client import TRANSPORT_ERRORS, BackendClient
 from fronde.backends.pool import BackendPool
 from fronde.errors import BackendConnectionError, InvalidRequestError
 from fronde.modes import Mode
@@ -104,10 +104,23 @@ async def segment_stream(
         "cache_prompt": True,
     }
     async with client.stream(url, "/completion", body) as resp:
-        async for line in resp.aiter_lines():
-            if not line.startswith("data: "):
+        lines = resp.aiter_lines()
+        while True:
+            try:
+                line = await anext(lines)
+                event = json.loads(line[6:]) if line.startswith("data: ") else None
+            except StopAsyncIteration:
+                break
+            except TRANSPORT_ERRORS as exc:
+                # A backend that died mid-body: a backend error (502 or an in-band
+                # error event), never an internal one.
+                raise BackendConnectionError(
+                    f"{seg.mode} failed mid-stream: {type(exc).__name__}"
+                ) from exc
+            except ValueError as exc:
+                raise BackendConnectionError(f"{seg.mode} sent an event that is not JSON") from exc
+            if event is None:
                 continue
-            event = json.loads(line[6:])
             if "error" in event:
                 raise BackendConnectionError(f"{seg.mode} failed: {event['error']}")
             seg.tokens.extend(event.get("tokens") or ())

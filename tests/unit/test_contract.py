@@ -316,6 +316,19 @@ def test_failure_before_the_first_byte_is_retried_on_another_mode(serve: Any) ->
     assert r.status_code in (502, 503)
 
 
+def test_a_probe_cut_mid_body_is_a_backend_failure_not_a_500(serve: Any) -> None:
+    # ngram-mod dies after 2 streamed tokens of the probe's native /completion: the
+    # body is cut mid-way. The fuzz test found this answered 500 "internal error".
+    c = serve({Mode.NGRAM_MOD: ["--fake-crash-after", "2"]})
+    r = c.post("/v1/completions", json={"prompt": "alpha beta gamma", "max_tokens": 8})
+    assert r.status_code != 500, r.text
+    if r.status_code == 200:
+        assert r.headers["x-fronde-retried-from"] == "ngram-mod"
+    else:
+        assert r.status_code in (502, 503)
+        assert r.json()["error"]["code"] != "internal_error"
+
+
 def test_32_concurrent_streams_get_their_own_content(serve: Any) -> None:
     c = serve(router={"max_parallel_decodes": 4})
 

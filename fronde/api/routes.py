@@ -253,12 +253,19 @@ async def _probe(
     headers: dict[str, str],
     hold: GateHold,
 ) -> Response:
-    """Probe-and-continue (see :mod:`fronde.router.probe`), answered in OpenAI's shape."""
-    splice = Splice(rt.client, rt.pool, rt.router, decision, kind, body)
+    """Probe-and-continue (see :mod:`fronde.router.probe`), answered in OpenAI's shape.
+
+    The probe segment runs before the answer starts, so a refusal (a prompt over
+    the context: 400 ``context_length_exceeded``) or a failed backend is still a
+    plain HTTP error, streamed or not.
+    """
+    stream = bool(body.get("stream", False))
+    splice = Splice(rt.client, rt.pool, rt.router, decision, kind, body, stream=stream)
     await splice.prepare()  # render + tokenize: errors here are still plain HTTP errors
     _overhead(decision, headers)  # the probe's render + tokenize round trips count
+    await splice.start()
     model = str(body.get("model") or rt.settings.public_model)
-    if not body.get("stream", False):
+    if not stream:
         text = "".join([piece async for piece in splice.run()])
         extra = {"timings": splice.final_timings(), "fronde": splice.fronde_info()}
         data = full_response(
@@ -267,7 +274,7 @@ async def _probe(
             text,
             finish_reason(splice.finish_stop_type),
             len(splice.prompt),
-            len(splice.tokens),
+            splice.completion_tokens,
             extra,
         )
         headers = headers | {"x-fronde-mode": str(decision.winner or decision.plan.mode)}
@@ -307,7 +314,7 @@ async def _probe(
         if include_usage:
             usage_chunk = chunk(kind, rid, model, created)
             usage_chunk["choices"] = []
-            usage_chunk["usage"] = usage(len(splice.prompt), len(splice.tokens))
+            usage_chunk["usage"] = usage(len(splice.prompt), splice.completion_tokens)
             yield sse(usage_chunk)
         yield DONE_LINE.encode() + b"\n\n"
 

@@ -6,23 +6,46 @@ seen the floor has no EMA yet, so the floor generates the *next* ``probe_tokens`
 (also part of the answer: nothing is thrown away). The faster side, with the
 candidate needing ``margin`` × the floor, then continues to the end.
 
-Every hand-over sends token ids (the prompt's ids plus every id generated so
-far), never text, so nothing is re-tokenized differently: the chat template is
-rendered with ``/apply-template``, tokenized once with ``/tokenize``, and each
-segment asks ``/completion`` for ``return_tokens``. With ``cache_prompt`` on, a
-backend continuing its own segment does not prefill the prompt again.
+**The splice invariant.** The answer is the text one backend would have written
+over the same token ids; a hand-over neither loses nor invents text:
 
-Known limits: a stop string that starts in one segment and ends in the next is
-not detected (one inside a segment is, by llama-server); a multi-byte character
-whose bytes straddle two segments may be rendered as U+FFFD.
+- Every hand-over sends token ids (the prompt's ids plus every id generated so
+  far), never text, so nothing is re-tokenized differently: the chat template is
+  rendered with ``/apply-template``, tokenized once with ``/tokenize``, and each
+  segment asks ``/completion`` for ``return_tokens``. With ``cache_prompt`` on, a
+  backend continuing its own segment does not prefill the prompt again.
+- Segments that may be handed over (the probes) run **non-streamed**: in a stream
+  llama-server b11434 sends no event for a token that ends inside a multi-byte
+  character, so its id would be missing from the next segment's prompt; the
+  non-streamed answer carries every id. The client sees the probe's text when the
+  probe ends (48 tokens: about 1 s on 2 CPU cores, 0.1 s on an H200). The last
+  segment streams when the client streams.
+- ``stop`` strings are matched by Fronde over the whole answer
+  (:class:`~fronde.router.stops.StopMatcher`), as llama-server matches them over one
+  request: a string that begins in one segment and ends in the next is found, and a
+  partial match held back when a segment hits its ``n_predict`` is kept. Each
+  segment also sends ``stop`` to its backend, so a match inside one segment ends it
+  there, with llama-server's own token count and timings. In a stream llama-server
+  drops the text it held back for a partial match when its budget runs out; the
+  ids of those tokens did arrive (events with no content), so Fronde detokenizes
+  them (``/detokenize``) and keeps the text, as a non-streamed answer does.
+- A final ``assistant`` message is a prefill: llama-server continues it, and its
+  chat endpoint returns the prefill followed by the continuation. The splice does
+  the same (:attr:`Splice.prefix`).
+
+Known limit: a character whose bytes are split between two segments reads U+FFFD
+(llama-server renders the partial bytes of each side so); a stop string that
+straddles a non-streamed segment's end is honoured in the text, but usage then
+counts the tokens that segment generated past it.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 from fronde.backends.client import TRANSPORT_ERRORS, BackendClient
 from fronde.backends.pool import BackendPool
@@ -32,8 +55,16 @@ from fronde.router.engine import Decision, Router
 from fronde.router.measure import measurement_from_timings
 from fronde.router.native import Kind, max_new_tokens, sampling_params
 from fronde.router.policy import Route, hand_over_pays
+from fronde.router.stops import StopMatcher
 
-__all__ = ["Segment", "Splice", "prompt_ids", "segment_stream"]
+__all__ = [
+    "Segment",
+    "Splice",
+    "assistant_prefill",
+    "prompt_ids",
+    "segment_stream",
+    "segment_whole",
+]
 
 
 @dataclass
@@ -43,10 +74,11 @@ class Segment:
     Attributes:
         mode: the mode that generated it.
         tokens: generated token ids.
-        text: generated text.
+        text: generated text, as the backend released it (stop strings cut).
         stop_type: llama-server's ``stop_type`` (``eos``, ``word``, ``limit``), or None
-            while running.
-        timings: llama-server's ``timings`` of this segment.
+            while running (and when Fronde cut the stream on a stop string itself).
+        timings: llama-server's ``timings`` of this segment (empty if it was cut).
+        held: ids of tokens whose text llama-server held back (a partial stop match).
     """
 
     mode: Mode
@@ -54,11 +86,42 @@ class Segment:
     text: str = ""
     stop_type: str | None = None
     timings: dict[str, Any] = field(default_factory=dict[str, Any])
+    held: list[int] = field(default_factory=list[int])
 
     @property
     def decode_tok_s(self) -> float:
         """llama-server's decode tok/s for this segment (0.0 if unknown)."""
         return float(self.timings.get("predicted_per_second") or 0.0)
+
+    @property
+    def generated(self) -> int:
+        """Tokens this segment generated: llama-server's ``predicted_n``, else the ids seen."""
+        n = self.timings.get("predicted_n")
+        return int(n) if isinstance(n, int) else len(self.tokens)
+
+
+def assistant_prefill(kind: Kind, body: dict[str, Any]) -> str:
+    """The text of a final ``assistant`` message that llama-server continues, or "".
+
+    llama-server (``prefill_assistant``, on by default) continues a chat whose last
+    message is the assistant's, and its chat endpoint answers with that message's
+    text followed by the continuation.
+    """
+    if kind != "chat":
+        return ""
+    messages = cast("list[dict[str, Any]]", body.get("messages") or [])
+    last = messages[-1] if messages else {}
+    content = last.get("content")
+    if last.get("role") != "assistant" or not content:
+        return ""
+    if isinstance(content, str):
+        return content
+    parts = cast("list[Any]", content) if isinstance(content, list) else []
+    return "".join(
+        str(p.get("text", ""))  # pyright: ignore[reportUnknownMemberType, reportUnknownArgumentType]
+        for p in parts
+        if isinstance(p, dict) and p.get("type") == "text"  # pyright: ignore[reportUnknownMemberType]
+    )
 
 
 async def prompt_ids(
@@ -86,6 +149,46 @@ async def prompt_ids(
     return [int(t) for t in ids]  # pyright: ignore[reportUnknownArgumentType, reportUnknownVariableType]
 
 
+def _native_body(
+    prompt: list[int], params: dict[str, Any], n_predict: int, *, stream: bool
+) -> dict[str, Any]:
+    return {
+        **params,
+        "prompt": prompt,
+        "n_predict": n_predict,
+        "stream": stream,
+        "return_tokens": True,
+        "cache_prompt": True,
+    }
+
+
+async def segment_whole(
+    client: BackendClient,
+    url: str,
+    seg: Segment,
+    prompt: list[int],
+    params: dict[str, Any],
+    n_predict: int,
+) -> None:
+    """Run one native ``/completion`` segment non-streamed, filling ``seg``.
+
+    Raises:
+        BackendError: from the backend call (a context overflow is a
+            :class:`~fronde.errors.ContextLengthError`).
+    """
+    data = await client.post_json(
+        url, "/completion", _native_body(prompt, params, n_predict, stream=False)
+    )
+    tokens = data.get("tokens")
+    if not isinstance(tokens, list):
+        raise BackendConnectionError(f"{seg.mode} returned no token ids")
+    seg.tokens = [int(t) for t in cast("list[Any]", tokens)]
+    seg.text = str(data.get("content") or "")
+    seg.stop_type = data.get("stop_type")
+    timings = data.get("timings")
+    seg.timings = cast("dict[str, Any]", timings) if isinstance(timings, dict) else {}
+
+
 async def segment_stream(
     client: BackendClient,
     url: str,
@@ -93,16 +196,16 @@ async def segment_stream(
     prompt: list[int],
     params: dict[str, Any],
     n_predict: int,
-) -> AsyncIterator[str]:
-    """Stream one native ``/completion`` segment, filling ``seg``; yield text pieces."""
-    body = {
-        **params,
-        "prompt": prompt,
-        "n_predict": n_predict,
-        "stream": True,
-        "return_tokens": True,
-        "cache_prompt": True,
-    }
+) -> AsyncGenerator[str]:
+    """Stream one native ``/completion`` segment, filling ``seg``; yield text pieces.
+
+    Ids whose text llama-server held back (events with tokens and no content) are
+    kept in ``seg.held`` until text follows them.
+
+    Raises:
+        BackendError: the backend refused the request or failed mid-stream.
+    """
+    body = _native_body(prompt, params, n_predict, stream=True)
     async with client.stream(url, "/completion", body) as resp:
         lines = resp.aiter_lines()
         while True:
@@ -123,11 +226,15 @@ async def segment_stream(
                 continue
             if "error" in event:
                 raise BackendConnectionError(f"{seg.mode} failed: {event['error']}")
-            seg.tokens.extend(event.get("tokens") or ())
+            ids = [int(t) for t in event.get("tokens") or ()]
+            seg.tokens.extend(ids)
             piece = event.get("content") or ""
             if piece:
+                seg.held.clear()
                 seg.text += piece
                 yield piece
+            else:
+                seg.held.extend(ids)
             if event.get("stop"):
                 seg.stop_type = event.get("stop_type")
                 seg.timings = event.get("timings") or {}
@@ -136,7 +243,11 @@ async def segment_stream(
 
 
 class Splice:
-    """One probe-and-continue generation; iterate :meth:`run` for the text.
+    """One probe-and-continue generation.
+
+    Call :meth:`start` before answering (it runs the probe, so a refusal such as a
+    prompt over the context is still a plain HTTP error), then iterate :meth:`run`
+    for the rest of the text.
 
     Args:
         client: the backend client.
@@ -145,7 +256,11 @@ class Splice:
         decision: the PROBE decision for this request.
         kind: chat or text completion.
         body: the OpenAI request body.
+        stream: stream the last segment (the client streams).
         on_switch: called with the winner once decided (for logs and headers).
+
+    Raises:
+        ValueError: ``decision`` is not a PROBE with a floor.
     """
 
     def __init__(
@@ -156,6 +271,8 @@ class Splice:
         decision: Decision,
         kind: Kind,
         body: dict[str, Any],
+        *,
+        stream: bool = False,
         on_switch: Callable[[Mode], None] | None = None,
     ) -> None:
         if decision.plan.route is not Route.PROBE or decision.plan.floor is None:
@@ -163,11 +280,16 @@ class Splice:
         self.client, self.pool, self.router = client, pool, router
         self.decision, self.body = decision, body
         self.kind: Kind = kind
+        self.stream = stream
         self.on_switch = on_switch
         self.params = sampling_params(body)
         self.budget = max_new_tokens(body)
+        self.matcher = StopMatcher(self.params.get("stop", []))
+        self.prefix = assistant_prefill(kind, body)
+        """Text the answer starts with: a final assistant message that is continued."""
         self.segments: list[Segment] = []
         self.prompt: list[int] = []
+        self._ready: list[str] = []  # released text not yet handed to the caller
 
     @property
     def tokens(self) -> list[int]:
@@ -175,31 +297,50 @@ class Splice:
         return [t for s in self.segments for t in s.tokens]
 
     @property
+    def completion_tokens(self) -> int:
+        """Tokens generated over all segments, each counted once."""
+        return sum(s.generated for s in self.segments)
+
+    @property
+    def text(self) -> str:
+        """The answer so far: the prefill, then the text released by the stop matcher."""
+        return self.prefix + self.matcher.released
+
+    @property
     def finish_stop_type(self) -> str | None:
-        """The last segment's ``stop_type``."""
+        """``word`` when a stop string ended the answer, else the last segment's ``stop_type``."""
+        if self.matcher.stopped:
+            return "word"
         return self.segments[-1].stop_type if self.segments else None
 
     def _remaining(self) -> int | None:
-        return None if self.budget is None else self.budget - len(self.tokens)
+        return None if self.budget is None else self.budget - self.completion_tokens
 
     def _finished(self) -> bool:
+        if self.matcher.stopped:
+            return True
         last = self.segments[-1]
         remaining = self._remaining()
         return last.stop_type != "limit" or (remaining is not None and remaining <= 0)
 
-    async def _run_segment(self, mode: Mode, n_predict: int) -> AsyncIterator[str]:
-        backend = self.pool.get(mode)
-        seg = Segment(mode)
-        self.segments.append(seg)
-        self.router.in_flight[mode] += 1
-        try:
-            async for piece in segment_stream(
-                self.client, backend.url, seg, self.prompt + self.tokens, self.params, n_predict
-            ):
-                yield piece
-        finally:
-            self.router.in_flight[mode] -= 1
-        self.router.record(self.decision, mode, seg.timings)
+    def _release(self, piece: str) -> None:
+        out = self.matcher.feed(piece)
+        if out:
+            self._ready.append(out)
+
+    def _end_segment(self, seg: Segment) -> None:
+        """After a segment: a stop that llama-server found, or the end, releases held text."""
+        if self.matcher.stopped:
+            return
+        if seg.stop_type == "word":
+            # llama-server cut a stop string inside this segment: what Fronde held
+            # back (a partial match across segments) is part of the answer.
+            self.matcher.stopped = True
+        remaining = self._remaining()
+        if seg.stop_type != "limit" or (remaining is not None and remaining <= 0):
+            out = self.matcher.flush()
+            if out:
+                self._ready.append(out)
 
     async def prepare(self) -> None:
         """Render and tokenize the prompt on the candidate backend (before any byte is sent).
@@ -210,13 +351,84 @@ class Splice:
         url = self.pool.get(self.decision.plan.mode).url
         self.prompt = await prompt_ids(self.client, url, self.kind, self.body)
 
+    def _n_next(self) -> int:
+        probe_n = self.router.policy.probe_tokens
+        remaining = self._remaining()
+        return probe_n if remaining is None else min(probe_n, remaining)
+
+    async def _whole(self, mode: Mode, n_predict: int) -> Segment:
+        """Run a segment non-streamed (a probe: its ids must all arrive) and release its text."""
+        seg = Segment(mode)
+        context = self.prompt + self.tokens
+        self.segments.append(seg)
+        self.router.in_flight[mode] += 1
+        try:
+            await segment_whole(
+                self.client, self.pool.get(mode).url, seg, context, self.params, n_predict
+            )
+        finally:
+            self.router.in_flight[mode] -= 1
+        self.router.record(self.decision, mode, seg.timings)
+        if seg.text:
+            self._release(seg.text)
+        self._end_segment(seg)
+        return seg
+
+    async def _streamed(self, mode: Mode, n_predict: int) -> AsyncIterator[str]:
+        """Run the last segment streamed, yielding released text as it comes."""
+        seg = Segment(mode)
+        self.segments.append(seg)
+        url = self.pool.get(mode).url
+        context = self.prompt + self.tokens
+        self.router.in_flight[mode] += 1
+        pieces = segment_stream(self.client, url, seg, context, self.params, n_predict)
+        try:
+            async with contextlib.aclosing(pieces):
+                async for piece in pieces:
+                    self._release(piece)
+                    for out in self._drain():
+                        yield out
+                    if self.matcher.stopped:
+                        # A stop string across segments: closing the stream (aclosing)
+                        # stops the backend's generation.
+                        return
+        finally:
+            self.router.in_flight[mode] -= 1
+        if seg.held and seg.stop_type == "limit":
+            # llama-server drops held-back text at the budget in streams; its ids came.
+            out = await self.client.post_json(url, "/detokenize", {"tokens": seg.held})
+            self._release(str(out.get("content") or ""))
+        self.router.record(self.decision, mode, seg.timings)
+        self._end_segment(seg)
+        for out in self._drain():
+            yield out
+
+    async def start(self) -> None:
+        """Prepare the prompt and run the probe segment, before any byte is answered.
+
+        Raises:
+            BackendError, InvalidRequestError: the backend refused the request (a
+                prompt over the context is :class:`~fronde.errors.ContextLengthError`)
+                or failed.
+        """
+        if not self.prompt:
+            await self.prepare()
+        if self.prefix:
+            self._ready.append(self.prefix)
+        probe = await self._whole(self.decision.plan.mode, self._n_next())
+        self.decision.probe_tok_s = probe.decode_tok_s
+
     async def run(self) -> AsyncIterator[str]:
-        """Run probe, floor probe if needed, and continuation; yield text as it arrives.
+        """Yield the answer's text: the probe's, the floor probe's if needed, the rest.
+
+        Calls :meth:`start` first if it has not run.
 
         Raises:
             BackendError: a backend failed; pieces already yielded stand.
         """
         try:
+            if not self.segments:
+                await self.start()
             async for piece in self._run():
                 yield piece
         finally:
@@ -227,30 +439,25 @@ class Splice:
                 d = self.decision
                 d.decode_tok_s, d.alpha, d.tau, d.tokens = m.decode_tok_s, m.alpha, m.tau, m.tokens
 
+    def _drain(self) -> list[str]:
+        out, self._ready = self._ready, []
+        return out
+
     async def _run(self) -> AsyncIterator[str]:
         plan = self.decision.plan
         cand, floor = plan.mode, plan.floor
         assert floor is not None  # noqa: S101 - checked in __init__
-        probe_n = self.router.policy.probe_tokens
-        if not self.prompt:
-            await self.prepare()
-
-        def n_next() -> int:
-            remaining = self._remaining()
-            return probe_n if remaining is None else min(probe_n, remaining)
-
-        async for piece in self._run_segment(cand, n_next()):
+        probe = self.segments[0]
+        for piece in self._drain():
             yield piece
-        probe = self.segments[-1]
-        self.decision.probe_tok_s = probe.decode_tok_s
         if self._finished():  # EOS, a stop string or the budget inside the probe
             self._settle(cand)
             return
         floor_tok_s = plan.floor_tok_s
         if floor_tok_s is None:  # first time for this class: the floor probes the next tokens
-            async for piece in self._run_segment(floor, n_next()):
+            floor_tok_s = (await self._whole(floor, self._n_next())).decode_tok_s
+            for piece in self._drain():
                 yield piece
-            floor_tok_s = self.segments[-1].decode_tok_s
         self.decision.floor_tok_s = floor_tok_s
         winner = cand if probe.decode_tok_s >= self.router.policy.margin * floor_tok_s else floor
         if winner is floor and self.segments[-1].mode is cand:
@@ -269,8 +476,14 @@ class Splice:
         if self._finished():
             return
         remaining = self._remaining()
-        async for piece in self._run_segment(winner, -1 if remaining is None else remaining):
-            yield piece
+        n = -1 if remaining is None else remaining
+        if self.stream:
+            async for piece in self._streamed(winner, n):
+                yield piece
+        else:
+            await self._whole(winner, n)
+            for piece in self._drain():
+                yield piece
 
     def _settle(self, winner: Mode) -> None:
         """Record the winner and cache it for this request's key."""
@@ -306,7 +519,7 @@ class Splice:
             "floor": str(self.decision.plan.floor),
             "floor_tok_s": self.decision.floor_tok_s,
             "segments": [
-                {"mode": str(s.mode), "tokens": len(s.tokens), "decode_tok_s": s.decode_tok_s}
+                {"mode": str(s.mode), "tokens": s.generated, "decode_tok_s": s.decode_tok_s}
                 for s in self.segments
             ],
         }

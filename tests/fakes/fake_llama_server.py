@@ -362,23 +362,41 @@ def build_app(args: argparse.Namespace) -> FastAPI:
         stops: list[str] = body.get("stop") or []
 
         async def gen() -> AsyncIterator[tuple[list[int], str, str | None]]:
-            """Yield (tokens, text, stop_type or None)."""
-            last, text = ids[-1], ""
+            """Yield (tokens, text to send, stop_type or None), as llama-server's
+            ``process_token`` does: the earliest full stop match cuts the text and ends
+            the generation; text ending in a partial match is held back (an event with
+            the token and no text) until a later token decides; at the budget a stream
+            never sends what it held."""
+            last, generated, sent = ids[-1], "", 0
             for i in range(limit):
                 if args.fake_crash_after is not None and i >= args.fake_crash_after:
                     os.kill(os.getpid(), signal.SIGKILL)
                 tok = next_token(last)
                 if args.fake_eos_token is not None and tok == args.fake_eos_token:
-                    yield [], "", "eos"
+                    yield [], generated[sent:], "eos"
                     return
                 await asyncio.sleep(1.0 / args.fake_tps)
-                last, text = tok, text + piece(tok)
-                hit = next((w for w in stops if w in text), None)
-                if hit is not None:
-                    yield [tok], piece(tok).split(hit)[0], "word"
+                last, generated = tok, generated + piece(tok)
+                unsent = generated[sent:]
+                window = [
+                    (unsent.find(w, max(0, len(unsent) - len(w) - len(piece(tok)))), w)
+                    for w in stops
+                ]
+                full = [(at, w) for at, w in window if at >= 0]
+                if full:
+                    at = min(full)[0]
+                    generated = generated[: sent + at]
+                    yield [tok], generated[sent:], "word"
                     return
-                yield [tok], piece(tok), None
+                held = any(unsent.endswith(w[:k]) for w in stops for k in range(1, len(w)))
+                if held:
+                    yield [tok], "", None
+                else:
+                    yield [tok], unsent, None
+                    sent = len(generated)
             yield [], "", "limit"
+            # What a non-streamed answer keeps at the budget: the held-back text.
+            yield [], generated[sent:], "held"
 
         def final(
             n: int, stop_type: str, content: str = "", tokens: list[int] | None = None
@@ -400,20 +418,23 @@ def build_app(args: argparse.Namespace) -> FastAPI:
             async for t, p, st in gen():
                 toks += t
                 text += p
-                if st:
+                if st and st != "held":
                     stop_type = st
             return JSONResponse(final(len(toks), stop_type, text, toks))
 
         async def events() -> AsyncIterator[bytes]:
             n = 0
             async for t, p, st in gen():
+                if st == "held":
+                    return  # a stream drops the held-back text (llama-server b11434)
                 n += len(t)
                 if t or p:
                     event = {"content": p, "tokens": t, "stop": False}
                     yield f"data: {json.dumps(event)}\n\n".encode()
                 if st:
                     yield f"data: {json.dumps(final(n, st))}\n\n".encode()
-                    return
+                    if st != "limit":
+                        return
 
         return ClosingStream(events(), media_type="text/event-stream")
 

@@ -1,0 +1,183 @@
+"""The splice invariant: a probed answer is the text one backend writes over the same ids.
+
+Property test over fake llama-servers (tests/fakes) whose native ``/completion`` follows
+llama-server's stop rules (full match cuts, partial match held back, held text dropped at
+the budget in streams). For random prompts, stop strings, budgets, probe lengths and
+winners, the probe path's text and finish reason, streamed and not, equal one
+uninterrupted non-streamed run on one backend.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, cast
+
+import httpx
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from fronde.backends.client import BackendClient
+from fronde.backends.pool import BackendPool
+from fronde.backends.process import free_port
+from fronde.modes import Mode
+from fronde.router.classify import RequestClass
+from fronde.router.engine import Decision, Router
+from fronde.router.native import finish_reason
+from fronde.router.policy import Plan, Route, RouterPolicy
+from fronde.router.probe import Splice
+
+from ..fakes.fake_llama_server import next_token, piece, tokenize
+
+
+@dataclass
+class _At:
+    url: str
+
+
+class _Urls:
+    """The one thing a Splice asks of a pool: a backend's URL by mode."""
+
+    def __init__(self, urls: dict[Mode, str]) -> None:
+        self.urls = urls
+
+    def get(self, mode: Mode) -> _At:
+        return _At(self.urls[mode])
+
+
+@pytest.fixture(scope="module")
+def fakes(fake_binary: Path) -> Iterator[dict[Mode, str]]:
+    procs: list[subprocess.Popen[bytes]] = []
+    urls: dict[Mode, str] = {}
+    for mode in (Mode.BASELINE, Mode.NGRAM_MOD):
+        port = free_port()
+        argv = [str(fake_binary), "--port", str(port), "--spec-type", str(mode)]
+        procs.append(subprocess.Popen([*argv, "--fake-tps", "20000"]))
+        urls[mode] = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 30
+    for url in urls.values():
+        while True:
+            try:
+                if httpx.get(f"{url}/health", timeout=1).status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            assert time.monotonic() < deadline, "fake llama-server never came up"
+            time.sleep(0.05)
+    yield urls
+    for p in procs:
+        p.terminate()
+        p.wait(10)
+
+
+def chain_text(prompt: str, n: int) -> str:
+    last, out = tokenize(prompt)[-1], ""
+    for _ in range(n):
+        last = next_token(last)
+        out += piece(last)
+    return out
+
+
+async def one_backend(url: str, prompt: str, budget: int, stops: list[str]) -> tuple[str, str]:
+    """The reference: one non-streamed run over the same ids → (text, finish_reason)."""
+    body = {"prompt": tokenize(prompt), "n_predict": budget, "stop": stops}
+    async with httpx.AsyncClient(timeout=30) as http:
+        data = (await http.post(f"{url}/completion", json=body)).json()
+    return data["content"], str(finish_reason(data["stop_type"]))
+
+
+async def spliced(
+    urls: dict[Mode, str],
+    prompt: str,
+    budget: int,
+    stops: list[str],
+    probe_tokens: int,
+    floor_tok_s: float | None,
+    stream: bool,
+) -> tuple[str, str, list[str]]:
+    """The probe path → (text, finish_reason, segment modes)."""
+    router = Router(RouterPolicy(probe_tokens=probe_tokens))
+    plan = Plan(Route.PROBE, Mode.NGRAM_MOD, Mode.BASELINE, floor_tok_s)
+    decision = Decision(plan, RequestClass.GENERAL, "key", time.monotonic())
+    body: dict[str, Any] = {"prompt": prompt, "max_tokens": budget, "stop": stops}
+    async with httpx.AsyncClient(timeout=30) as http:
+        pool = cast("BackendPool", _Urls(urls))
+        splice = Splice(BackendClient(http), pool, router, decision, "text", body, stream=stream)
+        await splice.start()
+        text = "".join([p async for p in splice.run()])
+    assert text == splice.text
+    return text, str(finish_reason(splice.finish_stop_type)), [str(s.mode) for s in splice.segments]
+
+
+@st.composite
+def cases(draw: st.DrawFn) -> tuple[str, int, list[str], int, float | None]:
+    prompt = draw(st.text(alphabet="abcdefgh xyz", min_size=1, max_size=12))
+    budget = draw(st.integers(1, 90))
+    reference = chain_text(prompt, budget + 4)
+    stops: list[str] = []
+    for _ in range(draw(st.integers(0, 3))):
+        start = draw(st.integers(0, len(reference) - 1))
+        length = draw(st.integers(1, 9))
+        stops.append(reference[start : start + length])  # may straddle tokens and segments
+    if draw(st.booleans()):
+        stops.append(draw(st.text(alphabet="t0123 ", min_size=1, max_size=4)))
+    probe_tokens = draw(st.integers(1, 40))
+    # None: the floor probes too (two boundaries); 1.0: the probe wins; 1e9: the floor wins.
+    floor_tok_s = draw(st.sampled_from([None, 1.0, 1e9]))
+    return prompt, budget, stops, probe_tokens, floor_tok_s
+
+
+@settings(
+    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(case=cases(), stream=st.booleans())
+def test_probe_path_text_equals_one_backend_run(
+    fakes: dict[Mode, str], case: tuple[str, int, list[str], int, float | None], stream: bool
+) -> None:
+    prompt, budget, stops, probe_tokens, floor_tok_s = case
+
+    async def both() -> tuple[tuple[str, str], tuple[str, str, list[str]]]:
+        ref = await one_backend(fakes[Mode.BASELINE], prompt, budget, stops)
+        got = await spliced(fakes, prompt, budget, stops, probe_tokens, floor_tok_s, stream)
+        return ref, got
+
+    (ref_text, ref_finish), (text, finish, _) = asyncio.run(both())
+    assert (text, finish) == (ref_text, ref_finish)
+
+
+def test_a_stop_string_across_the_boundary_is_honoured(fakes: dict[Mode, str]) -> None:
+    """Issue 17, case 2: a stop string spanning tokens 48/49 ends the answer there."""
+    prompt = "alpha"
+    gen = chain_text(prompt, 60)
+    boundary = len(chain_text(prompt, 48))
+    stop = gen[boundary - 3 : boundary + 4]
+    for stream in (False, True):
+        text, finish, modes = asyncio.run(spliced(fakes, prompt, 100, [stop], 48, 1e9, stream))
+        assert (text, finish) == (gen[: gen.index(stop)], "stop")
+        assert modes == ["ngram-mod", "baseline"]  # it was handed over, then stopped
+
+
+def test_held_back_partial_stop_survives_the_probe_boundary(fakes: dict[Mode, str]) -> None:
+    """Issue 17, case 1: text held back as a partial stop match at a segment's budget."""
+    prompt = "alpha"
+    gen = chain_text(prompt, 60)
+    cut = len(chain_text(prompt, 48))  # the probe's text ends here
+    stop = gen[cut - 2 : cut] + "never"  # its start ends the probe, the rest never comes
+    for stream in (False, True):
+        text, finish, _ = asyncio.run(spliced(fakes, prompt, 60, [stop], 48, 1e9, stream))
+        assert (text, finish) == (gen, "length")
+
+
+def test_held_back_partial_stop_at_the_end_of_a_stream_is_kept(fakes: dict[Mode, str]) -> None:
+    """Issue 17, case 5, on the probe path: the stream's end keeps what was held back."""
+    prompt = "alpha"
+    gen = chain_text(prompt, 70)
+    stop = gen[-2:] + "never"
+    for stream in (False, True):
+        text, finish, _ = asyncio.run(spliced(fakes, prompt, 70, [stop], 48, 1.0, stream))
+        assert (text, finish) == (gen, "length")

@@ -18,8 +18,10 @@ import time
 from typing import Any
 
 from fastapi import APIRouter, Request
+from fastapi.responses import JSONResponse, Response
 
 from fronde.api.deps import Runtime, RuntimeDep
+from fronde.api.relay import until_disconnect
 from fronde.api.schema import check_chat, check_completion, read_json_body
 from fronde.backends.swap import Lease
 from fronde.errors import FrondeError, InvalidRequestError
@@ -29,6 +31,7 @@ from fronde.router.cache import cache_key
 from fronde.router.choice import forced_mode
 from fronde.router.classify import classify
 from fronde.router.engine import Decision, GateHold
+from fronde.router.policy import Route
 
 __all__ = ["MAX_BATCH", "batch", "run_batch"]
 
@@ -77,6 +80,25 @@ async def run_batch(rt: Runtime, items: list[Any]) -> dict[str, Any]:
         planned.setdefault(decision.plan.mode, []).append((i, kind, body, decision))
     resident = set(rt.swap.resident) if rt.swap is not None else set(rt.pool.ready_modes())
     order = sorted(planned, key=lambda m: (m not in resident, min(i for i, *_ in planned[m])))
+    try:
+        groups = await _run_groups(rt, order, planned, results)
+    except BaseException:
+        # The client left (or the server stops): what did not run is cancelled.
+        for group in planned.values():
+            for *_, decision in group:
+                rt.router.finish(decision, "cancelled")
+        raise
+    log.info("batch.done", requests=len(items), groups=[g["mode"] for g in groups])
+    return {"object": "list", "data": results, "groups": groups}
+
+
+async def _run_groups(
+    rt: Runtime,
+    order: list[Mode],
+    planned: dict[Mode, list[tuple[int, str, dict[str, Any], Decision]]],
+    results: list[dict[str, Any] | None],
+) -> list[dict[str, Any]]:
+    """Run each mode's group under one lease, filling ``results``; return the groups' rows."""
     groups: list[dict[str, Any]] = []
     for mode in order:
         t0 = time.monotonic()
@@ -84,7 +106,9 @@ async def run_batch(rt: Runtime, items: list[Any]) -> dict[str, Any]:
         group = planned[mode]
         try:
             if rt.swap is not None:
-                lease = await rt.swap.acquire(mode)  # one lease, so one swap, per group
+                # One lease, so one swap, per group; only baseline serves unsafe-for-spec.
+                unsafe = any(d.plan.route is Route.UNSAFE for *_, d in group)
+                lease = await rt.swap.acquire(mode, fallback=not unsafe)
             use = lease.mode if lease is not None else mode
             for i, kind, body, decision in group:
                 results[i] = await _run_one(rt, i, kind, body, decision, use)
@@ -99,8 +123,7 @@ async def run_batch(rt: Runtime, items: list[Any]) -> dict[str, Any]:
         groups.append(
             {"mode": str(mode), "requests": len(group), "seconds": round(time.monotonic() - t0, 3)}
         )
-    log.info("batch.done", requests=len(items), groups=[g["mode"] for g in groups])
-    return {"object": "list", "data": results, "groups": groups}
+    return groups
 
 
 async def _run_one(
@@ -126,8 +149,8 @@ async def _run_one(
 
 
 @batch.post("/fronde/v1/batch")
-async def post_batch(request: Request, rt: RuntimeDep) -> dict[str, Any]:
-    """Run a batch (see the module docstring).
+async def post_batch(request: Request, rt: RuntimeDep) -> Response:
+    """Run a batch (see the module docstring); a client that leaves cancels what is left.
 
     Raises:
         InvalidRequestError: the body has no ``requests`` list, or more than
@@ -140,4 +163,8 @@ async def post_batch(request: Request, rt: RuntimeDep) -> dict[str, Any]:
         raise InvalidRequestError("the body needs a list `requests`", param="requests")
     if len(items) > MAX_BATCH:  # pyright: ignore[reportUnknownArgumentType]
         raise InvalidRequestError(f"at most {MAX_BATCH} requests per batch", param="requests")
-    return await run_batch(rt, items)  # pyright: ignore[reportUnknownArgumentType]
+    return await until_disconnect(request.receive, _answer(rt, items))  # pyright: ignore[reportUnknownArgumentType]
+
+
+async def _answer(rt: Runtime, items: list[Any]) -> Response:
+    return JSONResponse(await run_batch(rt, items))

@@ -6,6 +6,16 @@ reads is never turned into U+FFFD. Once the 200 has been sent nothing can be
 raised any more: a failure becomes an in-band ``data: {"error": ...}`` event and
 the stream closes *without* ``[DONE]``, so a client never mistakes a crashed
 backend for a finished answer (vLLM's launcher notes the same rule).
+
+**Stop strings in streams.** llama-server b11434 holds back text that may be the
+start of a stop string, and when the budget runs out in a stream it never sends it
+(the non-streamed answer keeps it). So for a streamed request with ``stop`` Fronde
+sends the request without ``stop`` and matches the strings itself
+(:class:`~fronde.router.stops.StopMatcher`, llama-server's rule): text is released as
+it is decided, a match ends the answer (``finish_reason: "stop"``, the upstream
+closed, which stops its generation), and held text is released at the end. The
+streamed text then equals the non-streamed one. ``timings_per_token`` is asked for so
+that an answer cut here still has timings to measure.
 """
 
 from __future__ import annotations
@@ -13,24 +23,28 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-from collections.abc import AsyncIterator, Callable
-from typing import Any
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any, cast
 
 import anyio
 import httpx
-from starlette.responses import StreamingResponse
+from starlette.responses import Response, StreamingResponse
 from starlette.types import Receive, Scope, Send
 
 from fronde.backends.client import TRANSPORT_ERRORS
 from fronde.errors import openai_error_body
 from fronde.logging import get_logger
+from fronde.router.stops import StopMatcher
 
 __all__ = [
+    "CLIENT_GONE_STATUS",
     "DONE_LINE",
     "KEEPALIVE_LINE",
+    "OwnedStops",
     "RelayResponse",
     "relay_sse",
     "sse_error_event",
+    "until_disconnect",
     "with_keepalive",
 ]
 
@@ -64,12 +78,82 @@ def _usage_from_timings(timings: dict[str, Any]) -> dict[str, int] | None:
     }
 
 
+class OwnedStops:
+    """Stop strings Fronde applies to a relayed stream (see the module docstring).
+
+    Args:
+        stops: the request's stop strings.
+        chat: True for chat chunks (``delta.content``), False for text completions.
+    """
+
+    def __init__(self, stops: list[str], *, chat: bool) -> None:
+        self.matcher = StopMatcher(stops)
+        self.chat = chat
+
+    @staticmethod
+    def of(body: dict[str, Any]) -> list[str]:
+        """The stop strings Fronde should own for ``body``, or [] to leave them upstream.
+
+        Requests with tools keep their stops upstream: llama-server applies them to
+        the raw text it parses tool calls from, which a relay cannot see.
+        """
+        if not body.get("stream") or body.get("tools") or body.get("functions"):
+            return []
+        stop = body.get("stop")
+        if isinstance(stop, str):
+            stop = [stop]
+        if not isinstance(stop, list):
+            return []
+        return [s for s in cast("list[Any]", stop) if isinstance(s, str) and s]
+
+    def _text(self, choice: dict[str, Any]) -> str:
+        if self.chat:
+            delta = choice.get("delta")
+            piece = (
+                cast("dict[str, Any]", delta).get("content") if isinstance(delta, dict) else None
+            )
+        else:
+            piece = choice.get("text")
+        return piece if isinstance(piece, str) else ""
+
+    def _set_text(self, choice: dict[str, Any], text: str) -> None:
+        if self.chat:
+            delta = choice.setdefault("delta", {})
+            if text or "content" in delta:
+                delta["content"] = text
+        else:
+            choice["text"] = text
+
+    def rewrite(self, event: dict[str, Any]) -> bool:
+        """Apply the stops to one chunk in place; True when a stop string ended the answer.
+
+        On a match the chunk keeps the text before it and gets ``finish_reason: "stop"``;
+        a chunk with a ``finish_reason`` of its own also gets the text held back.
+        """
+        choices = event.get("choices")
+        if not isinstance(choices, list) or not choices:
+            return False
+        choice = cast("dict[str, Any]", choices[0])
+        piece = self._text(choice)
+        out = self.matcher.feed(piece) if piece else ""
+        if self.matcher.stopped:
+            self._set_text(choice, out)
+            choice["finish_reason"] = "stop"
+            return True
+        if choice.get("finish_reason") is not None:
+            out += self.matcher.flush()
+        if piece or out:
+            self._set_text(choice, out)
+        return False
+
+
 async def relay_sse(
     resp: httpx.Response,
     mode: str,
     on_timings: Callable[[dict[str, Any]], None] | None = None,
     *,
     include_usage: bool = False,
+    stops: OwnedStops | None = None,
 ) -> AsyncIterator[bytes]:
     """Yield the backend's SSE lines, each with its newline, as they arrive.
 
@@ -82,8 +166,10 @@ async def relay_sse(
         resp: an open streaming response from the backend (status already checked).
         mode: the backend's mode, for the log and the error message.
         on_timings: called with llama-server's ``timings`` when an event carries them
-            (the last one does); only those few lines are parsed.
+            (the last one does); only those few lines are parsed (unless ``stops``).
         include_usage: the client's ``stream_options.include_usage``.
+        stops: stop strings Fronde applies itself (the upstream request had none);
+            every chunk is then parsed.
 
     Yields:
         Encoded lines; on failure a final error event instead of ``[DONE]``.
@@ -93,6 +179,36 @@ async def relay_sse(
     timings: dict[str, Any] | None = None
     try:
         async for line in resp.aiter_lines():
+            if stops is not None and line.startswith("data: {"):
+                try:
+                    chunk: dict[str, Any] = json.loads(line[6:])
+                except ValueError:
+                    chunk = {}
+                if chunk.get("choices"):
+                    timings = chunk.pop("timings", None) or timings  # per token: the latest
+                    if not include_usage:
+                        chunk.pop("usage", None)
+                    stopped = stops.rewrite(chunk)
+                    final = chunk["choices"][0].get("finish_reason") is not None
+                    if final and timings is not None:
+                        chunk["timings"] = timings
+                        if on_timings is not None:
+                            with contextlib.suppress(ValueError, KeyError, TypeError):
+                                on_timings(timings)
+                    yield f"data: {json.dumps(chunk, ensure_ascii=False)}\n\n".encode()
+                    last = chunk
+                    if stopped:  # Fronde ended the answer: close upstream, end cleanly
+                        if include_usage:
+                            usage = _usage_from_timings(timings or {})
+                            if usage is not None:
+                                tail: dict[str, Any] = {**chunk, "choices": [], "usage": usage}
+                                tail.pop("timings", None)
+                                yield f"data: {json.dumps(tail)}\n\n".encode()
+                        yield DONE_LINE.encode() + b"\n\n"
+                        return
+                    continue
+                if isinstance(chunk.get("timings"), dict):
+                    timings = chunk["timings"]
             if line.startswith(DONE_LINE):
                 if include_usage and not usage_seen and last is not None:
                     usage = _usage_from_timings(timings or {})
@@ -159,6 +275,54 @@ async def with_keepalive(source: AsyncIterator[bytes], interval_s: float) -> Asy
             aclose = getattr(it, "aclose", None)
             if aclose is not None:
                 await aclose()
+
+
+CLIENT_GONE_STATUS = 499
+"""The status logged for a request whose client left before its answer (nginx's code)."""
+
+
+async def _disconnected(receive: Receive) -> None:
+    """Return once the client has disconnected (the body was already read)."""
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            return
+
+
+async def until_disconnect(receive: Receive, work: Awaitable[Response]) -> Response:
+    """Await ``work`` unless the client leaves first; then cancel it and answer nothing.
+
+    Only streams used to watch ``http.disconnect``: a non-streamed request, a probe
+    or a request queued for a decode slot kept running for a client that had gone,
+    holding the only slot (a 2048-token answer held it 404 s). Cancelling ``work``
+    closes its upstream connection, and llama-server stops a task whose connection
+    closed (``req.should_stop`` in ``tools/server/server-context.cpp``). A streamed
+    answer's own :class:`RelayResponse` takes over the watch once ``work`` returns it.
+
+    Args:
+        receive: the request's ASGI ``receive`` (its body already read).
+        work: what answers the request.
+
+    Returns:
+        ``work``'s response, or an empty :data:`CLIENT_GONE_STATUS` one nobody reads.
+
+    Raises:
+        Whatever ``work`` raises, when it finishes first.
+    """
+    task = asyncio.ensure_future(work)
+    watcher = asyncio.ensure_future(_disconnected(receive))
+    try:
+        await asyncio.wait({task, watcher}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        if not task.done():
+            task.cancel()
+        watcher.cancel()
+        with anyio.CancelScope(shield=True):
+            await asyncio.gather(task, watcher, return_exceptions=True)
+    if task.cancelled():
+        log.info("request.client_gone")
+        return Response(status_code=CLIENT_GONE_STATUS)
+    return task.result()
 
 
 class RelayResponse(StreamingResponse):

@@ -21,9 +21,11 @@ from starlette.background import BackgroundTask
 from fronde.api.deps import RuntimeDep
 from fronde.api.relay import (
     DONE_LINE,
+    OwnedStops,
     RelayResponse,
     relay_sse,
     sse_error_event,
+    until_disconnect,
     with_keepalive,
 )
 from fronde.api.schema import check_chat, check_completion, read_json_body
@@ -36,7 +38,7 @@ from fronde.logging import get_logger
 from fronde.modes import Mode
 from fronde.router.cache import cache_key
 from fronde.router.choice import MODEL_PREFIX, forced_mode
-from fronde.router.classify import classify
+from fronde.router.classify import RequestClass, classify
 from fronde.router.engine import Decision, GateHold, Status
 from fronde.router.native import Kind, chunk, finish_reason, full_response, new_id, usage
 from fronde.router.policy import Route
@@ -61,6 +63,12 @@ async def _forward(request: Request, rt: RuntimeDep, kind: Kind, body: dict[str,
     ready = rt.routable()
     if not ready and forced is None:
         raise BackendUnavailableError("no backend is ready yet")
+    if cls is RequestClass.UNSAFE and forced is None and Mode.BASELINE not in rt.pool.backends:
+        raise BackendUnavailableError(
+            "requests with tools, a grammar, a JSON schema, response_format or logprobs run "
+            "on the baseline mode only (speculation is not proven safe for them), and this "
+            "server runs no baseline: start it with --mode baseline"
+        )
     key = cache_key(body)
     if rt.router.shared is not None and forced is None:
         await rt.router.shared.lookup_route(key)  # another replica may have routed it
@@ -154,7 +162,8 @@ async def _resident(
     if rt.swap is None:
         return plan.mode
     swap = rt.swap
-    lease = await swap.acquire(plan.mode)
+    # Only baseline may serve unsafe-for-spec requests: past the wait bound, a 503.
+    lease = await swap.acquire(plan.mode, fallback=plan.route is not Route.UNSAFE)
     hold.also(lambda: swap.release(lease))
     headers["x-fronde-swap-wait-ms"] = f"{lease.waited_s * 1000:.0f}"
     if lease.fallback:
@@ -166,12 +175,13 @@ async def _resident(
 def _retry_mode(rt: RuntimeDep, decision: Decision) -> Mode | None:
     """Where a request goes when its mode failed before any byte was sent, or None.
 
-    Forced requests are not moved (the client asked for that mode), nor are requests
-    under swap residency (only the leased mode is sure to stay up). Otherwise the
-    plan's floor, then baseline, then any other ready mode.
+    Forced requests are not moved (the client asked for that mode), nor are
+    unsafe-for-spec ones (only baseline may serve them), nor requests under swap
+    residency (only the leased mode is sure to stay up). Otherwise the plan's floor,
+    then baseline, then any other ready mode.
     """
     plan = decision.plan
-    if plan.route is Route.FORCED or rt.swap is not None:
+    if plan.route in (Route.FORCED, Route.UNSAFE) or rt.swap is not None:
         return None
     ready = [m for m in rt.pool.ready_modes() if m is not plan.mode]
     for m in (plan.floor, Mode.BASELINE, *ready):
@@ -211,10 +221,17 @@ async def _send(
     stack.callback(hold.release)
     router.in_flight[mode] += 1
     stack.callback(lambda: router.in_flight.subtract([mode]))
+    # Stop strings in a stream are Fronde's (see fronde.api.relay): llama-server
+    # would drop the text it held back for a partial match at the budget.
+    owned = OwnedStops.of(body)
+    stops = OwnedStops(owned, chat=path == CHAT_PATH) if owned else None
+    upstream = body
+    if stops is not None:
+        upstream = {k: v for k, v in body.items() if k != "stop"} | {"timings_per_token": True}
     # Open the upstream before answering: a failure before the first byte is
     # still an ordinary HTTP error (raised here), not a broken 200 stream.
     try:
-        resp = await stack.enter_async_context(rt.client.stream(backend.url, path, body))
+        resp = await stack.enter_async_context(rt.client.stream(backend.url, path, upstream))
     except BaseException:
         await stack.aclose()
         raise
@@ -223,7 +240,9 @@ async def _send(
         router.record(decision, mode, timings)
         router.settle_whole_probe(decision, mode)
 
-    relayed = relay_sse(resp, str(mode), on_timings, include_usage=_include_usage(body))
+    relayed = relay_sse(
+        resp, str(mode), on_timings, include_usage=_include_usage(body), stops=stops
+    )
 
     async def events() -> AsyncIterator[bytes]:
         try:
@@ -337,7 +356,7 @@ async def chat_completions(request: Request, rt: RuntimeDep) -> Response:
     """OpenAI ``POST /v1/chat/completions``, streamed or not."""
     body = await read_json_body(request, rt.settings.server.max_body_bytes)
     check_chat(body, rt.settings.server.default_max_tokens)
-    return await _forward(request, rt, "chat", body)
+    return await until_disconnect(request.receive, _forward(request, rt, "chat", body))
 
 
 @router.post(COMPLETIONS_PATH)
@@ -345,10 +364,10 @@ async def completions(request: Request, rt: RuntimeDep) -> Response:
     """OpenAI ``POST /v1/completions`` (legacy text completions), streamed or not."""
     body = await read_json_body(request, rt.settings.server.max_body_bytes)
     check_completion(body, rt.settings.server.default_max_tokens)
-    return await _forward(request, rt, "text", body)
+    return await until_disconnect(request.receive, _forward(request, rt, "text", body))
 
 
-@router.get("/v1/models")
+@router.api_route("/v1/models", methods=["GET", "HEAD"])
 async def list_models(rt: RuntimeDep) -> dict[str, Any]:
     """OpenAI ``GET /v1/models``: ``fronde`` (routed) and ``fronde:<mode>`` per mode.
 
@@ -368,7 +387,7 @@ async def list_models(rt: RuntimeDep) -> dict[str, Any]:
     }
 
 
-@router.get("/health/live")
+@router.api_route("/health/live", methods=["GET", "HEAD"])
 async def live() -> dict[str, str]:
     """Liveness: the proxy answers, whatever its backends do.
 
@@ -378,7 +397,7 @@ async def live() -> dict[str, str]:
     return {"status": "ok"}
 
 
-@router.get("/health")
+@router.api_route("/health", methods=["GET", "HEAD"])
 async def health(rt: RuntimeDep) -> JSONResponse:
     """Proxy and backend states: 200 once the floor of last resort can serve, else 503.
 

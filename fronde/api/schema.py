@@ -2,14 +2,22 @@
 
 Fronde forwards bodies as the client sent them (so fields it does not know still
 reach llama-server), but the fields it relies on are checked here, each failure a
-400 naming the field (OpenAI's ``param``). Two rewrites are made:
+400 naming the field (OpenAI's ``param``). These rewrites are made:
 
 - a request that names no ``max_tokens`` / ``max_completion_tokens`` gets
   ``server.default_max_tokens``, so no generation is unbounded; when both are
   given, ``max_completion_tokens`` (OpenAI's current name) wins, since
   llama-server reads both as ``n_predict``;
 - the role ``developer`` (OpenAI's newer name for ``system``) becomes ``system``,
-  which chat templates know.
+  which chat templates know;
+- a ``null`` where a message's optional string belongs (``name``, ``tool_call_id``,
+  ``reasoning_content``, a tool call's ``id``) is dropped, as if absent: clients send
+  it, and llama-server answers a 500 when it reads one.
+
+A body is refused (400 naming the field) when it holds what JSON cannot carry to a
+backend: ``NaN`` or ``Infinity`` (Python's parser accepts them, llama-server's JSON
+does not) or a lone UTF-16 surrogate (an escaped high surrogate with no partner, which no UTF-8
+text can hold).
 
 Sources: OpenAI API reference, "Create chat completion" and "Create completion".
 """
@@ -17,16 +25,61 @@ Sources: OpenAI API reference, "Create chat completion" and "Create completion".
 from __future__ import annotations
 
 import json
+import math
+import re
 from typing import Any, cast
 
 from starlette.requests import Request
 
 from fronde.errors import InvalidRequestError, PayloadTooLargeError
 
-__all__ = ["ROLES", "check_chat", "check_common", "check_completion", "read_json_body"]
+__all__ = [
+    "ROLES",
+    "TEXT_PART_TYPES",
+    "check_chat",
+    "check_common",
+    "check_completion",
+    "read_json_body",
+]
 
 ROLES = frozenset({"system", "developer", "user", "assistant", "tool", "function"})
 """Message roles OpenAI defines."""
+
+TEXT_PART_TYPES = frozenset({"text", "input_text"})
+"""Content-part types a text-only model reads; images, audio and files are refused."""
+
+_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
+"""An escaped surrogate (U+D800 to U+DFFF): the only way a lone one gets into parsed JSON."""
+
+
+def _path(parts: list[str | int]) -> str:
+    out = ""
+    for p in parts:
+        out += f"[{p}]" if isinstance(p, int) else (f".{p}" if out else p)
+    return out or "body"
+
+
+def _find_unsendable(value: Any, parts: list[str | int]) -> tuple[str, str] | None:
+    """The first value JSON cannot carry on: ``(path, what)``, or None."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return _path(parts), f"{value} is not a JSON number"
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            return _path(parts), "it holds a lone UTF-16 surrogate (half of an emoji?)"
+        return None
+    if isinstance(value, dict):
+        for k, v in cast("dict[str, Any]", value).items():
+            found = _find_unsendable(k, [*parts, "(key)"]) or _find_unsendable(v, [*parts, k])
+            if found:
+                return found
+    elif isinstance(value, list):
+        for i, v in enumerate(cast("list[Any]", value)):
+            found = _find_unsendable(v, [*parts, i])
+            if found:
+                return found
+    return None
 
 
 async def read_json_body(request: Request, max_bytes: int) -> dict[str, Any]:
@@ -45,12 +98,29 @@ async def read_json_body(request: Request, max_bytes: int) -> dict[str, Any]:
         raw += part
         if len(raw) > max_bytes:
             raise PayloadTooLargeError(too_big)
+    odd: list[bool] = []  # NaN, Infinity, or a number too large for a float
+
+    def number(text: str) -> float:
+        v = float(text)
+        if not math.isfinite(v):
+            odd.append(True)
+        return v
+
+    def constant(name: str) -> float:
+        odd.append(True)
+        return float(name.replace("Infinity", "inf"))
+
     try:
-        body = json.loads(raw)
+        body = json.loads(raw, parse_float=number, parse_constant=constant)
     except ValueError as exc:
         raise InvalidRequestError(f"request body is not valid JSON: {exc}") from exc
     if not isinstance(body, dict):
         raise InvalidRequestError("request body must be a JSON object")
+    if odd or _SURROGATE_ESCAPE.search(raw):  # rare: only then walk the whole body
+        found = _find_unsendable(body, [])
+        if found is not None:
+            where, what = found
+            raise InvalidRequestError(f"'{where}' cannot be used: {what}", param=where)
     return cast("dict[str, Any]", body)
 
 
@@ -97,6 +167,12 @@ def check_common(body: dict[str, Any], default_max_tokens: int) -> None:
     _number(body, "top_p", 0.0, 1.0)
     _number(body, "presence_penalty", -2.0, 2.0)
     _number(body, "frequency_penalty", -2.0, 2.0)
+    # llama.cpp's own sampling fields, which OpenAI SDKs send through extra_body.
+    _number(body, "min_p", 0.0, 1.0)
+    _number(body, "typical_p", 0.0, 1.0)
+    _number(body, "top_k", -1, 1_000_000)
+    _number(body, "repeat_penalty", 0.0, 100.0)
+    _number(body, "repeat_last_n", -1, 1_000_000)
     _integer(body, "seed", -(2**63), 2**64 - 1)
     stop = body.get("stop")
     if stop is not None and not (
@@ -148,6 +224,9 @@ def check_chat(body: dict[str, Any], default_max_tokens: int) -> None:
                 f"'{where}.content' must be a string or an array of parts",
                 param=f"{where}.content",
             )
+        if isinstance(content, list):
+            _check_parts(cast("list[Any]", content), f"{where}.content")
+        _check_message_strings(msg, where)
         if role == "developer":
             msg["role"] = "system"
     logprobs = body.get("logprobs")
@@ -166,6 +245,69 @@ def check_chat(body: dict[str, Any], default_max_tokens: int) -> None:
     if fmt is not None and not isinstance(fmt, dict):
         raise InvalidRequestError("'response_format' must be an object", param="response_format")
     check_common(body, default_max_tokens)
+
+
+_OPTIONAL_STRINGS = ("name", "tool_call_id", "reasoning_content")
+"""Message fields that are strings when present; a ``null`` one is dropped."""
+
+
+def _check_message_strings(msg: dict[str, Any], where: str) -> None:
+    """Drop null optional strings; check them and the assistant's ``tool_calls``."""
+    for name in _OPTIONAL_STRINGS:
+        if name in msg and msg[name] is None:
+            del msg[name]
+        elif name in msg and not isinstance(msg[name], str):
+            raise InvalidRequestError(f"'{where}.{name}' must be a string", param=f"{where}.{name}")
+    calls = msg.get("tool_calls")
+    if calls is None:
+        msg.pop("tool_calls", None)
+        return
+    if not isinstance(calls, list):
+        raise InvalidRequestError(
+            f"'{where}.tool_calls' must be an array", param=f"{where}.tool_calls"
+        )
+    for j, raw in enumerate(cast("list[Any]", calls)):
+        at = f"{where}.tool_calls[{j}]"
+        if not isinstance(raw, dict):
+            raise InvalidRequestError(f"'{at}' must be an object", param=at)
+        call = cast("dict[str, Any]", raw)
+        if call.get("id", "") is None:
+            del call["id"]
+        elif not isinstance(call.get("id", ""), str):
+            raise InvalidRequestError(f"'{at}.id' must be a string", param=f"{at}.id")
+        if call.get("type", "function") != "function":
+            raise InvalidRequestError(f"'{at}.type' must be \"function\"", param=f"{at}.type")
+        call["type"] = "function"
+        fn = call.get("function")
+        if not isinstance(fn, dict) or not isinstance(fn.get("name"), str):  # pyright: ignore[reportUnknownMemberType]
+            raise InvalidRequestError(
+                f"'{at}.function' must be an object with a string 'name'",
+                param=f"{at}.function",
+            )
+        args = cast("dict[str, Any]", fn).get("arguments")
+        if not isinstance(args, str | dict):
+            raise InvalidRequestError(
+                f"'{at}.function.arguments' must be a JSON string",
+                param=f"{at}.function.arguments",
+            )
+
+
+def _check_parts(parts: list[Any], where: str) -> None:
+    """Content parts: text only (the profiles' models read no images, audio or files)."""
+    for j, raw in enumerate(parts):
+        at = f"{where}[{j}]"
+        if not isinstance(raw, dict):
+            raise InvalidRequestError(f"'{at}' must be an object", param=at)
+        part = cast("dict[str, Any]", raw)
+        kind = part.get("type")
+        if kind not in TEXT_PART_TYPES:
+            raise InvalidRequestError(
+                f"'{at}' is a {kind!r} part; this model reads text only "
+                "(send the content as text parts or a string)",
+                param=at,
+            )
+        if not isinstance(part.get("text"), str):
+            raise InvalidRequestError(f"'{at}.text' must be a string", param=f"{at}.text")
 
 
 def check_completion(body: dict[str, Any], default_max_tokens: int) -> None:

@@ -99,6 +99,7 @@ class _Waiter:
     mode: Mode
     arrived: float
     future: asyncio.Future[Lease] = field(repr=False)
+    may_fall_back: bool = True
 
 
 class SwapScheduler:
@@ -164,8 +165,14 @@ class SwapScheduler:
         now = self.clock()
         return [m for m in self.modes if self.failed_until.get(m, 0.0) <= now]
 
-    async def acquire(self, mode: Mode) -> Lease:
+    async def acquire(self, mode: Mode, *, fallback: bool = True) -> Lease:
         """Wait until ``mode`` is resident (or the wait bound passes); return a lease.
+
+        Args:
+            mode: the mode the request needs.
+            fallback: whether this request may be served by another resident mode past
+                ``max_wait_s`` (when ``swap.fallback`` allows it). False for requests
+                that only baseline may serve (unsafe-for-spec): those get the 503.
 
         Raises:
             ModeUnavailableError: ``mode`` is not one of the swappable modes.
@@ -174,7 +181,7 @@ class SwapScheduler:
         if mode not in self.queues:
             raise ModeUnavailableError(f"mode {mode} is not available in this pool", param="model")
         future: asyncio.Future[Lease] = asyncio.get_running_loop().create_future()
-        waiter = _Waiter(mode, self.clock(), future)
+        waiter = _Waiter(mode, self.clock(), future, fallback)
         self.queues[mode].append(waiter)
         self._wake.set()
         try:
@@ -300,11 +307,12 @@ class SwapScheduler:
                 over = now - w.arrived >= self.max_wait_s
                 # After a failed swap the previous mode is being started again: a
                 # waiter that may fall back waits for it (within its bound).
-                restoring = self.fallback and spare is None and self._swapping is not None
+                may_fall_back = self.fallback and w.may_fall_back
+                restoring = may_fall_back and spare is None and self._swapping is not None
                 if not over and (not failed or restoring):
                     keep.append(w)
                     continue
-                if self.fallback and spare is not None:
+                if may_fall_back and spare is not None:
                     self.fallbacks += 1
                     log.warning(
                         "swap.fallback",

@@ -214,7 +214,7 @@ class Router:
         plan = plan_route(
             cls,
             ready=ready,
-            speed=ms.speed,
+            speed=lambda mode, c: ms.trusted_speed(mode, c, now),
             policy=self.policy,
             forced=forced,
             cached=cached,

@@ -14,23 +14,37 @@ so every rule is testable with numbers.
   (Leviathan et al. 2023, "Fast Inference from Transformers via Speculative
   Decoding", call it the expected number of tokens per iteration).
 - **Collapse**: a realized speed below ``EMA_COLLAPSE = 0.5`` × the mode's EMA (before
-  the update) quarantines the mode for ``QUARANTINE_S = 120`` seconds (original
-  FRONDE router). When the quarantine expires the mode is *on probation*: it gets
-  no traffic until a probe has measured it again (hysteresis, no flapping).
+  the update) is a strike; ``COLLAPSE_STRIKES = 2`` strikes in a row quarantine the mode
+  for ``QUARANTINE_S = 120`` seconds (original FRONDE router; the strikes are Fronde's:
+  one sample taken while the machine was busy with something else quarantined a healthy
+  mode). When the quarantine expires the mode is *on probation*: it gets no traffic
+  until a probe has measured it again (hysteresis, no flapping).
+- **Trusted speed** (what floors and probes compare against): the median of the last
+  ``SPEED_WINDOW = 5`` samples of a (mode, class), counted only when at least
+  ``MIN_TRUSTED_SAMPLES = 3`` of them are younger than ``STALE_S = 600`` seconds;
+  otherwise None, and the router measures the mode again. A single noisy sample
+  (1.3 tok/s during outside load, against 37–42 in the requests around it) set a
+  class floor for good when the EMA alone decided.
 """
 
 from __future__ import annotations
 
+import statistics
+from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
 from fronde.modes import Mode
 
 __all__ = [
+    "COLLAPSE_STRIKES",
     "EMA_ALPHA",
     "EMA_COLLAPSE",
     "MIN_TOKENS",
+    "MIN_TRUSTED_SAMPLES",
     "QUARANTINE_S",
+    "SPEED_WINDOW",
+    "STALE_S",
     "Ema",
     "Measurement",
     "Measurements",
@@ -51,6 +65,18 @@ MIN_TOKENS = 16
 
 MIN_SAMPLES_FOR_COLLAPSE = 3
 """An EMA must have seen this many samples before it can call a collapse."""
+
+COLLAPSE_STRIKES = 2
+"""Collapsed samples in a row that quarantine a mode (one is noise, two a fault)."""
+
+SPEED_WINDOW = 5
+"""Recent samples per (mode, class) kept for the trusted (median) speed."""
+
+MIN_TRUSTED_SAMPLES = 3
+"""Fresh samples a (mode, class) needs before floors and probes rely on its speed."""
+
+STALE_S = 600.0
+"""Samples older than this, seconds, no longer count: the mode is measured again."""
 
 
 @dataclass(frozen=True)
@@ -111,6 +137,17 @@ class _ModeState:
     quarantined_until: float | None = None
     on_probation: bool = False
     collapses: int = 0
+    strikes: int = 0
+
+
+@dataclass
+class _ClassSpeed:
+    """One (mode, class): its EMA, and its recent samples as ``(time s, tok/s)``."""
+
+    ema: Ema
+    recent: deque[tuple[float, float]] = field(
+        default_factory=lambda: deque[tuple[float, float]](maxlen=SPEED_WINDOW)
+    )
 
 
 class Measurements:
@@ -132,7 +169,13 @@ class Measurements:
         self.collapse = collapse
         self.quarantine_s = quarantine_s
         self._modes: dict[Mode, _ModeState] = {}
-        self._by_class: dict[tuple[Mode, str], Ema] = {}
+        self._by_class: dict[tuple[Mode, str], _ClassSpeed] = {}
+
+    def _class(self, mode: Mode, cls: str) -> _ClassSpeed:
+        key = (mode, cls)
+        if key not in self._by_class:
+            self._by_class[key] = _ClassSpeed(Ema(self.ema_alpha))
+        return self._by_class[key]
 
     def _mode(self, mode: Mode) -> _ModeState:
         if mode not in self._modes:
@@ -143,27 +186,35 @@ class Measurements:
     def record(self, mode: Mode, cls: str, m: Measurement, now: float) -> bool:
         """Fold one generation into the EMAs; return True if it was a collapse.
 
-        A collapse (speed < ``collapse`` × the mode's EMA, with enough history)
-        quarantines the mode until ``now + quarantine_s``. A measurement of a mode
-        on probation clears the probation (unless it collapses again).
-        Generations under :data:`MIN_TOKENS` tokens are ignored.
+        A sample below ``collapse`` × the mode's EMA (with enough history) is a
+        strike and is not folded in; :data:`COLLAPSE_STRIKES` in a row quarantine the
+        mode until ``now + quarantine_s``. A measurement of a mode on probation clears
+        the probation (unless it collapses again). Generations under
+        :data:`MIN_TOKENS` tokens are ignored.
         """
         if m.tokens < MIN_TOKENS or m.decode_tok_s <= 0:
             return False
         st = self._mode(mode)
         before = st.speed.value
-        collapsed = (
+        low = (
             before is not None
             and st.speed.samples >= MIN_SAMPLES_FOR_COLLAPSE
             and m.decode_tok_s < self.collapse * before
         )
-        if collapsed:
+        if low:
+            st.strikes += 1
+            if st.strikes < COLLAPSE_STRIKES:
+                return False  # one low sample is noise: neither folded in nor punished
+            st.strikes = 0
             st.quarantined_until = now + self.quarantine_s
             st.on_probation = False
             st.collapses += 1
             return True  # a collapsed sample does not drag the EMA down
+        st.strikes = 0
         st.speed.update(m.decode_tok_s)
-        self._by_class.setdefault((mode, cls), Ema(self.ema_alpha)).update(m.decode_tok_s)
+        per_class = self._class(mode, cls)
+        per_class.ema.update(m.decode_tok_s)
+        per_class.recent.append((now, m.decode_tok_s))
         if m.alpha is not None:
             st.alpha.update(m.alpha)
         if m.tau is not None:
@@ -181,10 +232,7 @@ class Measurements:
             samples: how many measurements the shared EMA folded in.
             cls: the class, for ``kind == "class"``.
         """
-        if kind == "class":
-            ema = self._by_class.setdefault((mode, cls), Ema(self.ema_alpha))
-        else:
-            ema = getattr(self._mode(mode), kind)
+        ema = self._class(mode, cls).ema if kind == "class" else getattr(self._mode(mode), kind)
         ema.value, ema.samples = value, max(ema.samples, samples)
 
     def impose_quarantine(self, mode: Mode, until: float) -> None:
@@ -197,10 +245,29 @@ class Measurements:
     def speed(self, mode: Mode, cls: str | None = None) -> float | None:
         """EMA decode tok/s of ``mode`` (for class ``cls`` if given), or None if unmeasured."""
         if cls is not None:
-            ema = self._by_class.get((mode, cls))
-            return ema.value if ema else None
+            per_class = self._by_class.get((mode, cls))
+            return per_class.ema.value if per_class else None
         st = self._modes.get(mode)
         return st.speed.value if st else None
+
+    def trusted_speed(self, mode: Mode, cls: str, now: float) -> float | None:
+        """The speed floors and probes rely on: the median of fresh recent samples.
+
+        Returns:
+            The median decode tok/s of this (mode, class)'s samples younger than
+            :data:`STALE_S`, when there are at least :data:`MIN_TRUSTED_SAMPLES`; an
+            EMA taken from other replicas (no local sample yet) with that many
+            samples; else None (measure it again).
+        """
+        per_class = self._by_class.get((mode, cls))
+        if per_class is None:
+            return None
+        fresh = [v for t, v in per_class.recent if now - t <= STALE_S]
+        if len(fresh) >= MIN_TRUSTED_SAMPLES:
+            return statistics.median(fresh)
+        if not per_class.recent and per_class.ema.samples >= MIN_TRUSTED_SAMPLES:
+            return per_class.ema.value  # shared by another replica
+        return None
 
     def quarantined(self, mode: Mode, now: float) -> bool:
         """True while ``mode`` is quarantined; on expiry it moves to probation."""
@@ -236,6 +303,9 @@ class Measurements:
                 "quarantined_for_s": round(q - now, 1) if q is not None and q > now else None,
                 "on_probation": st.on_probation,
                 "collapses": st.collapses,
-                "by_class": {c: e.value for (m, c), e in self._by_class.items() if m == mode},
+                "by_class": {c: e.ema.value for (m, c), e in self._by_class.items() if m == mode},
+                "by_class_trusted": {
+                    c: self.trusted_speed(m, c, now) for (m, c) in self._by_class if m == mode
+                },
             }
         return out

@@ -3,7 +3,9 @@
 Order of rules (the first that applies wins):
 
 1. **forced**: the client named a mode (``x-fronde-mode`` or ``fronde:MODE``).
-2. **unsafe-for-spec**: the request uses a field speculation must not touch → baseline.
+2. **unsafe-for-spec**: the request uses a field speculation must not touch →
+   baseline, always: no speed rule (quarantine, load, floor) moves it to a
+   speculative mode. When baseline is out, such a request waits for it or gets a 503.
 3. **edit**: a large code/JSON block plus an edit verb → the edit mode (ngram-mod),
    with no probe.
 4. **cache**: this exact request was routed before → the same mode.
@@ -207,14 +209,14 @@ def _plan(
     """The rules without the ``serialize`` load rule; arguments as :func:`plan_route`."""
     if forced is not None:
         return Plan(Route.FORCED, forced)
+    if cls is RequestClass.UNSAFE:
+        # A correctness rule: never overridden by a speed rule (quarantine, busy).
+        return Plan(Route.UNSAFE, Mode.BASELINE)
     usable = [m for m in Mode if m in ready and m not in quarantined and m not in probation]
     if not usable:
         # Everything quarantined: serve from a ready backend rather than refuse.
         usable = [m for m in Mode if m in ready]
     floor = choose_floor(cls, usable, speed, policy)
-    if cls is RequestClass.UNSAFE:
-        mode = Mode.BASELINE if Mode.BASELINE in usable else floor
-        return _unbusy(Plan(Route.UNSAFE, mode), usable, busy, floor)
     if cls is RequestClass.EDIT:
         route = Route.EDIT if policy.edit_mode in usable else Route.FALLBACK
         mode = policy.edit_mode if route is Route.EDIT else floor

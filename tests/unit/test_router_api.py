@@ -105,7 +105,10 @@ def losing_mod(fake_binary: Path, tmp_path: Path) -> Iterator[TestClient]:
 def test_known_floor_means_no_floor_probe_and_repeat_hits_the_cache(
     losing_mod: TestClient,
 ) -> None:
-    ask(losing_mod, "first")  # measures baseline for the class: it stays the floor
+    # Each probe's floor segment and continuation measure baseline; three samples make
+    # its speed trusted (one noisy sample must never set a floor): two requests.
+    ask(losing_mod, "first")
+    ask(losing_mod, "first again")
     r = ask(losing_mod, "second")
     fronde = r["fronde"]
     assert [(s["mode"], s["tokens"]) for s in fronde["segments"]] == [
@@ -116,7 +119,7 @@ def test_known_floor_means_no_floor_probe_and_repeat_hits_the_cache(
     h = again["_headers"]
     assert (h["x-fronde-class"], h["x-fronde-mode"]) == ("cache", "baseline")
     state = losing_mod.get("/fronde/v1/router").json()
-    assert state["cache"]["entries"] == 2
+    assert state["cache"]["entries"] == 3
     assert state["modes"]["ngram-mod"]["decode_tok_s_ema"] == pytest.approx(150.0)
     assert state["modes"]["baseline"]["decode_tok_s_ema"] == pytest.approx(200.0)
     assert state["modes"]["ngram-mod"]["alpha_ema"] == pytest.approx(0.5)
@@ -125,7 +128,9 @@ def test_known_floor_means_no_floor_probe_and_repeat_hits_the_cache(
 def test_an_aggressive_mode_that_became_the_floor_serves_without_probe(
     fast_mod: TestClient,
 ) -> None:
-    ask(fast_mod, "first")  # ngram-mod measured 4× baseline: it is now the floor
+    # ngram-mod measured 4× baseline, each with three trusted samples: it is now the floor.
+    for i in range(3):
+        ask(fast_mod, f"first {i}")
     r = fast_mod.post(
         "/v1/chat/completions",
         json={"messages": [{"role": "user", "content": "second"}], "max_tokens": 30},

@@ -9,7 +9,7 @@ import pytest
 from fronde.modes import Mode
 from fronde.router.cache import RouteCache, cache_key
 from fronde.router.classify import RequestClass, classify
-from fronde.router.measure import Measurement, Measurements, measurement_from_timings
+from fronde.router.measure import STALE_S, Measurement, Measurements, measurement_from_timings
 from fronde.router.policy import (
     LoadRule,
     Plan,
@@ -148,8 +148,11 @@ def test_collapse_quarantines_then_probation_until_reprobed() -> None:
     assert not ms.record(Mode.NGRAM_MOD, "general", Measurement(64, 51.0), now=1)  # ≥ 0.5×EMA
     ema = ms.speed(Mode.NGRAM_MOD)
     assert ema is not None
+    # One low sample is a strike, not a quarantine; two in a row are.
+    assert not ms.record(Mode.NGRAM_MOD, "general", Measurement(64, 0.49 * ema), now=2)
+    assert not ms.quarantined(Mode.NGRAM_MOD, now=2)
     assert ms.record(Mode.NGRAM_MOD, "general", Measurement(64, 0.49 * ema), now=2)
-    assert ms.speed(Mode.NGRAM_MOD) == ema  # the collapsed sample is not folded in
+    assert ms.speed(Mode.NGRAM_MOD) == ema  # the collapsed samples are not folded in
     assert ms.quarantined(Mode.NGRAM_MOD, now=100)
     assert ms.unavailable(now=100) == {Mode.NGRAM_MOD}
     assert not ms.quarantined(Mode.NGRAM_MOD, now=122.5)  # expired...
@@ -157,6 +160,46 @@ def test_collapse_quarantines_then_probation_until_reprobed() -> None:
     ms.record(Mode.NGRAM_MOD, "general", Measurement(64, 90.0), now=123)  # the re-probe
     assert ms.unavailable(now=123) == set()
     assert ms.snapshot(now=123)["ngram-mod"]["collapses"] == 1
+
+
+def test_a_strike_is_forgotten_after_a_normal_sample() -> None:
+    ms = Measurements()
+    for _ in range(3):
+        ms.record(Mode.NGRAM_MOD, "general", Measurement(64, 100.0), now=0)
+    for t in range(6):  # low, normal, low, normal...: never two in a row
+        tps = 10.0 if t % 2 == 0 else 100.0
+        assert not ms.record(Mode.NGRAM_MOD, "general", Measurement(64, tps), now=t)
+    assert not ms.quarantined(Mode.NGRAM_MOD, now=6)
+
+
+def test_one_noisy_sample_never_sets_a_floor() -> None:
+    """Issue 17, case 7: baseline's EMA at 1.3 tok/s (one busy moment) made ngram-mod
+    the floor at 3 tok/s while baseline's requests ran at 37-42."""
+    from fronde.router.engine import Router
+
+    r = Router()
+    ms = r.measurements
+    ms.record(Mode.BASELINE, "general", Measurement(64, 1.3), now=0)
+    for _ in range(3):
+        ms.record(Mode.NGRAM_MOD, "general", Measurement(64, 3.0), now=0)
+    assert ms.trusted_speed(Mode.BASELINE, "general", now=1) is None  # one sample: untrusted
+    plan = r.plan(RequestClass.GENERAL, "k", ALL, now=1.0).plan
+    # The floor stays baseline and is measured again (no speed: the floor probes too).
+    assert (plan.floor, plan.floor_tok_s) == (Mode.BASELINE, None)
+    for _ in range(2):
+        ms.record(Mode.BASELINE, "general", Measurement(64, 40.0), now=2)
+    assert ms.trusted_speed(Mode.BASELINE, "general", now=3) == 40.0  # median, not EMA
+    assert (ms.speed(Mode.BASELINE, "general") or 0) < 25  # the EMA still remembers 1.3
+    plan = r.plan(RequestClass.GENERAL, "k", ALL, now=3.0).plan
+    assert (plan.floor, plan.floor_tok_s) == (Mode.BASELINE, 40.0)
+
+
+def test_speeds_go_stale_and_are_measured_again() -> None:
+    ms = Measurements()
+    for _ in range(3):
+        ms.record(Mode.BASELINE, "general", Measurement(64, 40.0), now=0)
+    assert ms.trusted_speed(Mode.BASELINE, "general", now=STALE_S) == 40.0
+    assert ms.trusted_speed(Mode.BASELINE, "general", now=STALE_S + 1) is None
 
 
 def test_no_collapse_without_history() -> None:
@@ -264,6 +307,20 @@ def test_serialize_keeps_everything_on_the_decoding_backend() -> None:
     assert route(RequestClass.GENERAL).route is Route.PROBE
 
 
+def test_unsafe_requests_never_go_to_a_speculative_mode() -> None:
+    """Issue 17, case 6: a quarantined, busy or absent baseline moves nothing."""
+    fast = speeds({(m, "unsafe-for-spec"): 100.0 for m in ALL})
+    for rule in ("serialize", "spread", "off"):
+        route = partial(plan_route, ready=ALL, speed=fast, policy=RouterPolicy(load_rule=rule))
+        base = Plan(Route.UNSAFE, Mode.BASELINE)
+        assert route(RequestClass.UNSAFE, quarantined={Mode.BASELINE}) == base
+        assert route(RequestClass.UNSAFE, probation={Mode.BASELINE}) == base
+        assert route(RequestClass.UNSAFE, busy={Mode.BASELINE}) == base
+        assert route(RequestClass.UNSAFE, active={Mode.NGRAM_SIMPLE}) == base
+        no_baseline = {Mode.NGRAM_SIMPLE, Mode.NGRAM_MOD}
+        assert route(RequestClass.UNSAFE, ready=no_baseline) == base
+
+
 def test_router_engine_records_and_quarantines_via_timings() -> None:
     from fronde.router.engine import Router
 
@@ -272,7 +329,8 @@ def test_router_engine_records_and_quarantines_via_timings() -> None:
     for _ in range(3):
         r.record(d, Mode.NGRAM_MOD, {"predicted_n": 64, "predicted_per_second": 100.0}, now=0.0)
     r.cache.put("k", Mode.NGRAM_MOD, now=0.0)
-    r.record(d, Mode.NGRAM_MOD, {"predicted_n": 64, "predicted_per_second": 10.0}, now=1.0)
+    for _ in range(2):  # two collapsed samples in a row
+        r.record(d, Mode.NGRAM_MOD, {"predicted_n": 64, "predicted_per_second": 10.0}, now=1.0)
     assert r.measurements.quarantined(Mode.NGRAM_MOD, now=2.0)
     assert len(r.cache) == 0  # entries pointing at the collapsed mode were dropped
     snap = r.snapshot(now=2.0)

@@ -23,6 +23,7 @@ from fastapi.responses import JSONResponse, Response
 from fronde.api.deps import Runtime, RuntimeDep
 from fronde.api.relay import until_disconnect
 from fronde.api.schema import check_chat, check_completion, read_json_body
+from fronde.api.tools import honour_tool_choice
 from fronde.backends.swap import Lease
 from fronde.errors import FrondeError, InvalidRequestError
 from fronde.logging import get_logger
@@ -69,6 +70,8 @@ async def run_batch(rt: Runtime, items: list[Any]) -> dict[str, Any]:
             kind = "chat" if "messages" in body else "text"
             check = check_chat if kind == "chat" else check_completion
             check(body, rt.settings.server.default_max_tokens)
+            if kind == "chat":
+                await honour_tool_choice(rt, body)
             forced = forced_mode(None, body.get("model"))
             if not ready and forced is None:
                 raise InvalidRequestError("no backend is ready yet")

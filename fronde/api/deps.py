@@ -30,6 +30,8 @@ class Runtime:
         started_at: when the app started, epoch seconds.
         metrics: the Prometheus instruments.
         swap: the swap scheduler with ``residency = "swap"``, else None (all resident).
+        tool_template: whether baseline's chat template describes tools (its ``/props``),
+            read on the first request that needs it; None until then.
     """
 
     settings: Settings
@@ -39,6 +41,7 @@ class Runtime:
     started_at: float
     metrics: Metrics
     swap: SwapScheduler | None = None
+    tool_template: bool | None = None
 
     def routable(self) -> list[Mode]:
         """Modes a request may be routed to now.

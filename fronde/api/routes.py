@@ -29,6 +29,7 @@ from fronde.api.relay import (
     with_keepalive,
 )
 from fronde.api.schema import check_chat, check_completion, read_json_body
+from fronde.api.tools import honour_tool_choice
 from fronde.errors import (
     BackendConnectionError,
     BackendUnavailableError,
@@ -356,6 +357,7 @@ async def chat_completions(request: Request, rt: RuntimeDep) -> Response:
     """OpenAI ``POST /v1/chat/completions``, streamed or not."""
     body = await read_json_body(request, rt.settings.server.max_body_bytes)
     check_chat(body, rt.settings.server.default_max_tokens)
+    await honour_tool_choice(rt, body)
     return await until_disconnect(request.receive, _forward(request, rt, "chat", body))
 
 

@@ -211,7 +211,7 @@ def check_chat(body: dict[str, Any], default_max_tokens: int) -> None:
             raise InvalidRequestError(f"'{where}' must be an object", param=where)
         msg = cast("dict[str, Any]", raw)
         role = msg.get("role")
-        if role not in ROLES:
+        if not isinstance(role, str) or role not in ROLES:
             raise InvalidRequestError(
                 f"'{where}.role' is {role!r}; expected one of {', '.join(sorted(ROLES))}",
                 param=f"{where}.role",
@@ -300,7 +300,7 @@ def _check_parts(parts: list[Any], where: str) -> None:
             raise InvalidRequestError(f"'{at}' must be an object", param=at)
         part = cast("dict[str, Any]", raw)
         kind = part.get("type")
-        if kind not in TEXT_PART_TYPES:
+        if not isinstance(kind, str) or kind not in TEXT_PART_TYPES:
             raise InvalidRequestError(
                 f"'{at}' is a {kind!r} part; this model reads text only "
                 "(send the content as text parts or a string)",

@@ -19,7 +19,9 @@ rest is ignored) plus knobs in the manner of llama-swap's ``cmd/fake-model``:
 - ``--fake-early-close N``: streams end cleanly after N tokens, without ``[DONE]``;
 - ``--fake-always-usage``: streams carry a usage chunk even when not asked (other builds);
 - ``--fake-split-utf8``: each streamed event is written in two pieces, cut inside a
-  multi-byte character when it has one.
+  multi-byte character when it has one;
+- ``--fake-no-tool-template``: ``/props`` says the chat template does not describe
+  tools (``chat_template_caps.supports_tools`` false), as gemma's turn format.
 
 A body field ``fake_backend_error: true`` gets a llama-server-style HTTP 400.
 Non-streamed answers carry ``fake_received``: the body and headers that arrived. A
@@ -86,6 +88,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--fake-early-close", type=int, default=None)
     p.add_argument("--fake-always-usage", action="store_true")
     p.add_argument("--fake-split-utf8", action="store_true")
+    p.add_argument("--fake-no-tool-template", action="store_true")
     p.add_argument("--version", action="store_true")
     args, _unknown = p.parse_known_args(argv)
     return args
@@ -172,7 +175,9 @@ def build_app(args: argparse.Namespace) -> FastAPI:
     busy = [0]  # generations running now, for /slots
     predicted = [0]  # tokens generated so far, for /metrics
 
-    async def generate(body: dict[str, Any]) -> AsyncGenerator[str]:
+    async def generate(body: dict[str, Any], request: Request) -> AsyncGenerator[str]:
+        """The prompt's words, cycled; stops when the client's connection closes, as
+        llama-server stops a task whose connection closed (streamed or not)."""
         words = words_of(body)
         n = int(body.get("max_tokens") or body.get("n_predict") or 16)
         busy[0] += 1
@@ -180,6 +185,8 @@ def build_app(args: argparse.Namespace) -> FastAPI:
             for i in range(n):
                 if args.fake_crash_after is not None and i >= args.fake_crash_after:
                     os.kill(os.getpid(), signal.SIGKILL)
+                if await request.is_disconnected():
+                    return
                 await asyncio.sleep(1.0 / args.fake_tps)
                 predicted[0] += 1
                 yield words[i % len(words)] + " "
@@ -236,7 +243,7 @@ def build_app(args: argparse.Namespace) -> FastAPI:
         obj = "chat.completion.chunk" if chat else "text_completion"
 
         async def pieces() -> AsyncIterator[tuple[list[int], str]]:
-            async for w in generate(body):
+            async for w in generate(body, request):
                 yield [0], w
 
         def choice(text: str, finish: str | None, stream: bool) -> dict[str, Any]:
@@ -323,7 +330,7 @@ def build_app(args: argparse.Namespace) -> FastAPI:
             return await stop_answer(request, body, chat, model, listed)
         n_max = int(body.get("max_tokens") or 16)
         if not body.get("stream"):
-            text = "".join([w async for w in generate(body)])
+            text = "".join([w async for w in generate(body, request)])
             choice: dict[str, Any] = {"index": 0, "finish_reason": "length"}
             if chat:
                 choice["message"] = {"role": "assistant", "content": text}
@@ -350,7 +357,7 @@ def build_app(args: argparse.Namespace) -> FastAPI:
             obj = "chat.completion.chunk" if chat else "text_completion"
             n = 0
             # aclosing: a client that leaves closes the generation at once (frees /slots).
-            async with contextlib.aclosing(generate(body)) as words:
+            async with contextlib.aclosing(generate(body, request)) as words:
                 async for w in words:
                     n += 1
                     if args.fake_garbage and n == 2:
@@ -363,7 +370,10 @@ def build_app(args: argparse.Namespace) -> FastAPI:
                         delta["delta"] = {"content": w}
                     else:
                         delta["text"] = w
-                    chunk = {"id": "fake-1", "object": obj, "model": model, "choices": [delta]}
+                    chunk: dict[str, Any] = {"id": "fake-1", "object": obj, "model": model}
+                    chunk["choices"] = [delta]
+                    if body.get("timings_per_token"):
+                        chunk["timings"] = timings(n)
                     for part in split_write(json.dumps(chunk, ensure_ascii=False).encode()):
                         yield b"data: " + part if part.startswith(b"{") else part
                         await asyncio.sleep(0.002)
@@ -410,7 +420,10 @@ def build_app(args: argparse.Namespace) -> FastAPI:
 
     @app.get("/props")
     async def props() -> JSONResponse:  # pyright: ignore[reportUnusedFunction]
-        return JSONResponse({"model_alias": args.alias, "spec_type": args.spec_type})
+        caps = {"supports_tools": not args.fake_no_tool_template, "supports_tool_calls": True}
+        return JSONResponse(
+            {"model_alias": args.alias, "spec_type": args.spec_type, "chat_template_caps": caps}
+        )
 
     @app.post("/detokenize")
     async def detokenize(request: Request) -> JSONResponse:  # pyright: ignore[reportUnusedFunction]
@@ -455,16 +468,22 @@ def build_app(args: argparse.Namespace) -> FastAPI:
 
         async def tokens() -> AsyncIterator[tuple[list[int], str]]:
             last = ids[-1]
-            for i in range(limit):
-                if args.fake_crash_after is not None and i >= args.fake_crash_after:
-                    os.kill(os.getpid(), signal.SIGKILL)
-                tok = next_token(last)
-                if args.fake_eos_token is not None and tok == args.fake_eos_token:
-                    hit_eos[0] = True
-                    return
-                await asyncio.sleep(1.0 / args.fake_tps)
-                last = tok
-                yield [tok], piece(tok)
+            busy[0] += 1
+            try:
+                for i in range(limit):
+                    if args.fake_crash_after is not None and i >= args.fake_crash_after:
+                        os.kill(os.getpid(), signal.SIGKILL)
+                    tok = next_token(last)
+                    if args.fake_eos_token is not None and tok == args.fake_eos_token:
+                        hit_eos[0] = True
+                        return
+                    if await request.is_disconnected():
+                        return
+                    await asyncio.sleep(1.0 / args.fake_tps)
+                    last = tok
+                    yield [tok], piece(tok)
+            finally:
+                busy[0] -= 1
 
         async def gen() -> AsyncIterator[tuple[list[int], str, str | None]]:
             """Yield (tokens, text to send, stop_type or None); EOS releases held text."""

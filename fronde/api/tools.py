@@ -1,0 +1,111 @@
+"""``tool_choice``: honoured by the backend's grammar, or refused in a 400 that says why.
+
+llama-server b11434 reads ``tool_choice`` as a string only (``auto``, ``none``,
+``required``; ``tools/server/server-common.cpp``): OpenAI's named form,
+``{"type": "function", "function": {"name": ...}}``, is silently read as ``auto``
+(its log says "Wrong type supplied for parameter 'tool_choice'"). Fronde sends a named
+choice as ``required`` with ``tools`` narrowed to the named function, which is what
+it means.
+
+``required`` is forced by a grammar only where llama.cpp understands how the chat
+template writes tools. A template that does not describe tools to the model (``/props``
+``chat_template_caps.supports_tools`` is false, as for the gemma profile's turn
+format) answered plain text with ``finish_reason: "length"`` instead of a call, so such
+a request is refused with 400 ``tool_choice_unsupported`` rather than answered wrong.
+"""
+
+from __future__ import annotations
+
+from typing import Any, cast
+
+from fronde.api.deps import Runtime
+from fronde.errors import BackendError, InvalidRequestError
+from fronde.modes import Mode
+
+__all__ = ["ToolChoiceUnsupportedError", "honour_tool_choice"]
+
+
+class ToolChoiceUnsupportedError(InvalidRequestError):
+    """The profile's chat template cannot force a tool call (HTTP 400)."""
+
+    code = "tool_choice_unsupported"
+
+
+def _named(choice: dict[str, Any], tools: list[Any]) -> list[Any]:
+    """The tools narrowed to the function ``choice`` names.
+
+    Raises:
+        InvalidRequestError: ``choice`` is malformed or names no tool of the request.
+    """
+    fn = choice.get("function")
+    name = cast("dict[str, Any]", fn).get("name") if isinstance(fn, dict) else None
+    if choice.get("type") != "function" or not isinstance(name, str):
+        raise InvalidRequestError(
+            "'tool_choice' must be 'auto', 'none', 'required' or "
+            '{"type": "function", "function": {"name": NAME}}',
+            param="tool_choice",
+        )
+    picked: list[Any] = [
+        t
+        for t in tools
+        if isinstance(t, dict)
+        and isinstance(f := cast("dict[str, Any]", t).get("function"), dict)
+        and cast("dict[str, Any]", f).get("name") == name
+    ]
+    if not picked:
+        raise InvalidRequestError(
+            f"'tool_choice' names the function {name!r}, which is not in 'tools'",
+            param="tool_choice",
+        )
+    return picked[:1]
+
+
+async def _supports_tools(rt: Runtime) -> bool | None:
+    """Whether baseline's chat template describes tools (``/props``), or None if unknown."""
+    if rt.tool_template is None:
+        try:
+            props = await rt.client.get_json(rt.pool.get(Mode.BASELINE).url, "/props")
+        except BackendError:
+            return None
+        props_d = cast("dict[str, Any]", props) if isinstance(props, dict) else {}
+        caps = props_d.get("chat_template_caps")
+        value = (
+            cast("dict[str, Any]", caps).get("supports_tools") if isinstance(caps, dict) else None
+        )
+        if not isinstance(value, bool):
+            return None
+        rt.tool_template = value
+    return rt.tool_template
+
+
+async def honour_tool_choice(rt: Runtime, body: dict[str, Any]) -> None:
+    """Rewrite a named ``tool_choice`` to ``required``; refuse what the profile cannot force.
+
+    Args:
+        rt: the app's runtime (for baseline's ``/props``, read once).
+        body: a checked chat body, changed in place.
+
+    Raises:
+        InvalidRequestError: a malformed ``tool_choice``, or one naming no tool.
+        ToolChoiceUnsupportedError: ``required`` or a named function, and the chat
+            template does not describe tools.
+    """
+    tools = body.get("tools")
+    choice = body.get("tool_choice")
+    if not tools or choice is None or choice in ("auto", "none"):
+        return
+    if isinstance(choice, dict):
+        body["tools"] = _named(cast("dict[str, Any]", choice), cast("list[Any]", tools))
+        body["tool_choice"] = "required"
+    elif choice != "required":
+        raise InvalidRequestError(
+            f"'tool_choice' is {choice!r}; expected 'auto', 'none', 'required' or a function",
+            param="tool_choice",
+        )
+    if await _supports_tools(rt) is False:
+        raise ToolChoiceUnsupportedError(
+            "this profile's chat template does not describe tools to the model, so the "
+            "backend cannot force a tool call (tool_choice 'required' or a named function); "
+            "send tool_choice 'auto', or serve a model whose chat template supports tools",
+            param="tool_choice",
+        )

@@ -20,6 +20,7 @@ from typing import Any
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 
+from fronde.api.collect import answer_whole
 from fronde.api.deps import Runtime, RuntimeDep
 from fronde.api.relay import until_disconnect
 from fronde.api.schema import check_chat, check_completion, read_json_body
@@ -139,7 +140,8 @@ async def _run_one(
     rt.router.begin(decision, (time.monotonic() - t_wait) * 1000)
     try:
         decision.winner = mode if mode is not decision.plan.mode else None
-        data = await rt.client.post_json(rt.pool.get(mode).url, PATHS[kind], body)
+        url = rt.pool.get(mode).url
+        data = await answer_whole(rt.client, url, PATHS[kind], body, str(mode))
     except FrondeError as exc:
         rt.router.finish(decision, "error", exc.message)
         return _item_error(index, exc)

@@ -91,20 +91,23 @@ class OwnedStops:
         self.chat = chat
 
     @staticmethod
-    def of(body: dict[str, Any]) -> list[str]:
-        """The stop strings Fronde should own for ``body``, or [] to leave them upstream.
+    def take(body: dict[str, Any], *, chat: bool) -> tuple[dict[str, Any], OwnedStops | None]:
+        """Take ``body``'s stop strings for Fronde to apply: (upstream body, stops or None).
 
-        Requests with tools keep their stops upstream: llama-server applies them to
-        the raw text it parses tool calls from, which a relay cannot see.
+        The upstream body has no ``stop`` and asks for ``timings_per_token``. Requests
+        with tools keep their stops upstream (None): llama-server applies them to the
+        raw text it parses tool calls from, which a relay cannot see.
         """
-        if not body.get("stream") or body.get("tools") or body.get("functions"):
-            return []
         stop = body.get("stop")
         if isinstance(stop, str):
             stop = [stop]
-        if not isinstance(stop, list):
-            return []
-        return [s for s in cast("list[Any]", stop) if isinstance(s, str) and s]
+        if body.get("tools") or body.get("functions") or not isinstance(stop, list):
+            return body, None
+        owned = [s for s in cast("list[Any]", stop) if isinstance(s, str) and s]
+        if not owned:
+            return body, None
+        upstream = {k: v for k, v in body.items() if k != "stop"} | {"timings_per_token": True}
+        return upstream, OwnedStops(owned, chat=chat)
 
     def _text(self, choice: dict[str, Any]) -> str:
         if self.chat:

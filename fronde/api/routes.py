@@ -18,6 +18,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from starlette.background import BackgroundTask
 
+from fronde.api.collect import answer_whole
 from fronde.api.deps import RuntimeDep
 from fronde.api.relay import (
     DONE_LINE,
@@ -209,14 +210,18 @@ async def _send(
     backend = rt.pool.get(mode)
     router = rt.router
     _overhead(decision, headers)
+
+    def on_timings(timings: dict[str, Any]) -> None:
+        router.record(decision, mode, timings)
+        router.settle_whole_probe(decision, mode)
+
     if not body.get("stream", False):
+        # Streamed upstream all the same (fronde.api.collect): cancellable.
         router.in_flight[mode] += 1
         try:
-            data = await rt.client.post_json(backend.url, path, body)
+            data = await answer_whole(rt.client, backend.url, path, body, str(mode), on_timings)
         finally:
             router.in_flight[mode] -= 1
-        router.record(decision, mode, data.get("timings"))
-        router.settle_whole_probe(decision, mode)
         return JSONResponse(data, headers=headers)
     stack = AsyncExitStack()
     stack.callback(hold.release)
@@ -224,11 +229,7 @@ async def _send(
     stack.callback(lambda: router.in_flight.subtract([mode]))
     # Stop strings in a stream are Fronde's (see fronde.api.relay): llama-server
     # would drop the text it held back for a partial match at the budget.
-    owned = OwnedStops.of(body)
-    stops = OwnedStops(owned, chat=path == CHAT_PATH) if owned else None
-    upstream = body
-    if stops is not None:
-        upstream = {k: v for k, v in body.items() if k != "stop"} | {"timings_per_token": True}
+    upstream, stops = OwnedStops.take(body, chat=path == CHAT_PATH)
     # Open the upstream before answering: a failure before the first byte is
     # still an ordinary HTTP error (raised here), not a broken 200 stream.
     try:
@@ -236,10 +237,6 @@ async def _send(
     except BaseException:
         await stack.aclose()
         raise
-
-    def on_timings(timings: dict[str, Any]) -> None:
-        router.record(decision, mode, timings)
-        router.settle_whole_probe(decision, mode)
 
     relayed = relay_sse(
         resp, str(mode), on_timings, include_usage=_include_usage(body), stops=stops

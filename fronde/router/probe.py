@@ -14,29 +14,29 @@ over the same token ids; a hand-over neither loses nor invents text:
   rendered with ``/apply-template``, tokenized once with ``/tokenize``, and each
   segment asks ``/completion`` for ``return_tokens``. With ``cache_prompt`` on, a
   backend continuing its own segment does not prefill the prompt again.
-- Segments that may be handed over (the probes) run **non-streamed**: in a stream
-  llama-server b11434 sends no event for a token that ends inside a multi-byte
-  character, so its id would be missing from the next segment's prompt; the
-  non-streamed answer carries every id. The client sees the probe's text when the
-  probe ends (48 tokens: about 1 s on 2 CPU cores, 0.1 s on an H200). The last
-  segment streams when the client streams.
-- ``stop`` strings are matched by Fronde over the whole answer
-  (:class:`~fronde.router.stops.StopMatcher`), as llama-server matches them over one
-  request: a string that begins in one segment and ends in the next is found, and a
-  partial match held back when a segment hits its ``n_predict`` is kept. Each
-  segment also sends ``stop`` to its backend, so a match inside one segment ends it
-  there, with llama-server's own token count and timings. In a stream llama-server
-  drops the text it held back for a partial match when its budget runs out; the
-  ids of those tokens did arrive (events with no content), so Fronde detokenizes
-  them (``/detokenize``) and keeps the text, as a non-streamed answer does.
+- Every segment **streams** from its backend, also for a client that wants one JSON
+  answer: llama-server b11434 stops a streamed task as soon as its connection closes
+  and runs a non-streamed one to the end, so a client that leaves must find a stream
+  to close. The probe's text reaches the client when the probe ends (48 tokens:
+  about 1 s on 2 CPU cores, 0.1 s on an H200); the last segment streams on.
+- In a stream, a token that ends inside a multi-byte character gets no event, so
+  its id never arrives. A segment that lost ids (``predicted_n`` above the ids seen)
+  is continued from its text tokenized again: the text stays whole, though its ids
+  may be split differently from the model's own.
+- ``stop`` strings are matched by Fronde alone, over the whole answer
+  (:class:`~fronde.router.stops.StopMatcher`, llama-server's own rule): a string that
+  begins in one segment and ends in the next is found, and text held back as a
+  partial match when a segment hits its ``n_predict`` is kept. Segments are sent
+  without ``stop`` (llama-server would match within one segment only, and drop the
+  text it held back at a stream's budget); when a string matches, Fronde closes the
+  segment's stream, which stops its generation. ``timings_per_token`` keeps the
+  timings of a segment cut so.
 - A final ``assistant`` message is a prefill: llama-server continues it, and its
   chat endpoint returns the prefill followed by the continuation. The splice does
   the same (:attr:`Splice.prefix`).
 
 Known limit: a character whose bytes are split between two segments reads U+FFFD
-(llama-server renders the partial bytes of each side so); a stop string that
-straddles a non-streamed segment's end is honoured in the text, but usage then
-counts the tokens that segment generated past it.
+(a stream never sends the bytes of an unfinished character at its end).
 """
 
 from __future__ import annotations
@@ -63,7 +63,6 @@ __all__ = [
     "assistant_prefill",
     "prompt_ids",
     "segment_stream",
-    "segment_whole",
 ]
 
 
@@ -74,11 +73,10 @@ class Segment:
     Attributes:
         mode: the mode that generated it.
         tokens: generated token ids.
-        text: generated text, as the backend released it (stop strings cut).
-        stop_type: llama-server's ``stop_type`` (``eos``, ``word``, ``limit``), or None
-            while running (and when Fronde cut the stream on a stop string itself).
-        timings: llama-server's ``timings`` of this segment (empty if it was cut).
-        held: ids of tokens whose text llama-server held back (a partial stop match).
+        text: generated text, as the backend sent it.
+        stop_type: llama-server's ``stop_type`` (``eos``, ``limit``), ``word`` when Fronde
+            ended it on a stop string, or None while running.
+        timings: llama-server's latest ``timings`` of this segment (sent per token).
     """
 
     mode: Mode
@@ -86,7 +84,6 @@ class Segment:
     text: str = ""
     stop_type: str | None = None
     timings: dict[str, Any] = field(default_factory=dict[str, Any])
-    held: list[int] = field(default_factory=list[int])
 
     @property
     def decode_tok_s(self) -> float:
@@ -149,44 +146,16 @@ async def prompt_ids(
     return [int(t) for t in ids]  # pyright: ignore[reportUnknownArgumentType, reportUnknownVariableType]
 
 
-def _native_body(
-    prompt: list[int], params: dict[str, Any], n_predict: int, *, stream: bool
-) -> dict[str, Any]:
+def _native_body(prompt: list[int], params: dict[str, Any], n_predict: int) -> dict[str, Any]:
     return {
-        **params,
+        **{k: v for k, v in params.items() if k != "stop"},  # Fronde matches stop strings
         "prompt": prompt,
         "n_predict": n_predict,
-        "stream": stream,
+        "stream": True,
+        "timings_per_token": True,
         "return_tokens": True,
         "cache_prompt": True,
     }
-
-
-async def segment_whole(
-    client: BackendClient,
-    url: str,
-    seg: Segment,
-    prompt: list[int],
-    params: dict[str, Any],
-    n_predict: int,
-) -> None:
-    """Run one native ``/completion`` segment non-streamed, filling ``seg``.
-
-    Raises:
-        BackendError: from the backend call (a context overflow is a
-            :class:`~fronde.errors.ContextLengthError`).
-    """
-    data = await client.post_json(
-        url, "/completion", _native_body(prompt, params, n_predict, stream=False)
-    )
-    tokens = data.get("tokens")
-    if not isinstance(tokens, list):
-        raise BackendConnectionError(f"{seg.mode} returned no token ids")
-    seg.tokens = [int(t) for t in cast("list[Any]", tokens)]
-    seg.text = str(data.get("content") or "")
-    seg.stop_type = data.get("stop_type")
-    timings = data.get("timings")
-    seg.timings = cast("dict[str, Any]", timings) if isinstance(timings, dict) else {}
 
 
 async def segment_stream(
@@ -199,13 +168,12 @@ async def segment_stream(
 ) -> AsyncGenerator[str]:
     """Stream one native ``/completion`` segment, filling ``seg``; yield text pieces.
 
-    Ids whose text llama-server held back (events with tokens and no content) are
-    kept in ``seg.held`` until text follows them.
+    ``params`` may hold ``stop``: it is not sent (the caller matches stop strings).
 
     Raises:
         BackendError: the backend refused the request or failed mid-stream.
     """
-    body = _native_body(prompt, params, n_predict, stream=True)
+    body = _native_body(prompt, params, n_predict)
     async with client.stream(url, "/completion", body) as resp:
         lines = resp.aiter_lines()
         while True:
@@ -226,18 +194,15 @@ async def segment_stream(
                 continue
             if "error" in event:
                 raise BackendConnectionError(f"{seg.mode} failed: {event['error']}")
-            ids = [int(t) for t in event.get("tokens") or ()]
-            seg.tokens.extend(ids)
+            seg.tokens.extend(int(t) for t in event.get("tokens") or ())
+            if isinstance(event.get("timings"), dict):
+                seg.timings = event["timings"]
             piece = event.get("content") or ""
             if piece:
-                seg.held.clear()
                 seg.text += piece
                 yield piece
-            else:
-                seg.held.extend(ids)
             if event.get("stop"):
                 seg.stop_type = event.get("stop_type")
-                seg.timings = event.get("timings") or {}
                 return
     raise BackendConnectionError(f"{seg.mode} closed the stream before its last event")
 
@@ -329,13 +294,9 @@ class Splice:
             self._ready.append(out)
 
     def _end_segment(self, seg: Segment) -> None:
-        """After a segment: a stop that llama-server found, or the end, releases held text."""
+        """After a segment: at the end of the answer, release what was held back."""
         if self.matcher.stopped:
             return
-        if seg.stop_type == "word":
-            # llama-server cut a stop string inside this segment: what Fronde held
-            # back (a partial match across segments) is part of the answer.
-            self.matcher.stopped = True
         remaining = self._remaining()
         if seg.stop_type != "limit" or (remaining is not None and remaining <= 0):
             out = self.matcher.flush()
@@ -356,52 +317,57 @@ class Splice:
         remaining = self._remaining()
         return probe_n if remaining is None else min(probe_n, remaining)
 
-    async def _whole(self, mode: Mode, n_predict: int) -> Segment:
-        """Run a segment non-streamed (a probe: its ids must all arrive) and release its text."""
-        seg = Segment(mode)
-        context = self.prompt + self.tokens
-        self.segments.append(seg)
-        self.router.in_flight[mode] += 1
-        try:
-            await segment_whole(
-                self.client, self.pool.get(mode).url, seg, context, self.params, n_predict
-            )
-        finally:
-            self.router.in_flight[mode] -= 1
-        self.router.record(self.decision, mode, seg.timings)
-        if seg.text:
-            self._release(seg.text)
-        self._end_segment(seg)
-        return seg
+    async def _context(self) -> list[int]:
+        """The ids a next segment continues from: the prompt's, then every generated one.
 
-    async def _streamed(self, mode: Mode, n_predict: int) -> AsyncIterator[str]:
-        """Run the last segment streamed, yielding released text as it comes."""
+        When a stream lost ids (a token that ended inside a multi-byte character gets
+        no event), the text generated so far is tokenized again instead: the answer's
+        text stays whole, though its ids may be split differently from the model's.
+        """
+        if all(s.generated == len(s.tokens) for s in self.segments):
+            return self.prompt + self.tokens
+        text = "".join(s.text for s in self.segments)
+        url = self.pool.get(self.decision.plan.mode).url
+        out = await self.client.post_json(
+            url, "/tokenize", {"content": text, "add_special": False, "parse_special": False}
+        )
+        ids = cast("list[Any]", out.get("tokens") or [])
+        return self.prompt + [int(t) for t in ids]
+
+    async def _segment(self, mode: Mode, n_predict: int) -> AsyncIterator[None]:
+        """Run one segment, streamed, releasing its text into ``_ready`` as it comes.
+
+        Yields after each piece, so a streaming caller can pass the text on. Every
+        segment streams: llama-server b11434 stops a streamed task when its connection
+        closes and runs a non-streamed one to the end, so a client that leaves must
+        find a stream to close.
+        """
         seg = Segment(mode)
-        self.segments.append(seg)
         url = self.pool.get(mode).url
-        context = self.prompt + self.tokens
+        context = await self._context()
+        self.segments.append(seg)
         self.router.in_flight[mode] += 1
         pieces = segment_stream(self.client, url, seg, context, self.params, n_predict)
         try:
             async with contextlib.aclosing(pieces):
                 async for piece in pieces:
                     self._release(piece)
-                    for out in self._drain():
-                        yield out
+                    yield
                     if self.matcher.stopped:
-                        # A stop string across segments: closing the stream (aclosing)
-                        # stops the backend's generation.
-                        return
+                        break  # closing the stream (aclosing) stops the generation
         finally:
             self.router.in_flight[mode] -= 1
-        if seg.held and seg.stop_type == "limit":
-            # llama-server drops held-back text at the budget in streams; its ids came.
-            out = await self.client.post_json(url, "/detokenize", {"tokens": seg.held})
-            self._release(str(out.get("content") or ""))
+        if self.matcher.stopped:
+            seg.stop_type = "word"
         self.router.record(self.decision, mode, seg.timings)
         self._end_segment(seg)
-        for out in self._drain():
-            yield out
+        yield
+
+    async def _whole(self, mode: Mode, n_predict: int) -> Segment:
+        """Run a segment to its end (a probe), its text kept for the caller."""
+        async for _ in self._segment(mode, n_predict):
+            pass
+        return self.segments[-1]
 
     async def start(self) -> None:
         """Prepare the prompt and run the probe segment, before any byte is answered.
@@ -476,14 +442,12 @@ class Splice:
         if self._finished():
             return
         remaining = self._remaining()
-        n = -1 if remaining is None else remaining
-        if self.stream:
-            async for piece in self._streamed(winner, n):
-                yield piece
-        else:
-            await self._whole(winner, n)
-            for piece in self._drain():
-                yield piece
+        async for _ in self._segment(winner, -1 if remaining is None else remaining):
+            if self.stream:
+                for piece in self._drain():
+                    yield piece
+        for piece in self._drain():
+            yield piece
 
     def _settle(self, winner: Mode) -> None:
         """Record the winner and cache it for this request's key."""

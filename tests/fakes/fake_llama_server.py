@@ -21,7 +21,10 @@ rest is ignored) plus knobs in the manner of llama-swap's ``cmd/fake-model``:
 - ``--fake-split-utf8``: each streamed event is written in two pieces, cut inside a
   multi-byte character when it has one;
 - ``--fake-no-tool-template``: ``/props`` says the chat template does not describe
-  tools (``chat_template_caps.supports_tools`` false), as gemma's turn format.
+  tools (``chat_template_caps.supports_tools`` false), as gemma's turn format;
+- ``--fake-lose-every N``: a native stream sends no event for every N-th token (not
+  the last): its text comes with the next event and its id never arrives, as
+  llama-server does for a token that ends inside a multi-byte character.
 
 A body field ``fake_backend_error: true`` gets a llama-server-style HTTP 400.
 Non-streamed answers carry ``fake_received``: the body and headers that arrived. A
@@ -89,6 +92,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--fake-always-usage", action="store_true")
     p.add_argument("--fake-split-utf8", action="store_true")
     p.add_argument("--fake-no-tool-template", action="store_true")
+    p.add_argument("--fake-lose-every", type=int, default=None)
     p.add_argument("--version", action="store_true")
     args, _unknown = p.parse_known_args(argv)
     return args
@@ -108,6 +112,15 @@ def next_token(last: int) -> int:
 
 
 def tokenize(text: str) -> list[int]:
+    """BOS, then one id per character; text made of pieces ("t12 t7 ") reads back as
+    those ids, as a real tokenizer encodes its own output again."""
+    pieces = text.split(" ")
+    if (
+        len(pieces) > 1
+        and pieces[-1] == ""
+        and all(len(w) > 1 and w[0] == "t" and w[1:].isdigit() for w in pieces[:-1])
+    ):
+        return [2] + [int(w[1:]) for w in pieces[:-1]]
     return [2] + [ord(c) % 997 + 3 for c in text]  # 2 = BOS
 
 
@@ -116,7 +129,7 @@ def piece(token: int) -> str:
 
 
 async def with_stops(
-    pieces: AsyncIterator[tuple[list[int], str]], stops: list[str]
+    pieces: AsyncIterator[tuple[list[int], str]], stops: list[str], found: list[str] | None = None
 ) -> AsyncGenerator[tuple[list[int], str, str | None]]:
     """Apply ``stop`` as llama-server's ``process_token`` does; yield (tokens, text, stop).
 
@@ -124,7 +137,8 @@ async def with_stops(
     ends the generation (``word``); text ending in a partial match is held back (the
     token comes with no text) until a later token decides. At the end ``limit``, then
     ``held`` with the held-back text: a non-streamed answer keeps it, a stream drops it
-    (llama-server b11434 sends no content in its final event).
+    (llama-server b11434 sends no content in its final event). The matched stop string
+    is appended to ``found``.
     """
     generated, sent = "", 0
     async for toks, text in pieces:
@@ -133,7 +147,9 @@ async def with_stops(
         window = [(unsent.find(w, max(0, len(unsent) - len(w) - len(text))), w) for w in stops]
         full = [(at, w) for at, w in window if at >= 0]
         if full:
-            at = min(full)[0]
+            at, word = min(full)
+            if found is not None:
+                found.append(word)
             generated = generated[: sent + at]
             yield toks, generated[sent:], "word"
             return
@@ -230,7 +246,7 @@ def build_app(args: argparse.Namespace) -> FastAPI:
                 yield f"data: {json.dumps(chunk)}\n\n".encode()
             last: dict[str, Any] = {"index": 0, "delta": {}, "finish_reason": "tool_calls"}
             end: dict[str, Any] = {"id": "fake-t", "object": "chat.completion.chunk"}
-            end |= {"model": model, "choices": [last]}
+            end |= {"model": model, "choices": [last], "fake_received": {"body": body}}
             yield f"data: {json.dumps(end)}\n\n".encode()
             yield b"data: [DONE]\n\n"
 
@@ -282,6 +298,9 @@ def build_app(args: argparse.Namespace) -> FastAPI:
                         chunk["choices"] = [choice(t, finish, True)]
                         if per_token or finish:
                             chunk["timings"] = timings(n)
+                        if finish:
+                            received = {"body": body, "headers": dict(request.headers)}
+                            chunk["fake_received"] = received
                         yield f"data: {json.dumps(chunk)}\n\n".encode()
                     if st == "word":
                         break
@@ -389,6 +408,7 @@ def build_app(args: argparse.Namespace) -> FastAPI:
                 "model": model,
                 "choices": [final],
                 "timings": timings(n),
+                "fake_received": {"body": body, "headers": dict(request.headers)},
             }
             yield f"data: {json.dumps(last)}\n\n".encode()
             options: dict[str, Any] = body.get("stream_options") or {}
@@ -465,6 +485,7 @@ def build_app(args: argparse.Namespace) -> FastAPI:
         stops: list[str] = body.get("stop") or []
 
         hit_eos = [False]
+        stopping_word: list[str] = []
 
         async def tokens() -> AsyncIterator[tuple[list[int], str]]:
             last = ids[-1]
@@ -487,7 +508,7 @@ def build_app(args: argparse.Namespace) -> FastAPI:
 
         async def gen() -> AsyncIterator[tuple[list[int], str, str | None]]:
             """Yield (tokens, text to send, stop_type or None); EOS releases held text."""
-            async for toks, text, st in with_stops(tokens(), stops):
+            async for toks, text, st in with_stops(tokens(), stops, stopping_word):
                 if st == "limit" and hit_eos[0]:
                     continue
                 if st == "held" and hit_eos[0]:
@@ -503,6 +524,7 @@ def build_app(args: argparse.Namespace) -> FastAPI:
                 "tokens": tokens or [],
                 "stop": True,
                 "stop_type": stop_type,
+                "stopping_word": stopping_word[0] if stopping_word else "",
                 "tokens_predicted": n,
                 "tokens_evaluated": len(ids),
                 "timings": timings(n),
@@ -520,13 +542,20 @@ def build_app(args: argparse.Namespace) -> FastAPI:
             return JSONResponse(final(len(toks), stop_type, text, toks))
 
         async def events() -> AsyncIterator[bytes]:
-            n = 0
+            n, carried = 0, ""
+            lose = args.fake_lose_every
             async for t, p, st in gen():
                 if st == "held":
                     return  # a stream drops the held-back text (llama-server b11434)
                 n += len(t)
+                if lose and t and st is None and n % lose == 0 and n < limit:
+                    carried += p  # no event: the id is lost, the text comes later
+                    continue
                 if t or p:
-                    event = {"content": p, "tokens": t, "stop": False}
+                    event: dict[str, Any] = {"content": carried + p, "tokens": t, "stop": False}
+                    if body.get("timings_per_token"):
+                        event["timings"] = timings(n)
+                    carried = ""
                     yield f"data: {json.dumps(event)}\n\n".encode()
                 if st:
                     yield f"data: {json.dumps(final(n, st))}\n\n".encode()

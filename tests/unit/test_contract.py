@@ -389,6 +389,7 @@ def real_serve(tmp_path: Path, fake_binary: Path, **settings: Any) -> Generator[
         "models_dir": str(models),
         "cache_dir": str(tmp_path / "cache"),
         "modes": ["baseline", "ngram-mod"],
+        "profile": "cpu-gemma-270m",
     }
     cfg.write_text(tomli_w.dumps(base_settings | settings))
     # With swap residency the modes that are not resident wait stopped.

@@ -63,6 +63,7 @@ def test_preflight_refuses_a_gpu_with_too_little_free_vram(
     settings = load_settings(
         cache_dir=tmp_path / "cache",
         models_dir=models,
+        profile="cpu-gemma-270m",
         llama_server=fake_binary,
         backend={"n_gpu_layers": 99},
     )

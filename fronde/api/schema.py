@@ -302,7 +302,7 @@ def _check_parts(parts: list[Any], where: str) -> None:
         kind = part.get("type")
         if not isinstance(kind, str) or kind not in TEXT_PART_TYPES:
             raise InvalidRequestError(
-                f"'{at}' is a {kind!r} part; this model reads text only "
+                f"'{at}' is a part of type {kind!r}; this model reads text only "
                 "(send the content as text parts or a string)",
                 param=at,
             )

@@ -86,14 +86,20 @@ async def honour_tool_choice(rt: Runtime, body: dict[str, Any]) -> None:
         body: a checked chat body, changed in place.
 
     Raises:
-        InvalidRequestError: a malformed ``tool_choice``, or one naming no tool.
+        InvalidRequestError: a malformed ``tool_choice``, one naming no tool, or one
+            that forces a call with no ``tools``.
         ToolChoiceUnsupportedError: ``required`` or a named function, and the chat
             template does not describe tools.
     """
     tools = body.get("tools")
     choice = body.get("tool_choice")
-    if not tools or choice is None or choice in ("auto", "none"):
+    if choice is None or choice in ("auto", "none"):
         return
+    if not tools:
+        raise InvalidRequestError(
+            "'tool_choice' forces a tool call, but the request has no 'tools'",
+            param="tool_choice",
+        )
     if isinstance(choice, dict):
         body["tools"] = _named(cast("dict[str, Any]", choice), cast("list[Any]", tools))
         body["tool_choice"] = "required"

@@ -145,8 +145,7 @@ def _backend_error(resp_body: bytes, status: int) -> BackendHTTPError:
     if e.get("type") == "exceed_context_size_error":
         n_prompt, n_ctx = e.get("n_prompt_tokens"), e.get("n_ctx")
         return ContextLengthError(
-            f"the prompt has {n_prompt} tokens; the context holds {n_ctx} "
-            "(shorten the messages or lower max_tokens)",
+            f"the prompt has {n_prompt} tokens; the context holds {n_ctx}: shorten the prompt",
             prompt_tokens=n_prompt if isinstance(n_prompt, int) else None,
             context_tokens=n_ctx if isinstance(n_ctx, int) else None,
         )

@@ -39,7 +39,7 @@ import numpy as np
 from fronde.backends.pool import plan_pool
 from fronde.backends.process import LaunchSpec, LlamaServerProcess
 from fronde.bench.domains import DomainPrompt, prompts_by_domain
-from fronde.bench.runner import Run, all_started, bench_client, direct_run
+from fronde.bench.runner import Run, all_started, bench_client, direct_run, warm_up
 from fronde.bench.serve import machine_line, run_info
 from fronde.bench.stats import DEGENERATE_SCORE, first_difference, repetition_score
 from fronde.config import Settings
@@ -271,9 +271,7 @@ async def run_campaign(
     async with mode_servers(settings, target, modes, log_dir) as procs:
         info["llama_build"] = llama_build_info(procs[Mode.BASELINE].spec.binary)
         async with bench_client() as http:
-            warm = [2, 651, 1902, 236761]  # a few gemma tokens: warms pages and threads
-            for p in procs.values():
-                await direct_run(http, p.url, warm, 4, None)
+            await warm_up(http, [p.url for p in procs.values()])
             for i, prompt in enumerate(prompts):
                 if prompt.name in done:
                     continue

@@ -199,6 +199,17 @@ async def _sse(resp: httpx.Response) -> AsyncIterator[dict[str, Any]]:
             yield event
 
 
+WARM_TEXT = "A short note about the weather:"
+"""Neutral text whose first tokens warm each backend's pages and threads."""
+
+
+async def warm_up(http: httpx.AsyncClient, urls: list[str]) -> None:
+    """Generate 4 tokens of :data:`WARM_TEXT` on each backend (any profile's vocabulary)."""
+    for url in urls:
+        r = await http.post(f"{url}/tokenize", json={"content": WARM_TEXT, "add_special": True})
+        await direct_run(http, url, [int(t) for t in r.json()["tokens"]], 4, None)
+
+
 async def direct_run(
     http: httpx.AsyncClient, url: str, ids: list[int], n: int, stop: str | None
 ) -> Run:
@@ -369,9 +380,7 @@ async def run_battery(
         info = run_info() | {"llama_build": build, "profile": settings.profile}
         async with bench_client() as http:
             base_url = procs["baseline"].url
-            warm = [2, 651, 1902, 236761]  # a few gemma tokens; warms pages and threads
-            for p in procs.values():
-                await direct_run(http, p.url, warm, 4, None)
+            await warm_up(http, [p.url for p in procs.values()])
             seed = [1000]
 
             async def measure(cfg: Config, prompt: BatteryPrompt, ids: list[int]) -> Run:

@@ -2,10 +2,11 @@
 
 Order of rules (the first that applies wins):
 
-1. **forced**: the client named a mode (``x-fronde-mode`` or ``fronde:MODE``).
-2. **unsafe-for-spec**: the request uses a field speculation must not touch →
-   baseline, always: no speed rule (quarantine, load, floor) moves it to a
-   speculative mode. When baseline is out, such a request waits for it or gets a 503.
+1. **unsafe-for-spec**: the request uses a field speculation must not touch →
+   baseline, always: no speed rule (quarantine, load, floor) and no forced mode
+   moves it to a speculative mode. When baseline is out, such a request waits for it
+   or gets a 503.
+2. **forced**: the client named a mode (``x-fronde-mode`` or ``fronde:MODE``).
 3. **edit**: a large code/JSON block plus an edit verb → the edit mode (ngram-mod),
    with no probe.
 4. **cache**: this exact request was routed before → the same mode.
@@ -207,11 +208,12 @@ def _plan(
     busy: Collection[Mode] = (),
 ) -> Plan:
     """The rules without the ``serialize`` load rule; arguments as :func:`plan_route`."""
+    if cls is RequestClass.UNSAFE:
+        # A correctness rule: no speed rule (quarantine, busy) and no forced mode moves
+        # it; speculation breaks logprobs and is untested with grammars and tools.
+        return Plan(Route.UNSAFE, Mode.BASELINE)
     if forced is not None:
         return Plan(Route.FORCED, forced)
-    if cls is RequestClass.UNSAFE:
-        # A correctness rule: never overridden by a speed rule (quarantine, busy).
-        return Plan(Route.UNSAFE, Mode.BASELINE)
     usable = [m for m in Mode if m in ready and m not in quarantined and m not in probation]
     if not usable:
         # Everything quarantined: serve from a ready backend rather than refuse.

@@ -138,6 +138,9 @@ def test_a_prompt_over_the_context_is_400_context_length_exceeded(serve: Any) ->
     r = c.post("/v1/chat/completions", json=chat(words))
     assert r.headers["x-fronde-class"] == "probe"
     assert (r.status_code, r.json()["error"]["code"]) == (400, "context_length_exceeded")
+    assert r.json()["error"]["param"] == "messages"
+    r = c.post("/v1/completions", json={"prompt": words, "max_tokens": 4})
+    assert (r.status_code, r.json()["error"]["param"]) == (400, "prompt")
 
 
 def test_a_backend_side_400_keeps_its_status(plain: TestClient) -> None:

@@ -129,6 +129,16 @@ def wait_for(c: TestClient, mode: str, states: set[str]) -> None:
     raise AssertionError(c.get("/health").json())
 
 
+def test_forcing_a_speculative_mode_does_not_move_an_unsafe_request(serve: Any) -> None:
+    c: TestClient = serve()
+    for body in UNSAFE_BODIES:
+        r = c.post("/v1/chat/completions", json={**body, "model": "fronde:ngram-mod"})
+        assert (r.headers["x-fronde-class"], r.headers["x-fronde-mode"]) == (
+            "unsafe-for-spec",
+            "baseline",
+        )
+
+
 def test_unsafe_requests_get_a_503_when_baseline_is_down(fake_binary: Path, tmp_path: Path) -> None:
     knobs = {Mode.BASELINE: ["--fake-exit-on-start", "1"], Mode.NGRAM_SIMPLE: []}
     with pool_of(fake_binary, tmp_path, knobs) as c:
@@ -285,6 +295,12 @@ def test_a_named_tool_choice_reaches_the_backend_as_required(plain: TestClient) 
 def test_a_tool_choice_naming_no_tool_is_a_400(plain: TestClient, choice: Any) -> None:
     r = plain.post("/v1/chat/completions", json=chat(WORDS, tools=TOOLS, tool_choice=choice))
     assert (r.status_code, r.json()["error"]["param"]) == (400, "tool_choice")
+
+
+def test_a_forced_call_without_tools_is_a_400(plain: TestClient) -> None:
+    for choice in ("required", {"type": "function", "function": {"name": "get_time"}}):
+        r = plain.post("/v1/chat/completions", json=chat(WORDS, tool_choice=choice))
+        assert (r.status_code, r.json()["error"]["param"]) == (400, "tool_choice")
 
 
 def test_a_template_without_tools_refuses_a_forced_call(serve: Any) -> None:

@@ -319,6 +319,7 @@ def test_unsafe_requests_never_go_to_a_speculative_mode() -> None:
         assert route(RequestClass.UNSAFE, active={Mode.NGRAM_SIMPLE}) == base
         no_baseline = {Mode.NGRAM_SIMPLE, Mode.NGRAM_MOD}
         assert route(RequestClass.UNSAFE, ready=no_baseline) == base
+        assert route(RequestClass.UNSAFE, forced=Mode.NGRAM_MOD) == base  # not even forced
 
 
 def test_router_engine_records_and_quarantines_via_timings() -> None:

@@ -78,6 +78,16 @@ def _usage_from_timings(timings: dict[str, Any]) -> dict[str, int] | None:
     }
 
 
+def _usage_chunk(last: dict[str, Any], timings: dict[str, Any] | None) -> bytes | None:
+    """The final usage event (empty ``choices``) made from ``timings``, or None."""
+    usage = _usage_from_timings(timings or {})
+    if usage is None:
+        return None
+    tail: dict[str, Any] = {**last, "choices": [], "usage": usage}
+    tail.pop("timings", None)
+    return f"data: {json.dumps(tail)}\n\n".encode()
+
+
 class OwnedStops:
     """Stop strings Fronde applies to a relayed stream (see the module docstring).
 
@@ -201,24 +211,21 @@ async def relay_sse(
                     yield f"data: {json.dumps(chunk, ensure_ascii=False)}\n\n".encode()
                     last = chunk
                     if stopped:  # Fronde ended the answer: close upstream, end cleanly
-                        if include_usage:
-                            usage = _usage_from_timings(timings or {})
-                            if usage is not None:
-                                tail: dict[str, Any] = {**chunk, "choices": [], "usage": usage}
-                                tail.pop("timings", None)
-                                yield f"data: {json.dumps(tail)}\n\n".encode()
+                        if include_usage and (tail := _usage_chunk(chunk, timings)):
+                            yield tail
                         yield DONE_LINE.encode() + b"\n\n"
                         return
                     continue
                 if isinstance(chunk.get("timings"), dict):
                     timings = chunk["timings"]
             if line.startswith(DONE_LINE):
-                if include_usage and not usage_seen and last is not None:
-                    usage = _usage_from_timings(timings or {})
-                    if usage is not None:
-                        extra: dict[str, Any] = {**last, "choices": [], "usage": usage}
-                        extra.pop("timings", None)
-                        yield f"data: {json.dumps(extra)}\n\n".encode()
+                if (
+                    include_usage
+                    and not usage_seen
+                    and last is not None
+                    and (tail := _usage_chunk(last, timings))
+                ):
+                    yield tail
                 yield DONE_LINE.encode() + b"\n\n"
                 return
             if line.startswith("data: {") and ('"usage"' in line or '"timings"' in line):

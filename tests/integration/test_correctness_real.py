@@ -12,14 +12,12 @@ import asyncio
 import json
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
 from typing import Any, cast
 
 import httpx
 import pytest
 
 from fronde.backends.client import BackendClient
-from fronde.backends.pool import BackendPool
 from fronde.modes import Mode
 from fronde.router.classify import RequestClass
 from fronde.router.engine import Decision, Router
@@ -27,6 +25,7 @@ from fronde.router.native import finish_reason
 from fronde.router.policy import Plan, Route, RouterPolicy
 from fronde.router.probe import Splice
 
+from ..fakes.static_pool import static_pool
 from .conftest import Serve, start_serve
 
 pytestmark = pytest.mark.integration
@@ -72,19 +71,6 @@ def streamed(serve: Serve, path: str, body: dict[str, Any], **headers: str) -> t
 # --- the splice invariant against llama-server itself (cases 1, 2) -------------------
 
 
-@dataclass
-class _At:
-    url: str
-
-
-class _Urls:
-    def __init__(self, urls: dict[Mode, str]) -> None:
-        self.urls = urls
-
-    def get(self, mode: Mode) -> _At:
-        return _At(self.urls[mode])
-
-
 async def native(url: str, prompt: str, n: int, stop: list[str] | None = None) -> dict[str, Any]:
     body: dict[str, Any] = {"prompt": prompt, "n_predict": n, "temperature": 0}
     body |= {"stop": stop} if stop else {}
@@ -100,7 +86,7 @@ async def splice_on(url: str, prompt: str, budget: int, stop: list[str], stream:
     decision = Decision(plan, RequestClass.GENERAL, "k", time.monotonic())
     body = {"prompt": prompt, "max_tokens": budget, "stop": stop, "temperature": 0}
     async with httpx.AsyncClient(timeout=300) as http:
-        pool = cast("BackendPool", _Urls({Mode.BASELINE: url}))
+        pool = static_pool({Mode.BASELINE: url})
         s = Splice(BackendClient(http), pool, router, decision, "text", body, stream=stream)
         await s.start()
         text = "".join([p async for p in s.run()])

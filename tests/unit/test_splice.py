@@ -13,9 +13,8 @@ import asyncio
 import subprocess
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 import httpx
 import pytest
@@ -23,7 +22,6 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from fronde.backends.client import BackendClient
-from fronde.backends.pool import BackendPool
 from fronde.backends.process import free_port
 from fronde.modes import Mode
 from fronde.router.classify import RequestClass
@@ -33,21 +31,7 @@ from fronde.router.policy import Plan, Route, RouterPolicy
 from fronde.router.probe import Splice
 
 from ..fakes.fake_llama_server import next_token, piece, tokenize
-
-
-@dataclass
-class _At:
-    url: str
-
-
-class _Urls:
-    """The one thing a Splice asks of a pool: a backend's URL by mode."""
-
-    def __init__(self, urls: dict[Mode, str]) -> None:
-        self.urls = urls
-
-    def get(self, mode: Mode) -> _At:
-        return _At(self.urls[mode])
+from ..fakes.static_pool import static_pool
 
 
 def start_fakes(binary: Path, *knobs: str) -> tuple[list[subprocess.Popen[bytes]], dict[Mode, str]]:
@@ -114,7 +98,7 @@ async def spliced(
     decision = Decision(plan, RequestClass.GENERAL, "key", time.monotonic())
     body: dict[str, Any] = {"prompt": prompt, "max_tokens": budget, "stop": stops}
     async with httpx.AsyncClient(timeout=30) as http:
-        pool = cast("BackendPool", _Urls(urls))
+        pool = static_pool(urls)
         splice = Splice(BackendClient(http), pool, router, decision, "text", body, stream=stream)
         await splice.start()
         text = "".join([p async for p in splice.run()])

@@ -89,6 +89,8 @@ def serve(
     """Start the backends and serve the OpenAI API until Ctrl-C or SIGTERM."""
     from fronde.api.app import create_app
 
+    if model is not None and profile is not None:
+        raise FrondeError("give --model PATH.gguf or --profile NAME, not both")
     server_over = {k: v for k, v in {"host": host, "port": port}.items() if v is not None}
     settings = _settings(
         config,

@@ -365,7 +365,9 @@ class Settings(BaseSettings):
     @model_validator(mode="after")
     def _local_model(self) -> Settings:
         if self.model is None and (self.draft is not None or self.chat_template is not None):
-            raise ValueError("draft and chat_template go with model (--model PATH.gguf)")
+            raise ValueError(
+                "--draft and --chat-template (draft, chat_template) need --model PATH.gguf"
+            )
         return self
 
     residency: Literal["resident", "swap"] = Field(
@@ -401,10 +403,11 @@ class Settings(BaseSettings):
 def _one_line(exc: ValidationError, origin: str) -> str:
     parts: list[str] = []
     for err in exc.errors():
-        where = ".".join(str(p) for p in err["loc"]) or "(root)"
+        where = ".".join(str(p) for p in err["loc"])
         got = err.get("input")
         shown = "" if isinstance(got, dict | list) else f" (got {got!r})"
-        parts.append(f"{where}: {err['msg']}{shown}")
+        msg = err["msg"].removeprefix("Value error, ")
+        parts.append(f"{where}: {msg}{shown}" if where else msg)
     return f"invalid setting in {origin}: " + "; ".join(parts)
 
 
@@ -429,6 +432,8 @@ def load_settings(config_file: Path | None = None, **overrides: Any) -> Settings
         if config_file is not None
         else "the FRONDE_* environment or the defaults"
     )
+    if overrides:
+        origin = "the command line, " + origin
     token = _CONFIG_FILE.set(config_file)
     try:
         return Settings(**overrides)

@@ -109,7 +109,10 @@ def plan_pool(settings: Settings, profile: Profile, binary: Path, log_dir: Path)
         if mode is Mode.DRAFT:
             if profile.draft is None:
                 left_out[mode] = (
-                    f"profile {profile.name} has no draft model sharing the target's vocabulary"
+                    "no --draft given (fronde serve --model M.gguf --draft D.gguf)"
+                    if profile.is_local
+                    else f"profile {profile.name} has no draft model sharing the target's "
+                    "vocabulary"
                 )
                 continue
             try:

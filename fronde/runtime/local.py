@@ -25,12 +25,14 @@ from fronde.errors import ModelError
 from fronde.runtime.models import LocalSource, ModelEntry, Profile, load_profile, sha256_file
 
 __all__ = [
+    "BUILTIN_CHAT_TEMPLATES",
     "GGUF_MAGIC",
     "SPEC_VOCAB_CHECK_START_TOKEN_ID",
     "SPEC_VOCAB_MAX_SIZE_DIFFERENCE",
     "NotGgufError",
     "VocabMismatchError",
     "cached_sha256",
+    "check_chat_template",
     "check_draft",
     "check_gguf",
     "known_local_files",
@@ -46,6 +48,67 @@ SPEC_VOCAB_MAX_SIZE_DIFFERENCE = 128
 
 SPEC_VOCAB_CHECK_START_TOKEN_ID = 5
 """From this id on, llama.cpp compares the target's and the draft's token texts."""
+
+BUILTIN_CHAT_TEMPLATES = frozenset(
+    {
+        "chatml",
+        "llama2",
+        "llama2-sys",
+        "llama2-sys-bos",
+        "llama2-sys-strip",
+        "mistral-v1",
+        "mistral-v3",
+        "mistral-v3-tekken",
+        "mistral-v7",
+        "mistral-v7-tekken",
+        "phi3",
+        "phi4",
+        "falcon3",
+        "zephyr",
+        "monarch",
+        "gemma",
+        "orion",
+        "openchat",
+        "vicuna",
+        "vicuna-orca",
+        "deepseek",
+        "deepseek2",
+        "deepseek3",
+        "deepseek-ocr",
+        "command-r",
+        "llama3",
+        "chatglm3",
+        "chatglm4",
+        "glmedge",
+        "minicpm",
+        "exaone3",
+        "exaone4",
+        "exaone-moe",
+        "rwkv-world",
+        "granite",
+        "granite-4.0",
+        "granite-4.1",
+        "gigachat",
+        "megrez",
+        "yandex",
+        "bailing",
+        "bailing-think",
+        "bailing2",
+        "llama4",
+        "smolvlm",
+        "hunyuan-moe",
+        "gpt-oss",
+        "hunyuan-dense",
+        "hunyuan-vl",
+        "kimi-k2",
+        "seed_oss",
+        "grok-2",
+        "pangu-embedded",
+        "solar-open",
+    }
+)
+"""llama.cpp b11434's built-in chat template names (``LLM_CHAT_TEMPLATES`` in
+``src/llama-chat.cpp``); llama-server refuses to start with any other name."""
 
 SHA_CACHE = "gguf-sha256.json"
 """The sha256 cache's file name under the cache folder."""
@@ -120,25 +183,47 @@ def check_draft(target: Path, draft: Path) -> None:
         VocabMismatchError: one line naming the first difference.
     """
     t, d = _vocab(target), _vocab(draft)
-    where = f"--draft {draft.name} cannot draft for {target.name}"
+    where = f"--draft {draft.name} cannot draft for --model {target.name}"
+    fix = "use a draft model of the same family as the target"
     if t.model != d.model:
-        raise VocabMismatchError(f"{where}: tokenizer {d.model!r} vs {t.model!r}")
+        raise VocabMismatchError(
+            f"{where}: its tokenizer is {d.model!r}, the target's {t.model!r}; {fix}"
+        )
     if t.add_bos != d.add_bos or (t.add_bos and t.bos != d.bos):
-        raise VocabMismatchError(f"{where}: BOS token {d.bos} vs {t.bos}")
+        raise VocabMismatchError(f"{where}: its BOS token is {d.bos}, the target's {t.bos}; {fix}")
     if t.add_eos != d.add_eos or (t.add_eos and t.eos != d.eos):
-        raise VocabMismatchError(f"{where}: EOS token {d.eos} vs {t.eos}")
+        raise VocabMismatchError(f"{where}: its EOS token is {d.eos}, the target's {t.eos}; {fix}")
     diff = abs(len(t.tokens) - len(d.tokens))
     if diff > SPEC_VOCAB_MAX_SIZE_DIFFERENCE:
         raise VocabMismatchError(
-            f"{where}: vocabularies of {len(d.tokens)} and {len(t.tokens)} tokens "
-            f"(more than {SPEC_VOCAB_MAX_SIZE_DIFFERENCE} apart); use a draft of the same family"
+            f"{where}: its vocabulary has {len(d.tokens)} tokens, the target's {len(t.tokens)} "
+            f"(more than {SPEC_VOCAB_MAX_SIZE_DIFFERENCE} apart); {fix}"
         )
     for i in range(SPEC_VOCAB_CHECK_START_TOKEN_ID, min(len(t.tokens), len(d.tokens))):
         if t.tokens[i] != d.tokens[i]:
             raise VocabMismatchError(
                 f"{where}: token {i} is {d.tokens[i]!r} in the draft, {t.tokens[i]!r} in the "
-                "target; use a draft of the same family"
+                f"target; {fix}"
             )
+
+
+def check_chat_template(name: str) -> str:
+    """Return ``name`` after checking it is a llama.cpp built-in name or a readable .jinja file.
+
+    Raises:
+        ModelError: a ``.jinja`` file that does not exist, or an unknown built-in name.
+    """
+    if name.endswith(".jinja"):
+        path = Path(name).expanduser()
+        if not path.is_file():
+            raise ModelError(f"--chat-template {name}: no such file")
+        return str(path.resolve())
+    if name not in BUILTIN_CHAT_TEMPLATES:
+        raise ModelError(
+            f"--chat-template {name!r} is not a llama.cpp built-in template; give a .jinja file "
+            f"or one of: {', '.join(sorted(BUILTIN_CHAT_TEMPLATES))}"
+        )
+    return name
 
 
 def cached_sha256(path: Path, cache_dir: Path) -> str:
@@ -155,6 +240,7 @@ def cached_sha256(path: Path, cache_dir: Path) -> str:
     if hit.get("size") == st.st_size and hit.get("mtime_ns") == st.st_mtime_ns:
         return str(hit["sha256"])
     digest = sha256_file(path)
+    known = {k: v for k, v in known.items() if Path(k).is_file()}  # forget deleted files
     known[key] = {"size": st.st_size, "mtime_ns": st.st_mtime_ns, "sha256": digest}
     store.parent.mkdir(parents=True, exist_ok=True)
     tmp = store.with_suffix(".tmp")
@@ -206,8 +292,11 @@ def local_profile(
     Raises:
         NotGgufError: a file is missing or not a GGUF.
         VocabMismatchError: the draft's vocabulary differs from the target's.
+        ModelError: ``chat_template`` is neither a built-in name nor an existing file.
     """
     target = check_gguf(model, "--model")
+    if chat_template is not None:
+        chat_template = check_chat_template(chat_template)
     models = [_entry("target", target, cache_dir)]
     if draft is not None:
         d = check_gguf(draft, "--draft")

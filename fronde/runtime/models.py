@@ -142,6 +142,11 @@ class Profile(_Strict):
         """The draft model, or None when the profile has none."""
         return next((m for m in self.models if m.role == "draft"), None)
 
+    @property
+    def is_local(self) -> bool:
+        """True for a profile derived from ``--model`` files rather than a manifest."""
+        return isinstance(self.target.source, LocalSource)
+
 
 def list_profiles(models_dir: Path) -> list[str]:
     """Return the profile names found in ``models_dir``, sorted."""

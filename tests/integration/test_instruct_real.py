@@ -15,6 +15,7 @@ import pytest
 from openai import OpenAI
 
 from fronde.config import load_settings
+from fronde.runtime.install import find_llama_binary
 from fronde.runtime.models import load_profile, model_path
 
 from .conftest import SMOLLM2, Serve, start_serve
@@ -59,7 +60,12 @@ def test_any_gguf_serves_with_model(tmp_path: Path) -> None:
     folder.mkdir()
     gguf = folder / "tiny chat.gguf"  # an arbitrary path, a space in it, no manifest
     shutil.copyfile(source, gguf)
-    serve = start_serve(tmp_path, "--model", str(gguf), "--mode", "baseline")
+    # Its own cache: the sha256 cache of the user's real ~/.cache/fronde stays untouched.
+    env = {
+        "FRONDE_CACHE_DIR": str(tmp_path / "cache"),
+        "FRONDE_LLAMA_SERVER": str(find_llama_binary(settings.cache_dir, settings.llama_server)),
+    }
+    serve = start_serve(tmp_path, "--model", str(gguf), "--mode", "baseline", env=env)
     try:
         assert serve.health()["backends"]["baseline"]["state"] == "ready"
         _, text = chat(serve, "Say hello in one sentence.")
@@ -72,6 +78,6 @@ def test_any_gguf_serves_with_model(tmp_path: Path) -> None:
         text=True,
         timeout=60,
         check=True,
-        env={**os.environ},
+        env={**os.environ, **env},
     )
     assert f"{gguf} (present)" in listed.stdout

@@ -14,8 +14,10 @@ from pathlib import Path
 import gguf
 import pytest
 
+from fronde.backends.pool import plan_pool
 from fronde.config import load_settings
-from fronde.errors import ConfigError
+from fronde.errors import ConfigError, ModelError
+from fronde.modes import Mode
 from fronde.runtime.local import (
     NotGgufError,
     VocabMismatchError,
@@ -73,9 +75,9 @@ def test_a_draft_of_the_same_vocabulary_is_accepted(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("draft_tokens", "kwargs", "says"),
     [
-        (TOKENS, {"model": "llama"}, "tokenizer 'llama' vs 'gpt2'"),
-        (TOKENS, {"bos": 7}, "BOS token 7 vs 1"),
-        (TOKENS[:100], {}, "vocabularies of 100 and 300 tokens"),
+        (TOKENS, {"model": "llama"}, "its tokenizer is 'llama', the target's 'gpt2'"),
+        (TOKENS, {"bos": 7}, "its BOS token is 7, the target's 1"),
+        (TOKENS[:100], {}, "its vocabulary has 100 tokens, the target's 300"),
         ([*TOKENS[:10], "other", *TOKENS[11:]], {}, "token 10 is 'other' in the draft"),
     ],
 )
@@ -84,8 +86,10 @@ def test_a_draft_of_another_vocabulary_is_one_line(
 ) -> None:
     target = write_gguf(tmp_path / "t.gguf", TOKENS)
     draft = write_gguf(tmp_path / "d.gguf", draft_tokens, **kwargs)  # pyright: ignore[reportArgumentType]
-    with pytest.raises(VocabMismatchError, match=f"--draft d.gguf cannot draft for t.gguf: {says}"):
+    with pytest.raises(VocabMismatchError) as err:
         check_draft(target, draft)
+    assert str(err.value).startswith(f"--draft d.gguf cannot draft for --model t.gguf: {says}")
+    assert str(err.value).endswith("; use a draft model of the same family as the target")
 
 
 def test_a_missing_file_or_a_file_that_is_not_gguf_is_one_line(tmp_path: Path) -> None:
@@ -106,8 +110,12 @@ def test_settings_take_model_and_refuse_a_draft_alone(tmp_path: Path) -> None:
     model = write_gguf(tmp_path / "t.gguf", TOKENS)
     settings = load_settings(model=model, cache_dir=tmp_path)
     assert profile_of(settings).name == "local:t"
-    with pytest.raises(ConfigError, match="draft and chat_template go with model"):
+    with pytest.raises(ConfigError) as err:
         load_settings(draft=model)
+    assert str(err.value) == (
+        "invalid setting in the command line, the FRONDE_* environment or the defaults: "
+        "--draft and --chat-template (draft, chat_template) need --model PATH.gguf"
+    )
 
 
 def fronde(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
@@ -140,3 +148,53 @@ def test_cli_errors_are_one_line_and_models_list_shows_the_file(tmp_path: Path) 
     assert "* local:t:" in r.stdout and "target t.gguf (present) sha256" in r.stdout
     r = fronde("models", "list", env=env)  # served (hashed) once: still listed
     assert f"{model.resolve()} (present)" in r.stdout
+
+
+def test_model_and_profile_together_is_one_line(tmp_path: Path) -> None:
+    model = write_gguf(tmp_path / "t.gguf", TOKENS)
+    env = {"FRONDE_CACHE_DIR": str(tmp_path / "cache")}
+    r = fronde("serve", "--model", str(model), "--profile", "cpu-gemma-270m", env=env)
+    assert r.returncode == 1
+    assert r.stderr.strip().splitlines() == [
+        "fronde: error: give --model PATH.gguf or --profile NAME, not both"
+    ]
+
+
+def test_a_draft_without_a_model_on_the_command_line_is_one_line(tmp_path: Path) -> None:
+    env = {"FRONDE_CACHE_DIR": str(tmp_path / "cache")}
+    r = fronde("serve", "--draft", str(tmp_path / "d.gguf"), env=env)
+    assert r.returncode == 1
+    assert r.stderr.strip().splitlines() == [
+        "fronde: error: invalid setting in the command line, the FRONDE_* environment or the "
+        "defaults: --draft and --chat-template (draft, chat_template) need --model PATH.gguf"
+    ]
+
+
+def test_the_sha256_cache_forgets_deleted_files(tmp_path: Path) -> None:
+    first = write_gguf(tmp_path / "a.gguf", TOKENS).resolve()
+    second = write_gguf(tmp_path / "b.gguf", TOKENS[:-1]).resolve()
+    cached_sha256(first, tmp_path / "cache")
+    first.unlink()
+    digest = cached_sha256(second, tmp_path / "cache")
+    assert known_local_files(tmp_path / "cache") == [(str(second), digest)]
+
+
+def test_a_chat_template_is_a_built_in_name_or_an_existing_file(tmp_path: Path) -> None:
+    model = write_gguf(tmp_path / "t.gguf", TOKENS)
+    assert local_profile(model, None, "chatml", tmp_path).chat_template == "chatml"
+    jinja = tmp_path / "mine.jinja"
+    jinja.write_text("{{ messages[0].content }}")
+    assert local_profile(model, None, str(jinja), tmp_path).chat_template == str(jinja)
+    with pytest.raises(ModelError, match=r"^--chat-template .*gone.jinja: no such file$"):
+        local_profile(model, None, str(tmp_path / "gone.jinja"), tmp_path)
+    with pytest.raises(ModelError) as err:
+        local_profile(model, None, "chatmll", tmp_path)
+    assert str(err.value).startswith("--chat-template 'chatmll' is not a llama.cpp built-in")
+    assert "chatml, command-r," in str(err.value)
+
+
+def test_a_local_model_without_a_draft_says_which_flag_adds_one(tmp_path: Path) -> None:
+    model = write_gguf(tmp_path / "t.gguf", TOKENS)
+    settings = load_settings(model=model, cache_dir=tmp_path)
+    plan = plan_pool(settings, profile_of(settings), Path("/bin/llama-server"), tmp_path)
+    assert plan.left_out[Mode.DRAFT].startswith("no --draft given")

@@ -50,7 +50,7 @@ from rich.text import Text
 
 from fronde.backends.process import die_with_parent, free_port
 from fronde.bench.battery import BATTERY, INVENTORY_PY, BatteryPrompt
-from fronde.bench.serve import nvidia_smi_query
+from fronde.bench.serve import nvidia_smi_query, settled
 from fronde.bench.stats import DEGENERATE_SCORE, repetition_score
 from fronde.bench.stream import StreamedCompletion, stream_completion
 from fronde.config import Settings, load_settings
@@ -265,7 +265,7 @@ def start_server(settings: Settings) -> tuple[str, subprocess.Popen[bytes]]:
             err = (proc.stderr.read() if proc.stderr else b"").decode().strip().splitlines()
             raise SystemExit(f"demo: fronde serve failed: {err[-1] if err else proc.returncode}")
         health = answering(base)
-        if health and all(b["state"] in ("ready", "left-out") for b in health["backends"].values()):
+        if health and settled(health):  # swap residency: the modes not resident stay stopped
             return base, proc
         time.sleep(0.5)
     proc.terminate()

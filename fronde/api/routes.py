@@ -413,6 +413,7 @@ async def health(rt: RuntimeDep) -> JSONResponse:
     body = {
         "status": "ok" if floor_ready else "unavailable",
         "uptime_s": round(time.time() - rt.started_at, 1),
+        "residency": rt.settings.residency,
         "backends": rt.pool.status(),
     }
     return JSONResponse(body, status_code=200 if floor_ready else 503)

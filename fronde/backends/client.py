@@ -27,31 +27,11 @@ from fronde.errors import (
     ContextLengthError,
 )
 
-__all__ = ["TRANSPORT_ERRORS", "BackendClient", "forwardable_headers", "make_http_client"]
+__all__ = ["TRANSPORT_ERRORS", "BackendClient", "make_http_client"]
 
 TRANSPORT_ERRORS: tuple[type[Exception], ...] = (httpx.HTTPError, aiohttp.ClientError)
 """What reading a backend's body may raise: httpx's errors, and an aiohttp error that
 httpx-aiohttp 0.2 leaves unmapped (it maps only the common ones)."""
-
-# Hop-by-hop and client-identity headers never travel to a backend.
-_DROP_HEADERS = frozenset(
-    {
-        "authorization",
-        "connection",
-        "keep-alive",
-        "proxy-authenticate",
-        "proxy-authorization",
-        "te",
-        "trailer",
-        "transfer-encoding",
-        "upgrade",
-        "host",
-        "content-length",
-        "accept-encoding",
-        "cookie",
-    }
-)
-
 
 KEEPALIVE_S = 2.0
 """Idle pooled connections to a backend are dropped after this, seconds."""
@@ -167,11 +147,6 @@ def _translate(exc: httpx.HTTPError, url: str) -> BackendError:
     if isinstance(exc, httpx.TimeoutException):
         return BackendTimeoutError(f"backend {url} timed out ({type(exc).__name__})")
     return BackendConnectionError(f"backend {url} failed: {type(exc).__name__}: {exc}")
-
-
-def forwardable_headers(headers: dict[str, str]) -> dict[str, str]:
-    """Return the client headers safe to pass to a backend (no auth, no hop-by-hop)."""
-    return {k: v for k, v in headers.items() if k.lower() not in _DROP_HEADERS}
 
 
 class BackendClient:

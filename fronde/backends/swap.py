@@ -58,8 +58,6 @@ class SwapWaitError(BackendUnavailableError):
 class SwapPool(Protocol):
     """What the scheduler needs from the pool (:class:`~fronde.backends.pool.BackendPool`)."""
 
-    backends: Any
-
     def is_ready(self, mode: Mode) -> bool:
         """True when ``mode``'s llama-server answers."""
         ...

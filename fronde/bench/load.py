@@ -13,7 +13,6 @@ Aggregate throughput = all generated tokens ÷ wall time of the batch (tok/s).
 
 from __future__ import annotations
 
-import os
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -120,27 +119,16 @@ def run_load_bench(
         for c in concurrency:
             for arm in ("router", "baseline", "ngram-mod"):
                 rows.append(_batch(serve.base_url, arm, c, per_client, max_tokens, f"a{c}"))
-    old = os.environ.get("FRONDE_ROUTER__LOAD_RULE")
-    try:
-        for rule in ("spread", "off"):
-            os.environ["FRONDE_ROUTER__LOAD_RULE"] = rule
-            with running_serve(config_file, timeout) as serve:
-                for c in concurrency:
-                    rows.append(
-                        _batch(
-                            serve.base_url,
-                            f"router-{rule}",
-                            c,
-                            per_client,
-                            max_tokens,
-                            f"{rule}{c}",
-                        )
+    for rule in ("spread", "off"):
+        # The child's own environment: this process's settings stay as they were.
+        env = {"FRONDE_ROUTER__LOAD_RULE": rule}
+        with running_serve(config_file, timeout, env=env) as serve:
+            for c in concurrency:
+                rows.append(
+                    _batch(
+                        serve.base_url, f"router-{rule}", c, per_client, max_tokens, f"{rule}{c}"
                     )
-    finally:
-        if old is None:
-            os.environ.pop("FRONDE_ROUTER__LOAD_RULE", None)
-        else:
-            os.environ["FRONDE_ROUTER__LOAD_RULE"] = old
+                )
     return LoadReport(
         **info,
         max_tokens=max_tokens,

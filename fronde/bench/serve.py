@@ -22,7 +22,15 @@ from pydantic import BaseModel
 from fronde.backends.process import die_with_parent, free_port, log_tail
 from fronde.errors import FrondeError
 
-__all__ = ["RunInfo", "RunningServe", "git_state", "machine_info", "run_info", "running_serve"]
+__all__ = [
+    "RunInfo",
+    "RunningServe",
+    "git_state",
+    "machine_info",
+    "run_info",
+    "running_serve",
+    "settled",
+]
 
 
 class RunInfo(BaseModel):
@@ -61,6 +69,21 @@ class RunningServe:
     log: Path
 
 
+def settled(health: dict[str, Any]) -> bool:
+    """Whether every backend of a Fronde ``/health`` body has settled (none is starting).
+
+    With swap residency (``health["residency"] == "swap"``, whatever set it: flag,
+    environment or config file) a mode that is not resident is ``stopped`` by design
+    and counts as settled; otherwise a ``stopped`` mode is still to come up.
+
+    Raises:
+        KeyError: ``health`` has no ``backends`` (not a Fronde ``/health`` body).
+    """
+    states = {b["state"] for b in health["backends"].values()}
+    unsettled = {"starting"} if health.get("residency") == "swap" else {"starting", "stopped"}
+    return not states & unsettled
+
+
 @contextlib.contextmanager
 def running_serve(
     config_file: Path | None,
@@ -83,7 +106,6 @@ def running_serve(
     if config_file is not None:
         argv += ["--config", str(config_file)]
     env = {**os.environ, "FRONDE_LOG_FORMAT": "json", **(env or {})}
-    unsettled = {"starting"} if env.get("FRONDE_RESIDENCY") == "swap" else {"starting", "stopped"}
     with log.open("wb") as fh:
         # Dies with the benchmark (its own llama-servers follow it the same way).
         proc = subprocess.Popen(
@@ -105,8 +127,7 @@ def running_serve(
                 )
             with contextlib.suppress(httpx.TransportError, ValueError, KeyError):
                 r = httpx.get(f"{base}/health", timeout=5)
-                states = {v["state"] for v in r.json()["backends"].values()}
-                if r.status_code == 200 and not states & unsettled:
+                if r.status_code == 200 and settled(r.json()):
                     health = r.json()
             time.sleep(0.5)
         urls = {m: b["url"] for m, b in health["backends"].items() if b["state"] == "ready"}

@@ -3,7 +3,7 @@
 - ``unsafe-for-spec``: fields that speculation must not touch. ``logprobs`` and
   ``top_logprobs`` (speculation breaks them in llama.cpp) and anything not yet
   tested under speculation here: grammars, JSON schemas, ``response_format``,
-  tools, ``n`` > 1.
+  tools. (``n`` > 1 never gets here: the schema refuses it with a 400.)
 - ``edit``: a fenced code or JSON block of at least ``EDIT_BLOCK_CHARS`` plus an edit
   verb (English or French), or OpenAI's ``prediction`` field (Predicted Outputs).
   The original FRONDE router sends these straight to ngram-mod: the answer mostly
@@ -122,13 +122,10 @@ def classify(body: dict[str, Any], *, edit_block_chars: int = EDIT_BLOCK_CHARS) 
         edit_block_chars: the EDIT block threshold, characters.
 
     Returns:
-        UNSAFE if any field of :data:`UNSAFE_FIELDS` is set or ``n`` > 1; else EDIT
+        UNSAFE if any field of :data:`UNSAFE_FIELDS` is set; else EDIT
         with ``prediction`` or a large block plus an edit verb; else GENERAL.
     """
     if any(_set(body.get(f)) for f in UNSAFE_FIELDS):
-        return RequestClass.UNSAFE
-    n = body.get("n")
-    if isinstance(n, int) and n > 1:
         return RequestClass.UNSAFE
     if _set(body.get("prediction")):
         return RequestClass.EDIT

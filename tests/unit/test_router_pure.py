@@ -76,7 +76,6 @@ def test_predicted_outputs_make_an_edit() -> None:
         {"grammar": 'root ::= "a"'},
         {"response_format": {"type": "json_object"}},
         {"tools": [{"type": "function", "function": {"name": "f"}}]},
-        {"n": 2},
     ],
 )
 def test_fields_speculation_must_not_touch_are_unsafe(extra: dict[str, object]) -> None:

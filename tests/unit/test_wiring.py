@@ -1,0 +1,93 @@
+"""Defects found by reading the wiring (issue 19, item 4), each pinned by a test."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+import tomli_w
+from fastapi.testclient import TestClient
+
+from fronde.bench import load
+from fronde.bench.serve import RunningServe, running_serve, settled
+from fronde.config import load_settings
+
+REPO_MODELS = Path(__file__).resolve().parents[2] / "models"
+
+
+def health(residency: str, **states: str) -> dict[str, Any]:
+    return {"residency": residency, "backends": {m: {"state": s} for m, s in states.items()}}
+
+
+def test_stopped_modes_are_settled_only_under_swap_residency() -> None:
+    assert settled(health("swap", baseline="ready", **{"ngram-mod": "stopped"}))
+    assert not settled(health("resident", baseline="ready", **{"ngram-mod": "stopped"}))
+    assert not settled(health("swap", baseline="starting", **{"ngram-mod": "stopped"}))
+    assert settled(health("resident", baseline="ready", draft="left-out"))
+
+
+def test_health_says_the_residency(plain: TestClient) -> None:
+    assert plain.get("/health").json()["residency"] == "resident"
+
+
+def test_a_bench_server_with_swap_set_in_a_config_file_settles(
+    tmp_path: Path, fake_binary: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Swap residency named only in the config file: the bench must not wait 240 s."""
+    models = tmp_path / "models"
+    models.mkdir()
+    shutil.copy(REPO_MODELS / "cpu-gemma-270m.toml", models)
+    with (models / "gemma-3-270m-q4_k_m.gguf").open("wb") as f:
+        f.truncate(253_113_024)  # a sparse stand-in of the manifest's size
+    cfg = tmp_path / "fronde.toml"
+    cfg.write_text(
+        tomli_w.dumps(
+            {
+                "llama_server": str(fake_binary),
+                "models_dir": str(models),
+                "cache_dir": str(tmp_path / "cache"),
+                "modes": ["baseline", "ngram-mod"],
+                "profile": "cpu-gemma-270m",
+                "residency": "swap",
+                "swap": {"max_resident": 1},
+            }
+        )
+    )
+    for name in [k for k in os.environ if k.startswith("FRONDE_")]:
+        monkeypatch.delenv(name)  # the file alone says swap
+    with running_serve(cfg, timeout_s=30) as serve:
+        assert set(serve.backend_urls) == {"baseline"}  # the other mode waits, stopped
+
+
+def test_the_load_bench_leaves_the_environment_alone(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    seen: list[dict[str, str] | None] = []
+
+    @contextmanager
+    def fake_serve(
+        config_file: Path | None, timeout_s: float = 0, env: dict[str, str] | None = None
+    ) -> Iterator[RunningServe]:
+        seen.append(env)
+        yield RunningServe("http://fake", {}, Path("/dev/null"))
+
+    def fake_batch(base: str, arm: str, clients: int, *_: Any) -> load.LoadRow:
+        return load.LoadRow(
+            arm=arm, clients=clients, requests=0, tokens=0, wall_s=1, aggregate_tok_s=0, classes={}
+        )
+
+    monkeypatch.setattr(load, "running_serve", fake_serve)
+    monkeypatch.setattr(load, "_batch", fake_batch)
+    before = dict(os.environ)
+    load.run_load_bench(load_settings(), None, concurrency=(1,))
+    assert dict(os.environ) == before
+    assert seen == [
+        None,
+        {"FRONDE_ROUTER__LOAD_RULE": "spread"},
+        {"FRONDE_ROUTER__LOAD_RULE": "off"},
+    ]

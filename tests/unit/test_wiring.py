@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 import shutil
-from collections.abc import Iterator
+from collections.abc import Generator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -72,7 +72,7 @@ def test_the_load_bench_leaves_the_environment_alone(
     @contextmanager
     def fake_serve(
         config_file: Path | None, timeout_s: float = 0, env: dict[str, str] | None = None
-    ) -> Iterator[RunningServe]:
+    ) -> Generator[RunningServe]:
         seen.append(env)
         yield RunningServe("http://fake", {}, Path("/dev/null"))
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import platform
 import re
 import shutil
 import subprocess
@@ -30,6 +31,7 @@ from fronde.errors import BuildFailedError, InstallError, ToolMissingError
 __all__ = [
     "BASE_CMAKE_FLAGS",
     "LLAMA_CPP_BUILD",
+    "NO_AMX",
     "SDIST_REQUIREMENT",
     "TARGETS",
     "InstallResult",
@@ -68,6 +70,17 @@ BASE_CMAKE_FLAGS: tuple[str, ...] = (
     f"-DLLAMA_BUILD_COMMIT=b{LLAMA_CPP_BUILD}",
 )
 
+NO_AMX = "-mno-amx-tile -mno-amx-int8 -mno-amx-bf16"
+"""x86-64 compiler flags that keep Intel AMX out of a native build.
+
+llama.cpp's CPU backend compiles its AMX matmul path whenever the build CPU has AMX
+(``-march=native``). On a virtual machine that advertises AMX and grants the tile
+permission, gemma-3-270m Q4_K_M still faulted at the first batch of two or more
+tokens (a general protection fault on ``ldtilecfg``, ``ggml-cpu/amx``; both
+llama-server and llama-bench; measured here on 2026-12-01, and gone with
+``--no-repack``, which turns that path off). GCC keeps explicit ``-mno-*`` flags over
+what ``-march=native`` implies, whatever their order."""
+
 _PROGRESS_RE = re.compile(r"^\[\s*(\d+)/(\d+)\]|^\[\s*(\d+)%\]")
 
 ProgressFn = Callable[[int, int, str], None]
@@ -104,12 +117,15 @@ def cmake_flags(
         extra: user flags appended last, so they win over ours.
 
     Returns:
-        The flag list, in the order passed to cmake.
+        The flag list, in the order passed to cmake; on x86-64 it keeps AMX out
+        (:data:`NO_AMX`).
 
     Raises:
         InstallError: ``cuda_arch`` given without ``cuda``.
     """
     flags = list(BASE_CMAKE_FLAGS)
+    if platform.machine().lower() in ("x86_64", "amd64"):
+        flags += [f"-DCMAKE_C_FLAGS={NO_AMX}", f"-DCMAKE_CXX_FLAGS={NO_AMX}"]
     if cuda_arch and not cuda:
         raise InstallError("--cuda-arch needs --cuda")
     if cuda:

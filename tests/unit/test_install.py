@@ -73,6 +73,17 @@ def test_flags_and_keys() -> None:
         inst.cmake_flags(cuda_arch="90")
 
 
+@pytest.mark.parametrize(("machine", "amx_off"), [("x86_64", True), ("aarch64", False)])
+def test_a_native_x86_build_keeps_amx_out(
+    machine: str, amx_off: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(inst.platform, "machine", lambda: machine)
+    flags = inst.cmake_flags()
+    wanted = [f"-DCMAKE_C_FLAGS={inst.NO_AMX}", f"-DCMAKE_CXX_FLAGS={inst.NO_AMX}"]
+    assert all(f in flags for f in wanted) is amx_off
+    assert "-mno-amx-tile" in inst.NO_AMX
+
+
 def test_build_then_cache_hit(tmp_path: Path, fake_cmake: Path) -> None:
     cache = tmp_path / "cache"
     put_fake_sdist(cache)

@@ -1,0 +1,157 @@
+"""A batch (``POST /fronde/v1/batch``): route a list of requests first, then run them by mode.
+
+This is the seed's ``run_batch``: with swap residency a mode change costs a
+llama-server restart, so a batch is routed up front (static class, cache, EMAs;
+a request that would be probed goes to the probe's mode), grouped by mode, and
+each group runs under one lease, so one swap per group at most. The group of a
+mode that is already resident runs first. Results come back in input order.
+
+The API checks each item (an OpenAI chat body with ``messages`` or a text-completion
+body with ``prompt``; ``stream`` is ignored, always off) and hands over what it
+checked, or the error it found for that item. Answer:
+``{"object": "list", "data": [{"index", "status", "mode", "body"}, ...], "groups"}``
+where ``body`` is the OpenAI response, or an OpenAI error body for that item.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, cast
+
+from fronde.backends.swap import Lease
+from fronde.dispatch.admission import Admission
+from fronde.dispatch.collect import answer_whole
+from fronde.dispatch.dispatcher import PATHS, Dispatcher
+from fronde.dispatch.tools import honour_tool_choice
+from fronde.errors import BackendUnavailableError, FrondeError
+from fronde.logging import get_logger
+from fronde.modes import Mode
+from fronde.router.cache import cache_key
+from fronde.router.choice import forced_mode
+from fronde.router.classify import classify
+from fronde.router.engine import Decision
+from fronde.router.native import Kind
+from fronde.router.policy import Route
+
+__all__ = ["MAX_BATCH", "BatchItem", "run_batch"]
+
+log = get_logger(__name__)
+
+MAX_BATCH = 1024
+"""Most requests in one batch."""
+
+BatchItem = tuple[Kind, dict[str, Any]] | FrondeError
+"""One checked item, ``(kind, body)``, or the error the API found in it."""
+
+_Planned = dict[Mode, list[tuple[int, Kind, dict[str, Any], Decision]]]
+
+
+def _item_error(index: int, exc: FrondeError) -> dict[str, Any]:
+    return {"index": index, "status": exc.status_code, "mode": None, "body": exc.to_body()}
+
+
+async def _plan(d: Dispatcher, item: BatchItem, ready: list[Mode]) -> tuple[Kind, Decision]:
+    """Plan one checked item.
+
+    Raises:
+        FrondeError: the item's own error, a refused ``tool_choice``, or no backend
+            ready (503, as for a single request).
+    """
+    if isinstance(item, FrondeError):
+        raise item
+    kind, body = item
+    if kind == "chat":
+        await honour_tool_choice(body, d.tools.supports_tools)
+    forced = forced_mode(None, body.get("model"))
+    if not ready and forced is None:
+        raise BackendUnavailableError("no backend is ready yet")
+    cls = classify(body, edit_block_chars=d.settings.router.edit_block_chars)
+    return kind, d.router.plan(cls, cache_key(body), ready, forced)
+
+
+async def run_batch(d: Dispatcher, items: list[BatchItem]) -> dict[str, Any]:
+    """Route every item, run them grouped by mode, and answer in input order.
+
+    Args:
+        d: the dispatcher (router, backends, swap scheduler).
+        items: the checked items, in input order.
+
+    Returns:
+        The answer object described in the module docstring.
+    """
+    results: list[dict[str, Any] | None] = [None] * len(items)
+    planned: _Planned = {}
+    ready = d.routable()
+    for i, item in enumerate(items):
+        try:
+            kind, decision = await _plan(d, item, ready)
+        except FrondeError as exc:
+            results[i] = _item_error(i, exc)
+            continue
+        body = cast("tuple[Kind, dict[str, Any]]", item)[1]
+        planned.setdefault(decision.plan.mode, []).append((i, kind, body, decision))
+    resident = set(d.swap.resident) if d.swap is not None else set(d.pool.ready_modes())
+    order = sorted(planned, key=lambda m: (m not in resident, min(i for i, *_ in planned[m])))
+    try:
+        groups = await _run_groups(d, order, planned, results)
+    except BaseException:
+        # The client left (or the server stops): what did not run is cancelled.
+        for group in planned.values():
+            for *_, decision in group:
+                Admission(d.router, decision).finish("cancelled")
+        raise
+    log.info("batch.done", requests=len(items), groups=[g["mode"] for g in groups])
+    return {"object": "list", "data": results, "groups": groups}
+
+
+async def _run_groups(
+    d: Dispatcher, order: list[Mode], planned: _Planned, results: list[dict[str, Any] | None]
+) -> list[dict[str, Any]]:
+    """Run each mode's group under one lease, filling ``results``; return the groups' rows."""
+    groups: list[dict[str, Any]] = []
+    for mode in order:
+        t0 = time.monotonic()
+        lease: Lease | None = None
+        group = planned[mode]
+        try:
+            if d.swap is not None:
+                # One lease, so one swap, per group; only baseline serves unsafe-for-spec.
+                unsafe = any(dec.plan.route is Route.UNSAFE for *_, dec in group)
+                lease = await d.swap.acquire(mode, fallback=not unsafe)
+            use = lease.mode if lease is not None else mode
+            for i, kind, body, decision in group:
+                results[i] = await _run_one(d, i, kind, body, decision, use)
+        except FrondeError as exc:
+            for i, _, _, decision in group:
+                if results[i] is None:
+                    results[i] = _item_error(i, exc)
+                    Admission(d.router, decision).finish("error", exc.message)
+        finally:
+            if lease is not None and d.swap is not None:
+                d.swap.release(lease)
+        groups.append(
+            {"mode": str(mode), "requests": len(group), "seconds": round(time.monotonic() - t0, 3)}
+        )
+    return groups
+
+
+async def _run_one(
+    d: Dispatcher, index: int, kind: Kind, body: dict[str, Any], decision: Decision, mode: Mode
+) -> dict[str, Any]:
+    """One item on ``mode`` (non-streamed), behind the decode gate."""
+    adm = Admission(d.router, decision)
+    await adm.take_slot()
+    try:
+        decision.winner = mode if mode is not decision.plan.mode else None
+        url = d.pool.get(mode).url
+        with adm.generating(mode):
+            data = await answer_whole(d.client, url, PATHS[kind], body, str(mode))
+    except FrondeError as exc:
+        adm.close("error", exc.message)
+        return _item_error(index, exc)
+    finally:
+        adm.release()
+    d.router.record(decision, mode, data.get("timings"))
+    d.router.settle_whole_probe(decision, mode)
+    adm.finish("done")
+    return {"index": index, "status": 200, "mode": str(mode), "body": data}

@@ -1,0 +1,188 @@
+"""A non-streamed answer, assembled from the backend's stream.
+
+Fronde asks llama-server for a stream even when the client wants one JSON answer,
+because llama-server b11434 stops a *streamed* task the moment its connection closes
+and keeps generating a non-streamed one to the end (measured on gemma: a 400-token
+answer whose client left after 1.5 s still held the slot 4 s later; a stream freed
+it in 0.07 s). So a client that leaves frees its slot on every route, and the stop
+strings, usage and timings come through the same relay as a stream's
+(:func:`~fronde.dispatch.relay.relay_sse`).
+
+:func:`collect` folds the relayed chunks into OpenAI's non-streamed shape: the
+``content`` (and ``reasoning_content``) pieces joined, tool-call deltas merged by
+index (the first carries ``id``, ``type`` and ``function.name``; the rest append to
+``function.arguments``), list-valued ``logprobs`` concatenated, the last
+``finish_reason``, the usage chunk, and the final chunk's other top-level fields
+(``timings`` among them). Source: OpenAI API reference, "The chat completion chunk
+object" and "The chat completion object".
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator, Callable
+from typing import Any, cast
+
+from fronde.backends.client import BackendClient
+from fronde.dispatch.relay import DONE_LINE, OwnedStops, relay_sse
+from fronde.errors import BackendConnectionError
+from fronde.router.native import Kind
+
+__all__ = ["answer_whole", "collect"]
+
+_CHUNK_OBJECT = {"chat": "chat.completion", "text": "text_completion"}
+
+
+def _merge_logprobs(into: dict[str, Any], part: dict[str, Any]) -> None:
+    for key, value in part.items():
+        if isinstance(value, list) and isinstance(into.get(key), list):
+            into[key] = [*cast("list[Any]", into[key]), *cast("list[Any]", value)]
+        else:
+            into[key] = value
+
+
+class _Answer:
+    """The fields of one choice, accumulated chunk by chunk."""
+
+    def __init__(self, kind: Kind) -> None:
+        self.kind = kind
+        self.text: list[str] = []
+        self.saw_content = False
+        self.reasoning: list[str] = []
+        self.calls: dict[int, dict[str, Any]] = {}
+        self.logprobs: dict[str, Any] | None = None
+        self.finish: str | None = None
+
+    def add(self, choice: dict[str, Any]) -> None:
+        if choice.get("finish_reason") is not None:
+            self.finish = choice["finish_reason"]
+        lp = choice.get("logprobs")
+        if isinstance(lp, dict):
+            self.logprobs = self.logprobs or {}
+            _merge_logprobs(self.logprobs, cast("dict[str, Any]", lp))
+        if self.kind == "text":
+            piece = choice.get("text")
+            if isinstance(piece, str):
+                self.text.append(piece)
+            return
+        delta = choice.get("delta")
+        if not isinstance(delta, dict):
+            return
+        d = cast("dict[str, Any]", delta)
+        if isinstance(d.get("content"), str):
+            self.saw_content = True
+            self.text.append(d["content"])
+        if isinstance(d.get("reasoning_content"), str):
+            self.reasoning.append(d["reasoning_content"])
+        for raw in cast("list[Any]", d.get("tool_calls") or []):
+            if isinstance(raw, dict):
+                self._call(cast("dict[str, Any]", raw))
+
+    def _call(self, delta: dict[str, Any]) -> None:
+        index = delta.get("index", len(self.calls))
+        call = self.calls.setdefault(
+            index if isinstance(index, int) else len(self.calls),
+            {"id": None, "type": "function", "function": {"name": "", "arguments": ""}},
+        )
+        for key in ("id", "type"):
+            if delta.get(key):
+                call[key] = delta[key]
+        fn = delta.get("function")
+        if isinstance(fn, dict):
+            f = cast("dict[str, Any]", fn)
+            if f.get("name"):
+                call["function"]["name"] = f["name"]
+            if isinstance(f.get("arguments"), str):
+                call["function"]["arguments"] += f["arguments"]
+
+    def choice(self) -> dict[str, Any]:
+        text = "".join(self.text)
+        out: dict[str, Any] = {"index": 0, "finish_reason": self.finish, "logprobs": self.logprobs}
+        if self.kind == "text":
+            return out | {"text": text}
+        message: dict[str, Any] = {"role": "assistant"}
+        message["content"] = text if self.saw_content or not self.calls else None
+        if self.reasoning:
+            message["reasoning_content"] = "".join(self.reasoning)
+        if self.calls:
+            message["tool_calls"] = [self.calls[i] for i in sorted(self.calls)]
+        return out | {"message": message}
+
+
+async def collect(lines: AsyncIterator[bytes], kind: Kind) -> dict[str, Any]:
+    """Fold relayed SSE lines into one non-streamed OpenAI answer.
+
+    Args:
+        lines: what :func:`~fronde.dispatch.relay.relay_sse` yields (normalized: one
+            ``[DONE]``, a usage chunk when asked for, an error event on failure).
+        kind: ``chat`` or ``text``.
+
+    Returns:
+        The ``chat.completion`` or ``text_completion`` object.
+
+    Raises:
+        BackendConnectionError: the stream carried an error event or ended without
+            ``[DONE]`` (nothing reached the client yet: an ordinary 502).
+    """
+    answer = _Answer(kind)
+    top: dict[str, Any] = {}
+    usage: Any = None
+    done = False
+    async for raw in lines:
+        line = raw.decode().strip()
+        if line.startswith(DONE_LINE):
+            done = True
+            break
+        if not line.startswith("data: {"):
+            continue
+        event = cast("dict[str, Any]", json.loads(line[6:]))
+        if "error" in event:
+            err = event["error"]
+            message = cast("dict[str, Any]", err).get("message") if isinstance(err, dict) else err
+            raise BackendConnectionError(str(message or "the backend's stream failed"))
+        choices = event.get("choices")
+        if event.get("usage") is not None:
+            usage = event["usage"]
+        if not choices:
+            continue
+        answer.add(cast("dict[str, Any]", cast("list[Any]", choices)[0]))
+        top |= {k: v for k, v in event.items() if k not in ("choices", "usage", "object")}
+    if not done:
+        raise BackendConnectionError("the backend's stream ended before [DONE]")
+    out: dict[str, Any] = {"object": _CHUNK_OBJECT[kind], **top, "choices": [answer.choice()]}
+    if usage is not None:
+        out["usage"] = usage
+    return out
+
+
+async def answer_whole(
+    client: BackendClient,
+    url: str,
+    path: str,
+    body: dict[str, Any],
+    mode: str,
+    on_timings: Callable[[dict[str, Any]], None] | None = None,
+) -> dict[str, Any]:
+    """One non-streamed OpenAI answer from ``url + path``, asked for as a stream.
+
+    Args:
+        client: the backend client.
+        url: the backend's base URL.
+        path: ``/v1/chat/completions`` or ``/v1/completions``.
+        body: the client's (non-streamed) request body.
+        mode: the backend's mode, for errors and logs.
+        on_timings: called with llama-server's ``timings`` (for the router).
+
+    Returns:
+        The answer, as llama-server's non-streamed endpoint shapes it.
+
+    Raises:
+        BackendError: the backend refused the request or failed (before any byte
+            reached the client).
+    """
+    kind: Kind = "chat" if path.endswith("/chat/completions") else "text"
+    upstream, stops = OwnedStops.take(body, chat=kind == "chat")
+    upstream = upstream | {"stream": True, "stream_options": {"include_usage": True}}
+    async with client.stream(url, path, upstream) as resp:
+        relayed = relay_sse(resp, mode, on_timings, include_usage=True, stops=stops)
+        return await collect(relayed, kind)

@@ -1,0 +1,314 @@
+"""Relay a llama-server SSE stream to the client, event by event.
+
+Lines are forwarded as they arrive, with no buffering. The backend client's line
+iterator decodes UTF-8 incrementally, so a multi-byte character split across two network
+reads is never turned into U+FFFD. Once the 200 has been sent nothing can be
+raised any more: a failure becomes an in-band ``data: {"error": ...}`` event and
+the stream closes *without* ``[DONE]``, so a client never mistakes a crashed
+backend for a finished answer (vLLM's launcher notes the same rule).
+
+**Stop strings in streams.** llama-server b11434 holds back text that may be the
+start of a stop string, and when the budget runs out in a stream it never sends it
+(the non-streamed answer keeps it). So for a streamed request with ``stop`` Fronde
+sends the request without ``stop`` and matches the strings itself
+(:class:`~fronde.router.stops.StopMatcher`, llama-server's rule): text is released as
+it is decided, a match ends the answer (``finish_reason: "stop"``, the upstream
+closed, which stops its generation), and held text is released at the end. The
+streamed text then equals the non-streamed one. ``timings_per_token`` is asked for so
+that an answer cut here still has timings to measure.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+from collections.abc import AsyncIterator, Callable
+from typing import Any, cast
+
+import anyio
+
+from fronde.backends.client import UpstreamStream
+from fronde.errors import BackendStreamError, openai_error_body
+from fronde.logging import get_logger
+from fronde.router.stops import StopMatcher
+
+__all__ = [
+    "DONE_LINE",
+    "KEEPALIVE_LINE",
+    "OwnedStops",
+    "relay_sse",
+    "sse_error_event",
+    "with_keepalive",
+]
+
+log = get_logger(__name__)
+
+DONE_LINE = "data: [DONE]"
+"""The OpenAI stream terminator."""
+
+
+def sse_error_event(message: str, code: str = "backend_stream_error") -> bytes:
+    """Return one SSE event carrying an OpenAI error body (``server_error``)."""
+    body = openai_error_body(message, "server_error", None, code)
+    return f"data: {json.dumps(body)}\n\n".encode()
+
+
+KEEPALIVE_LINE = b": keep-alive\n\n"
+"""An SSE comment: clients ignore it, idle-timeout proxies see bytes flowing."""
+
+
+def _usage_from_timings(timings: dict[str, Any]) -> dict[str, int] | None:
+    """OpenAI ``usage`` from llama-server ``timings`` (prompt = cached + evaluated)."""
+    try:
+        prompt = int(timings.get("prompt_n", 0)) + int(timings.get("cache_n", 0))
+        completion = int(timings["predicted_n"])
+    except (KeyError, TypeError, ValueError):
+        return None
+    return {
+        "prompt_tokens": prompt,
+        "completion_tokens": completion,
+        "total_tokens": prompt + completion,
+    }
+
+
+def _usage_chunk(last: dict[str, Any], timings: dict[str, Any] | None) -> bytes | None:
+    """The final usage event (empty ``choices``) made from ``timings``, or None."""
+    usage = _usage_from_timings(timings or {})
+    if usage is None:
+        return None
+    tail: dict[str, Any] = {**last, "choices": [], "usage": usage}
+    tail.pop("timings", None)
+    return f"data: {json.dumps(tail)}\n\n".encode()
+
+
+class OwnedStops:
+    """Stop strings Fronde applies to a relayed stream (see the module docstring).
+
+    Args:
+        stops: the request's stop strings.
+        chat: True for chat chunks (``delta.content``), False for text completions.
+    """
+
+    def __init__(self, stops: list[str], *, chat: bool) -> None:
+        self.matcher = StopMatcher(stops)
+        self.chat = chat
+
+    @staticmethod
+    def take(body: dict[str, Any], *, chat: bool) -> tuple[dict[str, Any], OwnedStops | None]:
+        """Take ``body``'s stop strings for Fronde to apply: (upstream body, stops or None).
+
+        The upstream body has no ``stop`` and asks for ``timings_per_token``. Requests
+        with tools keep their stops upstream (None): llama-server applies them to the
+        raw text it parses tool calls from, which a relay cannot see.
+        """
+        stop = body.get("stop")
+        if isinstance(stop, str):
+            stop = [stop]
+        if body.get("tools") or body.get("functions") or not isinstance(stop, list):
+            return body, None
+        owned = [s for s in cast("list[Any]", stop) if isinstance(s, str) and s]
+        if not owned:
+            return body, None
+        upstream = {k: v for k, v in body.items() if k != "stop"} | {"timings_per_token": True}
+        return upstream, OwnedStops(owned, chat=chat)
+
+    def _text(self, choice: dict[str, Any]) -> str:
+        if self.chat:
+            delta = choice.get("delta")
+            piece = (
+                cast("dict[str, Any]", delta).get("content") if isinstance(delta, dict) else None
+            )
+        else:
+            piece = choice.get("text")
+        return piece if isinstance(piece, str) else ""
+
+    def _set_text(self, choice: dict[str, Any], text: str) -> None:
+        if self.chat:
+            delta = choice.setdefault("delta", {})
+            if text or "content" in delta:
+                delta["content"] = text
+        else:
+            choice["text"] = text
+
+    def rewrite(self, event: dict[str, Any]) -> bool:
+        """Apply the stops to one chunk in place; True when a stop string ended the answer.
+
+        On a match the chunk keeps the text before it and gets ``finish_reason: "stop"``;
+        a chunk with a ``finish_reason`` of its own also gets the text held back.
+        """
+        choices = event.get("choices")
+        if not isinstance(choices, list) or not choices:
+            return False
+        choice = cast("dict[str, Any]", choices[0])
+        piece = self._text(choice)
+        out = self.matcher.feed(piece) if piece else ""
+        if self.matcher.stopped:
+            self._set_text(choice, out)
+            choice["finish_reason"] = "stop"
+            return True
+        if choice.get("finish_reason") is not None:
+            out += self.matcher.flush()
+        if piece or out:
+            self._set_text(choice, out)
+        return False
+
+
+class _Relay:
+    """The state of one relayed stream: the last chunk, the latest timings, the usage seen.
+
+    :meth:`line` turns one upstream line into what goes to the client, and says
+    when the stream is over; :func:`relay_sse` drives it.
+    """
+
+    def __init__(
+        self,
+        on_timings: Callable[[dict[str, Any]], None] | None,
+        include_usage: bool,
+        stops: OwnedStops | None,
+    ) -> None:
+        self.on_timings = on_timings
+        self.include_usage = include_usage
+        self.stops = stops
+        self.usage_seen = False
+        self.last: dict[str, Any] | None = None
+        self.timings: dict[str, Any] | None = None
+
+    def _report(self, timings: dict[str, Any]) -> None:
+        if self.on_timings is not None:
+            with contextlib.suppress(ValueError, KeyError, TypeError):
+                self.on_timings(timings)
+
+    def _end(self, last: dict[str, Any] | None) -> list[bytes]:
+        """``[DONE]``, after the usage chunk when one was asked for and is missing."""
+        done = DONE_LINE.encode() + b"\n\n"
+        wanted = self.include_usage and not self.usage_seen and last is not None
+        tail = _usage_chunk(last, self.timings) if wanted and last is not None else None
+        return [done] if tail is None else [tail, done]
+
+    def _owned(self, chunk: dict[str, Any], stops: OwnedStops) -> tuple[list[bytes], bool]:
+        """A content chunk under Fronde's stop strings: (what to send, the answer ended)."""
+        self.timings = chunk.pop("timings", None) or self.timings  # per token: the latest
+        if not self.include_usage:
+            chunk.pop("usage", None)
+        stopped = stops.rewrite(chunk)
+        if chunk["choices"][0].get("finish_reason") is not None and self.timings is not None:
+            chunk["timings"] = self.timings
+            self._report(self.timings)
+        self.last = chunk
+        out = [f"data: {json.dumps(chunk, ensure_ascii=False)}\n\n".encode()]
+        if stopped:  # Fronde ended the answer: close upstream, end cleanly
+            return out + self._end(chunk), True
+        return out, False
+
+    def _passed(self, line: str) -> str | None:
+        """A line relayed as is, but for the usage and timings it may carry; None: drop it."""
+        try:
+            event: dict[str, Any] = json.loads(line[6:])
+        except ValueError:
+            event = {}
+        if isinstance(event.get("timings"), dict):
+            self.timings = event["timings"]
+            self._report(event["timings"])
+        if "usage" in event and event.get("choices") == []:
+            if not self.include_usage:
+                return None  # the usage chunk the client did not ask for
+            self.usage_seen = True
+        elif "usage" in event and not self.include_usage:
+            event.pop("usage")
+            line = "data: " + json.dumps(event, ensure_ascii=False)
+        self.last = event or self.last
+        return line
+
+    def line(self, line: str) -> tuple[list[bytes], bool]:
+        """One upstream line: (what to send the client, whether the stream is over)."""
+        if self.stops is not None and line.startswith("data: {"):
+            try:
+                chunk: dict[str, Any] = json.loads(line[6:])
+            except ValueError:
+                chunk = {}
+            if chunk.get("choices"):
+                return self._owned(chunk, self.stops)
+            if isinstance(chunk.get("timings"), dict):
+                self.timings = chunk["timings"]
+        if line.startswith(DONE_LINE):
+            return self._end(self.last), True
+        if line.startswith("data: {") and ('"usage"' in line or '"timings"' in line):
+            passed = self._passed(line)
+            return ([] if passed is None else [passed.encode() + b"\n"]), False
+        return [line.encode() + b"\n"], False
+
+
+async def relay_sse(
+    upstream: UpstreamStream,
+    mode: str,
+    on_timings: Callable[[dict[str, Any]], None] | None = None,
+    *,
+    include_usage: bool = False,
+    stops: OwnedStops | None = None,
+) -> AsyncIterator[bytes]:
+    """Yield the backend's SSE lines, each with its newline, as they arrive.
+
+    The stream is normalized whatever the llama-server build does: exactly one
+    ``data: [DONE]`` ends it (nothing after it is relayed), and the final usage
+    chunk (empty ``choices``) is there if and only if ``include_usage`` — dropped
+    when not asked for, made from ``timings`` when asked for and missing.
+
+    Args:
+        upstream: an open streamed answer from the backend (status already checked).
+        mode: the backend's mode, for the log and the error message.
+        on_timings: called with llama-server's ``timings`` when an event carries them
+            (the last one does); only those few lines are parsed (unless ``stops``).
+        include_usage: the client's ``stream_options.include_usage``.
+        stops: stop strings Fronde applies itself (the upstream request had none);
+            every chunk is then parsed.
+
+    Yields:
+        Encoded lines; on failure a final error event instead of ``[DONE]``.
+    """
+    relay = _Relay(on_timings, include_usage, stops)
+    try:
+        async for line in upstream.lines():
+            out, over = relay.line(line)
+            for piece in out:
+                yield piece
+            if over:
+                return
+    except BackendStreamError as exc:
+        log.error("stream.broken", mode=mode, error=exc.message)
+        yield b"\n" + sse_error_event(f"backend {mode} failed mid-stream: {exc.cause}")
+        return
+    log.error("stream.truncated", mode=mode)
+    yield b"\n" + sse_error_event(f"backend {mode} closed the stream before [DONE]")
+
+
+async def with_keepalive(source: AsyncIterator[bytes], interval_s: float) -> AsyncIterator[bytes]:
+    """Relay ``source``, inserting :data:`KEEPALIVE_LINE` after each ``interval_s`` of silence.
+
+    A long prefill or a probe can leave a stream silent for many seconds on a
+    CPU; proxies with an idle timeout (nginx's 60 s, cloud load balancers) would
+    cut it. Comments keep bytes flowing without changing the events.
+    """
+    it = aiter(source)
+    pending: asyncio.Future[bytes] = asyncio.ensure_future(anext(it))
+    try:
+        while True:
+            done, _ = await asyncio.wait({pending}, timeout=interval_s)
+            if not done:
+                yield KEEPALIVE_LINE
+                continue
+            try:
+                item = pending.result()
+            except StopAsyncIteration:
+                return
+            yield item
+            pending = asyncio.ensure_future(anext(it))
+    finally:
+        with anyio.CancelScope(shield=True):  # cleanup must run even when cancelled
+            if not pending.done():
+                pending.cancel()
+                with contextlib.suppress(asyncio.CancelledError, StopAsyncIteration, Exception):
+                    await pending
+            aclose = getattr(it, "aclose", None)
+            if aclose is not None:
+                await aclose()

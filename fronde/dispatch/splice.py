@@ -1,0 +1,491 @@
+"""Probe-and-continue: the probe's tokens are part of the answer.
+
+For a novel request the router generates the first ``probe_tokens`` on the
+aggressive candidate and measures its decode tok/s. The first time a class is
+seen the floor has no EMA yet, so the floor generates the *next* ``probe_tokens``
+(also part of the answer: nothing is thrown away). The faster side, with the
+candidate needing ``margin`` × the floor, then continues to the end.
+
+**The splice invariant.** The answer is the text one backend would have written
+over the same token ids; a hand-over neither loses nor invents text:
+
+- Every hand-over sends token ids (the prompt's ids plus every id generated so
+  far), never text, so nothing is re-tokenized differently: the chat template is
+  rendered with ``/apply-template``, tokenized once with ``/tokenize``, and each
+  segment asks ``/completion`` for ``return_tokens``. With ``cache_prompt`` on, a
+  backend continuing its own segment does not prefill the prompt again.
+- Every segment **streams** from its backend, also for a client that wants one JSON
+  answer: llama-server b11434 stops a streamed task as soon as its connection closes
+  and runs a non-streamed one to the end, so a client that leaves must find a stream
+  to close. The probe's text reaches the client when the probe ends (48 tokens:
+  about 1 s on 2 CPU cores, 0.1 s on an H200); the last segment streams on.
+- In a stream, a token that ends inside a multi-byte character gets no event, so
+  its id never arrives. A segment that lost ids (``predicted_n`` above the ids seen)
+  is continued from its text tokenized again: the text stays whole, though its ids
+  may be split differently from the model's own.
+- ``stop`` strings are matched by Fronde alone, over the whole answer
+  (:class:`~fronde.router.stops.StopMatcher`, llama-server's own rule): a string that
+  begins in one segment and ends in the next is found, and text held back as a
+  partial match when a segment hits its ``n_predict`` is kept. Segments are sent
+  without ``stop`` (llama-server would match within one segment only, and drop the
+  text it held back at a stream's budget); when a string matches, Fronde closes the
+  segment's stream, which stops its generation. ``timings_per_token`` keeps the
+  timings of a segment cut so.
+- A final ``assistant`` message is a prefill: llama-server continues it, and its
+  chat endpoint returns the prefill followed by the continuation. The splice does
+  the same (:attr:`Splice.prefix`).
+
+Known limit: a character whose bytes are split between two segments reads U+FFFD
+(a stream never sends the bytes of an unfinished character at its end).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
+from dataclasses import dataclass, field
+from typing import Any, cast
+
+from fronde.backends.client import BackendClient
+from fronde.backends.pool import BackendPool
+from fronde.dispatch.admission import Admission
+from fronde.errors import BackendConnectionError, BackendStreamError, InvalidRequestError
+from fronde.modes import Mode
+from fronde.router.engine import Decision, Router
+from fronde.router.measure import measurement_from_timings
+from fronde.router.native import Kind, max_new_tokens, sampling_params
+from fronde.router.policy import Route, hand_over_pays
+from fronde.router.stops import StopMatcher
+
+__all__ = [
+    "Segment",
+    "Splice",
+    "assistant_prefill",
+    "prompt_ids",
+    "segment_stream",
+]
+
+
+@dataclass
+class Segment:
+    """One backend's share of a generation.
+
+    Attributes:
+        mode: the mode that generated it.
+        tokens: generated token ids.
+        text: generated text, as the backend sent it.
+        stop_type: llama-server's ``stop_type`` (``eos``, ``limit``), ``word`` when Fronde
+            ended it on a stop string, or None while running.
+        timings: llama-server's latest ``timings`` of this segment (sent per token).
+    """
+
+    mode: Mode
+    tokens: list[int] = field(default_factory=list[int])
+    text: str = ""
+    stop_type: str | None = None
+    timings: dict[str, Any] = field(default_factory=dict[str, Any])
+
+    @property
+    def decode_tok_s(self) -> float:
+        """llama-server's decode tok/s for this segment (0.0 if unknown)."""
+        return float(self.timings.get("predicted_per_second") or 0.0)
+
+    @property
+    def generated(self) -> int:
+        """Tokens this segment generated: llama-server's ``predicted_n``, else the ids seen."""
+        n = self.timings.get("predicted_n")
+        return int(n) if isinstance(n, int) else len(self.tokens)
+
+
+def assistant_prefill(kind: Kind, body: dict[str, Any]) -> str:
+    """The text of a final ``assistant`` message that llama-server continues, or "".
+
+    llama-server (``prefill_assistant``, on by default) continues a chat whose last
+    message is the assistant's, and its chat endpoint answers with that message's
+    text followed by the continuation.
+    """
+    if kind != "chat":
+        return ""
+    messages = cast("list[dict[str, Any]]", body.get("messages") or [])
+    last = messages[-1] if messages else {}
+    content = last.get("content")
+    if last.get("role") != "assistant" or not content:
+        return ""
+    if isinstance(content, str):
+        return content
+    parts = cast("list[Any]", content) if isinstance(content, list) else []
+    return "".join(
+        str(p.get("text", ""))  # pyright: ignore[reportUnknownMemberType, reportUnknownArgumentType]
+        for p in parts
+        if isinstance(p, dict) and p.get("type") == "text"  # pyright: ignore[reportUnknownMemberType]
+    )
+
+
+async def prompt_ids(
+    client: BackendClient, url: str, kind: Kind, body: dict[str, Any]
+) -> list[int]:
+    """Render (chat) and tokenize the request's prompt on a backend, with BOS.
+
+    Raises:
+        InvalidRequestError: a completion prompt that is not a string.
+        BackendError: from the backend calls.
+    """
+    if kind == "chat":
+        rendered = await client.post_json(url, "/apply-template", {"messages": body["messages"]})
+        text = rendered.get("prompt")
+    else:
+        text = body.get("prompt")
+    if not isinstance(text, str):
+        raise InvalidRequestError("the prompt must be a string", param="prompt")
+    out = await client.post_json(
+        url, "/tokenize", {"content": text, "add_special": True, "parse_special": True}
+    )
+    ids = out.get("tokens")
+    if not isinstance(ids, list):
+        raise BackendConnectionError(f"{url}/tokenize returned no tokens")
+    return [int(t) for t in ids]  # pyright: ignore[reportUnknownArgumentType, reportUnknownVariableType]
+
+
+def _native_body(prompt: list[int], params: dict[str, Any], n_predict: int) -> dict[str, Any]:
+    return {
+        **{k: v for k, v in params.items() if k != "stop"},  # Fronde matches stop strings
+        "prompt": prompt,
+        "n_predict": n_predict,
+        "stream": True,
+        "timings_per_token": True,
+        "return_tokens": True,
+        "cache_prompt": True,
+    }
+
+
+async def segment_stream(
+    client: BackendClient,
+    url: str,
+    seg: Segment,
+    prompt: list[int],
+    params: dict[str, Any],
+    n_predict: int,
+) -> AsyncGenerator[str]:
+    """Stream one native ``/completion`` segment, filling ``seg``; yield text pieces.
+
+    ``params`` may hold ``stop``: it is not sent (the caller matches stop strings).
+
+    Raises:
+        BackendError: the backend refused the request or failed mid-stream.
+    """
+    body = _native_body(prompt, params, n_predict)
+    async with client.stream(url, "/completion", body) as upstream:
+        lines = upstream.lines()
+        while True:
+            try:
+                line = await anext(lines)
+                event = json.loads(line[6:]) if line.startswith("data: ") else None
+            except StopAsyncIteration:
+                break
+            except BackendStreamError as exc:
+                # A backend that died mid-body: a backend error (502 or an in-band
+                # error event), never an internal one.
+                raise BackendConnectionError(f"{seg.mode} failed mid-stream: {exc.cause}") from exc
+            except ValueError as exc:
+                raise BackendConnectionError(f"{seg.mode} sent an event that is not JSON") from exc
+            if event is None:
+                continue
+            if "error" in event:
+                raise BackendConnectionError(f"{seg.mode} failed: {event['error']}")
+            seg.tokens.extend(int(t) for t in event.get("tokens") or ())
+            if isinstance(event.get("timings"), dict):
+                seg.timings = event["timings"]
+            piece = event.get("content") or ""
+            if piece:
+                seg.text += piece
+                yield piece
+            if event.get("stop"):
+                seg.stop_type = event.get("stop_type")
+                return
+    raise BackendConnectionError(f"{seg.mode} closed the stream before its last event")
+
+
+class Splice:
+    """One probe-and-continue generation.
+
+    Call :meth:`start` before answering (it runs the probe, so a refusal such as a
+    prompt over the context is still a plain HTTP error), then iterate :meth:`run`
+    for the rest of the text.
+
+    Args:
+        client: the backend client.
+        pool: backends by mode.
+        admission: the request's admission (its router and PROBE decision; it
+            counts each segment in flight).
+        kind: chat or text completion.
+        body: the OpenAI request body.
+        stream: stream the last segment (the client streams).
+        on_switch: called with the winner once decided (for logs and headers).
+
+    Raises:
+        ValueError: ``decision`` is not a PROBE with a floor.
+    """
+
+    def __init__(
+        self,
+        client: BackendClient,
+        pool: BackendPool,
+        admission: Admission,
+        kind: Kind,
+        body: dict[str, Any],
+        *,
+        stream: bool = False,
+        on_switch: Callable[[Mode], None] | None = None,
+    ) -> None:
+        decision = admission.decision
+        if (
+            decision is None
+            or decision.plan.route is not Route.PROBE
+            or decision.plan.floor is None
+        ):
+            raise ValueError("Splice needs a PROBE decision with a floor")
+        self.client, self.pool, self.admission = client, pool, admission
+        self.router: Router = admission.router
+        self.decision: Decision = decision
+        self.body = body
+        self.kind: Kind = kind
+        self.stream = stream
+        self.on_switch = on_switch
+        self.params = sampling_params(body)
+        self.budget = max_new_tokens(body)
+        self.matcher = StopMatcher(self.params.get("stop", []))
+        self.prefix = assistant_prefill(kind, body)
+        """Text the answer starts with: a final assistant message that is continued."""
+        self.segments: list[Segment] = []
+        self.prompt: list[int] = []
+        self._ready: list[str] = []  # released text not yet handed to the caller
+
+    @property
+    def tokens(self) -> list[int]:
+        """Every token id generated so far, in order."""
+        return [t for s in self.segments for t in s.tokens]
+
+    @property
+    def completion_tokens(self) -> int:
+        """Tokens generated over all segments, each counted once."""
+        return sum(s.generated for s in self.segments)
+
+    @property
+    def text(self) -> str:
+        """The answer so far: the prefill, then the text released by the stop matcher."""
+        return self.prefix + self.matcher.released
+
+    @property
+    def finish_stop_type(self) -> str | None:
+        """``word`` when a stop string ended the answer, else the last segment's ``stop_type``."""
+        if self.matcher.stopped:
+            return "word"
+        return self.segments[-1].stop_type if self.segments else None
+
+    def _remaining(self) -> int | None:
+        return None if self.budget is None else self.budget - self.completion_tokens
+
+    def _finished(self) -> bool:
+        if self.matcher.stopped:
+            return True
+        last = self.segments[-1]
+        remaining = self._remaining()
+        return last.stop_type != "limit" or (remaining is not None and remaining <= 0)
+
+    def _release(self, piece: str) -> None:
+        out = self.matcher.feed(piece)
+        if out:
+            self._ready.append(out)
+
+    def _end_segment(self, seg: Segment) -> None:
+        """After a segment: at the end of the answer, release what was held back."""
+        if self.matcher.stopped:
+            return
+        remaining = self._remaining()
+        if seg.stop_type != "limit" or (remaining is not None and remaining <= 0):
+            out = self.matcher.flush()
+            if out:
+                self._ready.append(out)
+
+    async def prepare(self) -> None:
+        """Render and tokenize the prompt on the candidate backend (before any byte is sent).
+
+        Raises:
+            BackendError, InvalidRequestError: as :func:`prompt_ids`.
+        """
+        url = self.pool.get(self.decision.plan.mode).url
+        self.prompt = await prompt_ids(self.client, url, self.kind, self.body)
+
+    def _n_next(self) -> int:
+        probe_n = self.router.policy.probe_tokens
+        remaining = self._remaining()
+        return probe_n if remaining is None else min(probe_n, remaining)
+
+    async def _context(self) -> list[int]:
+        """The ids a next segment continues from: the prompt's, then every generated one.
+
+        When a stream lost ids (a token that ended inside a multi-byte character gets
+        no event), the text generated so far is tokenized again instead: the answer's
+        text stays whole, though its ids may be split differently from the model's.
+        """
+        if all(s.generated == len(s.tokens) for s in self.segments):
+            return self.prompt + self.tokens
+        text = "".join(s.text for s in self.segments)
+        url = self.pool.get(self.decision.plan.mode).url
+        out = await self.client.post_json(
+            url, "/tokenize", {"content": text, "add_special": False, "parse_special": False}
+        )
+        ids = cast("list[Any]", out.get("tokens") or [])
+        return self.prompt + [int(t) for t in ids]
+
+    async def _segment(self, mode: Mode, n_predict: int) -> AsyncIterator[None]:
+        """Run one segment, streamed, releasing its text into ``_ready`` as it comes.
+
+        Yields after each piece, so a streaming caller can pass the text on. Every
+        segment streams: llama-server b11434 stops a streamed task when its connection
+        closes and runs a non-streamed one to the end, so a client that leaves must
+        find a stream to close.
+        """
+        seg = Segment(mode)
+        url = self.pool.get(mode).url
+        context = await self._context()
+        self.segments.append(seg)
+        pieces = segment_stream(self.client, url, seg, context, self.params, n_predict)
+        with self.admission.generating(mode):
+            async with contextlib.aclosing(pieces):
+                async for piece in pieces:
+                    self._release(piece)
+                    yield
+                    if self.matcher.stopped:
+                        break  # closing the stream (aclosing) stops the generation
+        if self.matcher.stopped:
+            seg.stop_type = "word"
+        self.router.record(self.decision, mode, seg.timings)
+        self._end_segment(seg)
+        yield
+
+    async def _whole(self, mode: Mode, n_predict: int) -> Segment:
+        """Run a segment to its end (a probe), its text kept for the caller."""
+        async for _ in self._segment(mode, n_predict):
+            pass
+        return self.segments[-1]
+
+    async def start(self) -> None:
+        """Prepare the prompt and run the probe segment, before any byte is answered.
+
+        Raises:
+            BackendError, InvalidRequestError: the backend refused the request (a
+                prompt over the context is :class:`~fronde.errors.ContextLengthError`)
+                or failed.
+        """
+        if not self.prompt:
+            await self.prepare()
+        if self.prefix:
+            self._ready.append(self.prefix)
+        probe = await self._whole(self.decision.plan.mode, self._n_next())
+        self.decision.probe_tok_s = probe.decode_tok_s
+
+    async def run(self) -> AsyncIterator[str]:
+        """Yield the answer's text: the probe's, the floor probe's if needed, the rest.
+
+        Calls :meth:`start` first if it has not run.
+
+        Raises:
+            BackendError: a backend failed; pieces already yielded stand.
+        """
+        try:
+            if not self.segments:
+                await self.start()
+            async for piece in self._run():
+                yield piece
+        finally:
+            # Each segment was recorded for its own mode; the decision row shows the
+            # whole answer (router.record left the last segment's figures there).
+            m = measurement_from_timings(self.final_timings())
+            if m is not None:
+                d = self.decision
+                d.decode_tok_s, d.alpha, d.tau, d.tokens = m.decode_tok_s, m.alpha, m.tau, m.tokens
+
+    def _drain(self) -> list[str]:
+        out, self._ready = self._ready, []
+        return out
+
+    async def _run(self) -> AsyncIterator[str]:
+        plan = self.decision.plan
+        cand, floor = plan.mode, plan.floor
+        assert floor is not None  # noqa: S101 - checked in __init__
+        probe = self.segments[0]
+        for piece in self._drain():
+            yield piece
+        if self._finished():  # EOS, a stop string or the budget inside the probe
+            self._settle(cand)
+            return
+        floor_tok_s = plan.floor_tok_s
+        if floor_tok_s is None:  # first time for this class: the floor probes the next tokens
+            floor_tok_s = (await self._whole(floor, self._n_next())).decode_tok_s
+            for piece in self._drain():
+                yield piece
+        self.decision.floor_tok_s = floor_tok_s
+        winner = cand if probe.decode_tok_s >= self.router.policy.margin * floor_tok_s else floor
+        if winner is floor and self.segments[-1].mode is cand:
+            # Handing over costs the floor a prefill of everything so far.
+            prompt_n = int(probe.timings.get("prompt_n") or 0)
+            prefill = probe.timings.get("prompt_per_second") if prompt_n >= 16 else None
+            if not hand_over_pays(
+                self._remaining(),
+                len(self.prompt) + len(self.tokens),
+                probe.decode_tok_s,
+                floor_tok_s,
+                float(prefill) if prefill else None,
+            ):
+                winner = cand
+        self._settle(winner)
+        if self._finished():
+            return
+        remaining = self._remaining()
+        async for _ in self._segment(winner, -1 if remaining is None else remaining):
+            if self.stream:
+                for piece in self._drain():
+                    yield piece
+        for piece in self._drain():
+            yield piece
+
+    def _settle(self, winner: Mode) -> None:
+        """Record the winner and cache it for this request's key."""
+        self.decision.winner = winner
+        self.router.remember(self.decision.key, winner, self.decision.started)
+        if self.on_switch is not None:
+            self.on_switch(winner)
+
+    def final_timings(self) -> dict[str, Any]:
+        """Timings summed over the segments (decode tok/s over the whole answer)."""
+        n = sum(int(s.timings.get("predicted_n") or 0) for s in self.segments)
+        ms = sum(float(s.timings.get("predicted_ms") or 0.0) for s in self.segments)
+        drafted = sum(int(s.timings.get("draft_n") or 0) for s in self.segments)
+        accepted = sum(int(s.timings.get("draft_n_accepted") or 0) for s in self.segments)
+        out: dict[str, Any] = {
+            "predicted_n": n,
+            "predicted_ms": ms,
+            "predicted_per_second": n / ms * 1000 if ms > 0 else 0.0,
+            "prompt_n": sum(int(s.timings.get("prompt_n") or 0) for s in self.segments),
+            "prompt_ms": sum(float(s.timings.get("prompt_ms") or 0.0) for s in self.segments),
+        }
+        if drafted:
+            out["draft_n"], out["draft_n_accepted"] = drafted, accepted
+        return out
+
+    def fronde_info(self) -> dict[str, Any]:
+        """What the router did, for the ``fronde`` field of the response."""
+        return {
+            "class": str(Route.PROBE),
+            "probed": str(self.decision.plan.mode),
+            "mode": str(self.decision.winner) if self.decision.winner else None,
+            "probe_tok_s": self.decision.probe_tok_s,
+            "floor": str(self.decision.plan.floor),
+            "floor_tok_s": self.decision.floor_tok_s,
+            "segments": [
+                {"mode": str(s.mode), "tokens": s.generated, "decode_tok_s": s.decode_tok_s}
+                for s in self.segments
+            ],
+        }

@@ -42,6 +42,7 @@ __all__ = [
     "BackendError",
     "BackendHTTPError",
     "BackendStartError",
+    "BackendStreamError",
     "BackendTimeoutError",
     "BackendUnavailableError",
     "BuildFailedError",
@@ -159,6 +160,20 @@ class BackendConnectionError(BackendError):
     """The backend refused or dropped the connection (HTTP 502)."""
 
     code = "backend_connection_error"
+
+
+class BackendStreamError(BackendConnectionError):
+    """A backend's streamed body broke after its headers arrived.
+
+    HTTP 502 before the client's answer started; an in-band error event after.
+
+    Attributes:
+        cause: the transport failure's class name (``ReadError``, ``RemoteProtocolError``).
+    """
+
+    def __init__(self, message: str, cause: str) -> None:
+        super().__init__(message)
+        self.cause = cause
 
 
 class BackendTimeoutError(BackendError):

@@ -35,6 +35,8 @@ from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from fronde.modes import Mode
+
 __all__ = ["DECODE_BUCKETS", "OVERHEAD_BUCKETS", "Metrics", "merge_backend_metrics"]
 
 OVERHEAD_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25)
@@ -221,12 +223,19 @@ class Metrics:
         self.swaps.labels(record.get("from") or "", record["to"], outcome).inc()
         self.swap_seconds.observe(float(record.get("seconds") or 0.0))
 
-    def generation(
-        self, mode: str, tokens: int, decode_tok_s: float, drafted: int, accepted: int
-    ) -> None:
-        """Record one finished generation (tokens, decode tok/s, drafted and accepted)."""
-        self.tokens.labels(mode).inc(tokens)
-        self.decode.labels(mode).observe(decode_tok_s)
+    def generation(self, mode: Mode, timings: dict[str, Any], collapsed: bool) -> None:
+        """Record one finished generation from llama-server's ``timings``.
+
+        Tokens (``predicted_n``), decode tok/s (``predicted_per_second``), drafted and
+        accepted (``draft_n``, ``draft_n_accepted``); ``collapsed``: it quarantined the
+        mode. (:class:`~fronde.router.engine.RouterEvents`.)
+        """
+        m = str(mode)
+        self.tokens.labels(m).inc(int(timings.get("predicted_n") or 0))
+        self.decode.labels(m).observe(float(timings.get("predicted_per_second") or 0.0))
+        drafted = int(timings.get("draft_n") or 0)
         if drafted:
-            self.drafted.labels(mode).inc(drafted)
-            self.accepted.labels(mode).inc(accepted)
+            self.drafted.labels(m).inc(drafted)
+            self.accepted.labels(m).inc(int(timings.get("draft_n_accepted") or 0))
+        if collapsed:
+            self.quarantines.labels(m).inc()

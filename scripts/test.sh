@@ -12,5 +12,7 @@ echo "== ruff format --check" >&2
 ruff format --check .
 echo "== pyright (strict)" >&2
 pyright
+echo "== lint-imports (layers, no transport above backends/, no import cycle)" >&2
+lint-imports --no-cache
 echo "== pytest" >&2
 pytest "$@"

@@ -5,7 +5,7 @@ It is plain ASGI on purpose. Starlette's ``BaseHTTPMiddleware`` (what
 channel, which hides the client's disconnect from the route: a streaming answer
 then keeps its llama-server slot busy after the client has gone (measured with
 the fake backend: never freed within 6 s). Here ``receive`` and ``send`` pass
-straight through, so :class:`~fronde.api.relay.RelayResponse` sees the
+straight through, so :class:`~fronde.api.asgi.RelayResponse` sees the
 disconnect at once.
 """
 

@@ -15,21 +15,12 @@ backend breaks; ``/completion`` also takes a decode-gate slot.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from contextlib import AsyncExitStack
-
-import anyio
 from fastapi import APIRouter, Request
-from fastapi.responses import JSONResponse, Response
+from fastapi.responses import Response
 
+from fronde.api.asgi import render
 from fronde.api.deps import RuntimeDep
-from fronde.api.relay import RelayResponse, sse_error_event
 from fronde.api.schema import read_json_body
-from fronde.backends.client import TRANSPORT_ERRORS
-from fronde.errors import BackendUnavailableError
-from fronde.modes import Mode
-from fronde.router.choice import parse_mode
-from fronde.router.engine import GateHold
 
 __all__ = ["NATIVE_GET", "NATIVE_POST", "native"]
 
@@ -41,64 +32,18 @@ NATIVE_GET = ("/props", "/slots")
 """llama-server endpoints passed through on GET."""
 
 
-def _target(request: Request, rt: RuntimeDep) -> tuple[Mode, str]:
-    """The backend a native call goes to: (mode, base URL).
-
-    Raises:
-        UnknownModeError, ModeUnavailableError: the named mode does not exist or
-            is not run here.
-        BackendUnavailableError: no backend is ready.
-    """
-    name = request.headers.get("x-fronde-mode") or request.query_params.get("mode")
-    if name:
-        mode = parse_mode(name, param="mode")
-    else:
-        ready = rt.pool.ready_modes()
-        if not ready:
-            raise BackendUnavailableError("no backend is ready yet")
-        mode = Mode.BASELINE if Mode.BASELINE in ready else ready[0]
-    return mode, rt.pool.get(mode).url
+def _mode_name(request: Request) -> str | None:
+    return request.headers.get("x-fronde-mode") or request.query_params.get("mode")
 
 
 async def _get(request: Request, rt: RuntimeDep) -> Response:
-    mode, url = _target(request, rt)
-    data = await rt.client.get_json(url, request.url.path)
-    return JSONResponse(data, headers={"x-fronde-mode": str(mode)})
+    return render(await rt.dispatcher.native_get(request.url.path, _mode_name(request)))
 
 
 async def _post(request: Request, rt: RuntimeDep) -> Response:
-    path = request.url.path
     body = await read_json_body(request, rt.settings.server.max_body_bytes)
-    mode, url = _target(request, rt)
-    headers = {"x-fronde-mode": str(mode)}
-    if path != "/completion":
-        return JSONResponse(await rt.client.post_json(url, path, body), headers=headers)
-    hold = GateHold(rt.router.gate)
-    await hold.acquire()
-    if not body.get("stream"):
-        try:
-            return JSONResponse(await rt.client.post_json(url, path, body), headers=headers)
-        finally:
-            hold.release()
-    stack = AsyncExitStack()
-    stack.callback(hold.release)
-    try:
-        resp = await stack.enter_async_context(rt.client.stream(url, path, body))
-    except BaseException:
-        await stack.aclose()
-        raise
-
-    async def events() -> AsyncIterator[bytes]:
-        try:
-            async for part in resp.aiter_raw():
-                yield part
-        except TRANSPORT_ERRORS as exc:
-            yield b"\n" + sse_error_event(f"backend {mode} failed mid-stream: {type(exc).__name__}")
-        finally:
-            with anyio.CancelScope(shield=True):  # see routes._send
-                await stack.aclose()
-
-    return RelayResponse(events(), media_type="text/event-stream", headers=headers)
+    answer = await rt.dispatcher.native_post(request.url.path, body, _mode_name(request))
+    return render(answer)
 
 
 for _path in NATIVE_POST:

@@ -19,9 +19,8 @@ import anyio
 from fastapi import APIRouter
 from fastapi.responses import HTMLResponse
 
+from fronde.api.asgi import SSE_HEADERS, RelayResponse
 from fronde.api.deps import RuntimeDep
-from fronde.api.relay import RelayResponse
-from fronde.api.routes import SSE_HEADERS
 
 __all__ = ["EVENT_MIN_INTERVAL_S", "HEARTBEAT_S", "state_event", "ui"]
 

@@ -1,15 +1,17 @@
 """HTTP client to a llama-server backend, translating httpx errors to Fronde's.
 
 Every low-level failure becomes the most specific :class:`~fronde.errors.BackendError`
-(``raise ... from exc``, as httpx's own transports map socket errors), so the
-API layer deals in Fronde errors only.
+(``raise ... from exc``, as httpx's own transports map socket errors), also while a
+streamed body is read (:class:`UpstreamStream`, as httpx maps its transport's errors
+inside body iteration), so no transport type leaves ``fronde.backends``: the
+dispatcher and the API deal in Fronde errors only.
 """
 
 from __future__ import annotations
 
 import json
 from collections import Counter
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any, cast
 
@@ -23,11 +25,12 @@ from fronde.errors import (
     BackendConnectionError,
     BackendError,
     BackendHTTPError,
+    BackendStreamError,
     BackendTimeoutError,
     ContextLengthError,
 )
 
-__all__ = ["TRANSPORT_ERRORS", "BackendClient", "make_http_client"]
+__all__ = ["TRANSPORT_ERRORS", "BackendClient", "UpstreamStream", "make_http_client"]
 
 TRANSPORT_ERRORS: tuple[type[Exception], ...] = (httpx.HTTPError, aiohttp.ClientError)
 """What reading a backend's body may raise: httpx's errors, and an aiohttp error that
@@ -149,6 +152,52 @@ def _translate(exc: httpx.HTTPError, url: str) -> BackendError:
     return BackendConnectionError(f"backend {url} failed: {type(exc).__name__}: {exc}")
 
 
+class UpstreamStream:
+    """An open streamed answer from a backend (status already checked).
+
+    Reading it raises :class:`~fronde.errors.BackendStreamError` for a body that
+    breaks (a reset, a truncated chunk), never a transport type.
+
+    Args:
+        resp: the httpx response, body unread.
+        url: the request's URL, for messages.
+    """
+
+    def __init__(self, resp: httpx.Response, url: str) -> None:
+        self._resp = resp
+        self.url = url
+
+    def _broken(self, exc: Exception) -> BackendStreamError:
+        name = type(exc).__name__
+        return BackendStreamError(f"backend {self.url} failed mid-stream: {name}", cause=name)
+
+    async def lines(self) -> AsyncIterator[str]:
+        """The body's lines, without their line endings.
+
+        Decoded as UTF-8 incrementally: a character split across two reads stays whole.
+
+        Raises:
+            BackendStreamError: the body broke.
+        """
+        try:
+            async for line in self._resp.aiter_lines():
+                yield line
+        except TRANSPORT_ERRORS as exc:
+            raise self._broken(exc) from exc
+
+    async def raw(self) -> AsyncIterator[bytes]:
+        """The body's bytes as they arrive.
+
+        Raises:
+            BackendStreamError: the body broke.
+        """
+        try:
+            async for part in self._resp.aiter_raw():
+                yield part
+        except TRANSPORT_ERRORS as exc:
+            raise self._broken(exc) from exc
+
+
 class BackendClient:
     """Calls a backend's HTTP API through one shared :class:`httpx.AsyncClient`.
 
@@ -178,6 +227,18 @@ class BackendClient:
         if resp.status_code >= 400:
             raise _backend_error(resp.content, resp.status_code)
         return resp.json()
+
+    async def get_text(self, base_url: str, path: str, timeout_s: float) -> str | None:
+        """GET ``base_url + path`` within ``timeout_s`` seconds: the body on a 200, else None.
+
+        For best-effort reads (a backend's ``/metrics``): never raises for a backend
+        that is down, slow or answering an error.
+        """
+        try:
+            resp = await self.http.get(base_url + path, timeout=timeout_s)
+        except (httpx.HTTPError, aiohttp.ClientError):
+            return None
+        return resp.text if resp.status_code == 200 else None
 
     async def post_json(self, base_url: str, path: str, body: dict[str, Any]) -> dict[str, Any]:
         """POST ``body`` as JSON and return the decoded JSON object.
@@ -209,8 +270,8 @@ class BackendClient:
     @asynccontextmanager
     async def stream(
         self, base_url: str, path: str, body: dict[str, Any]
-    ) -> AsyncGenerator[httpx.Response]:
-        """POST ``body`` and yield the response with its body still unread (for SSE).
+    ) -> AsyncGenerator[UpstreamStream]:
+        """POST ``body`` and yield the answer with its body still unread (for SSE).
 
         The status is checked before yielding, so an error that happens before the
         first byte reaches the client still becomes a proper HTTP error. The
@@ -237,7 +298,7 @@ class BackendClient:
             if resp.status_code >= 400:
                 content = await resp.aread()
                 raise _backend_error(content, resp.status_code)
-            yield resp
+            yield UpstreamStream(resp, url)
         finally:
             # Shielded: on a client disconnect this runs inside a cancelled scope, where
             # an unshielded await is cancelled at once and the upstream connection

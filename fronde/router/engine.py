@@ -2,7 +2,10 @@
 
 One :class:`Router` per app owns the measurements, the prompt-hash cache and the
 in-flight counts; the policy itself is the pure :func:`~fronde.router.policy.plan_route`.
-Everything runs on the event loop, so no locking is needed.
+Everything runs on the event loop, so no locking is needed. What it tells the outside
+(metrics) goes through a :class:`RouterEvents` sink and what it shares with other
+replicas through a :class:`StateStore`, both given to its constructor; the dispatcher
+(:mod:`fronde.dispatch`) is the only caller of its verbs.
 """
 
 from __future__ import annotations
@@ -11,22 +14,19 @@ import asyncio
 import itertools
 import time
 from collections import Counter, deque
-from collections.abc import Callable, Collection
+from collections.abc import Collection
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal, Protocol
 
 from fronde.config import Settings
 from fronde.logging import get_logger
 from fronde.modes import Mode
 from fronde.router.cache import RouteCache
 from fronde.router.classify import RequestClass
-from fronde.router.measure import MIN_TOKENS, Measurements, measurement_from_timings
+from fronde.router.measure import MIN_TOKENS, Measurement, Measurements, measurement_from_timings
 from fronde.router.policy import Plan, Route, RouterPolicy, plan_route
 
-if TYPE_CHECKING:
-    from fronde.router.shared import SharedState
-
-__all__ = ["Decision", "GateHold", "Router"]
+__all__ = ["Decision", "Router", "RouterEvents", "StateStore", "Status"]
 
 log = get_logger(__name__)
 
@@ -108,31 +108,45 @@ def _round(value: float | None, digits: int) -> float | None:
     return None if value is None else round(value, digits)
 
 
-class GateHold:
-    """One request's hold on the router's decode gate, released exactly once."""
+class StateStore(Protocol):
+    """State shared with other replicas (:class:`~fronde.router.shared.SharedState`)."""
 
-    def __init__(self, gate: asyncio.Semaphore) -> None:
-        self._gate = gate
-        self._held = False
-        self._after: list[Callable[[], None]] = []
+    version: int
+    """Bumped when a sync adopted something (the live page polls it)."""
 
-    def also(self, callback: Callable[[], None]) -> None:
-        """Run ``callback`` once when the hold is released (e.g. give a swap lease back)."""
-        self._after.append(callback)
+    def route_chosen(self, key: str, mode: Mode, ttl_s: float) -> None:
+        """The cache learnt ``key`` → ``mode``: share it for ``ttl_s`` seconds."""
+        ...
 
-    async def acquire(self) -> None:
-        """Wait for a free decode slot."""
-        await self._gate.acquire()
-        self._held = True
+    def measured(self, mode: Mode, cls: str, m: Measurement) -> None:
+        """Fold one generation into the shared EMAs."""
+        ...
 
-    def release(self) -> None:
-        """Give the slot back and run the :meth:`also` callbacks; later calls do nothing."""
-        if self._held:
-            self._held = False
-            self._gate.release()
-        after, self._after = self._after, []
-        for callback in after:
-            callback()
+    def quarantined(self, mode: Mode, seconds: float) -> None:
+        """``mode`` collapsed here: quarantine it everywhere for ``seconds``."""
+        ...
+
+    async def lookup_route(self, key: str) -> None:
+        """On a local cache miss, take ``key``'s mode from the shared cache if known."""
+        ...
+
+    def snapshot(self) -> dict[str, Any]:
+        """JSON-ready view for ``/fronde/v1/router``."""
+        ...
+
+
+class RouterEvents(Protocol):
+    """Where the router reports what happened (:class:`~fronde.metrics.Metrics` listens)."""
+
+    def generation(self, mode: Mode, timings: dict[str, Any], collapsed: bool) -> None:
+        """A generation on ``mode`` was recorded; ``collapsed``: it quarantined the mode."""
+        ...
+
+    def finished(
+        self, overhead_ms: float | None, probed: str | None, probe_won: bool | None
+    ) -> None:
+        """A request ended: Fronde's own time, the probed mode, whether the probe won."""
+        ...
 
 
 class Router:
@@ -145,6 +159,10 @@ class Router:
         slots: concurrent requests one backend serves (llama-server ``-np``); a
             backend with this many in flight is busy for the ``spread`` load rule.
         max_parallel_decodes: generations allowed at once across all backends.
+        store: state shared with other replicas, or None.
+        events: where recorded generations and finished requests are reported, or None.
+        swap_residency: with swap residency, waiting for residency serializes, so the
+            load rule must not.
     """
 
     def __init__(
@@ -154,10 +172,14 @@ class Router:
         cache: RouteCache | None = None,
         slots: int = 1,
         max_parallel_decodes: int = 1,
+        *,
+        store: StateStore | None = None,
+        events: RouterEvents | None = None,
+        swap_residency: bool = False,
     ) -> None:
         self.policy = policy or RouterPolicy()
-        self.measurements = measurements or Measurements()
-        self.cache = cache or RouteCache()
+        self.measurements = measurements if measurements is not None else Measurements()
+        self.cache = cache if cache is not None else RouteCache()
         self.slots = slots
         # At most this many generations run at once across all backends; the rest
         # wait here. On a small CPU two llama-servers decoding at once oversubscribe
@@ -165,21 +187,32 @@ class Router:
         self.gate = asyncio.Semaphore(max_parallel_decodes)
         self.in_flight: Counter[Mode] = Counter()
         self.recent: deque[Decision] = deque(maxlen=RECENT_KEPT)
-        self.shared: SharedState | None = None
-        """Redis-backed state shared with other replicas (``shared.redis_url``), or None."""
-        self.swap_residency = False
-        """With swap residency, waiting for residency serializes; the load rule must not."""
-        self.version = 0
-        """Bumped on every change a viewer would see (``/fronde/v1/events`` polls it)."""
+        self.store = store
+        self.events = events
+        self.swap_residency = swap_residency
+        self._version = 0
         self._ids = itertools.count(1)
-        self.observer: Callable[[Mode, dict[str, Any], bool], None] | None = None
-        """Called with (mode, timings, quarantined) for each recorded generation (metrics)."""
-        self.on_finish: Callable[[float | None, str | None, bool | None], None] | None = None
-        """Called with (overhead ms, probed mode, probe won) when a request ends (metrics)."""
+
+    @property
+    def version(self) -> int:
+        """Grows on every change a viewer would see (``/fronde/v1/events`` polls it)."""
+        return self._version + (self.store.version if self.store is not None else 0)
 
     @classmethod
-    def from_settings(cls, settings: Settings) -> Router:
-        """Build a router with the policy, EMA and cache settings of ``settings``."""
+    def from_settings(
+        cls,
+        settings: Settings,
+        *,
+        measurements: Measurements | None = None,
+        cache: RouteCache | None = None,
+        store: StateStore | None = None,
+        events: RouterEvents | None = None,
+    ) -> Router:
+        """Build a router with the policy, EMA and cache settings of ``settings``.
+
+        ``measurements`` and ``cache`` are built from the settings unless given (a
+        :class:`StateStore` is built over them first).
+        """
         r = settings.router
         policy = RouterPolicy(
             probe_tokens=r.probe_tokens,
@@ -191,11 +224,19 @@ class Router:
         )
         return cls(
             policy,
-            Measurements(r.ema_alpha, r.collapse, r.quarantine_s),
-            RouteCache(r.cache_max_entries, r.cache_ttl_s),
+            measurements if measurements is not None else measurements_from(settings),
+            cache if cache is not None else cache_from(settings),
             slots=settings.backend.parallel,
             max_parallel_decodes=r.max_parallel_decodes,
+            store=store,
+            events=events,
+            swap_residency=settings.residency == "swap",
         )
+
+    async def recall(self, key: str) -> None:
+        """Before planning: another replica may have routed ``key`` (a shared-cache lookup)."""
+        if self.store is not None:
+            await self.store.lookup_route(key)
 
     def plan(
         self,
@@ -225,14 +266,14 @@ class Router:
         )
         decision = Decision(plan, cls, key, now, rid=f"r{next(self._ids)}")
         self.recent.append(decision)
-        self.version += 1
+        self._version += 1
         return decision
 
     def begin(self, decision: Decision, queued_ms: float) -> None:
         """``decision`` got its backend and decode slot after ``queued_ms``: it runs now."""
         if decision.status == "waiting":
             decision.status, decision.queued_ms = "running", queued_ms
-            self.version += 1
+            self._version += 1
 
     def progress(self, decision: Decision, events: int = 1, now: float | None = None) -> None:
         """Count ``events`` streamed to the client for ``decision`` (live tok/s)."""
@@ -241,7 +282,7 @@ class Router:
             decision.first_event = now
         decision.last_event = now
         decision.streamed += events
-        self.version += 1
+        self._version += 1
 
     def finish(
         self,
@@ -255,7 +296,7 @@ class Router:
             return
         decision.status, decision.error = status, error
         decision.ended = time.monotonic() if now is None else now
-        self.version += 1
+        self._version += 1
         row = decision.as_dict(decision.ended)
         # A probe was a contest only when the floor's speed was known (an answer that
         # ended inside the probe had nothing to compare against).
@@ -281,8 +322,8 @@ class Router:
             elapsed_s=row["elapsed_s"],
             error=error,
         )
-        if self.on_finish is not None:
-            self.on_finish(decision.overhead_ms, probed, won)
+        if self.events is not None:
+            self.events.finished(decision.overhead_ms, probed, won)
 
     def record(
         self,
@@ -307,13 +348,13 @@ class Router:
         now = time.monotonic() if now is None else now
         feeds = decision.plan.route is not Route.FORCED
         collapsed = feeds and self.measurements.record(mode, str(decision.cls), m, now)
-        if self.shared is not None and feeds:
+        if self.store is not None and feeds:
             if collapsed:
-                self.shared.quarantined(mode, self.measurements.quarantine_s)
+                self.store.quarantined(mode, self.measurements.quarantine_s)
             elif m.tokens >= MIN_TOKENS and m.decode_tok_s > 0:  # what record() folded in
-                self.shared.measured(mode, str(decision.cls), m)
-        if self.observer is not None:
-            self.observer(mode, timings, collapsed)
+                self.store.measured(mode, str(decision.cls), m)
+        if self.events is not None:
+            self.events.generation(mode, timings, collapsed)
         if collapsed:
             dropped = self.cache.forget_mode(mode)
             log.warning(
@@ -326,13 +367,13 @@ class Router:
             )
         decision.decode_tok_s = m.decode_tok_s
         decision.alpha, decision.tau, decision.tokens = m.alpha, m.tau, m.tokens
-        self.version += 1
+        self._version += 1
 
     def remember(self, key: str, mode: Mode, now: float) -> None:
         """Cache ``key`` → ``mode`` here, and for the other replicas when state is shared."""
         self.cache.put(key, mode, now)
-        if self.shared is not None:
-            self.shared.route_chosen(key, mode, self.cache.ttl_s)
+        if self.store is not None:
+            self.store.route_chosen(key, mode, self.cache.ttl_s)
 
     def settle_whole_probe(self, decision: Decision, mode: Mode) -> None:
         """A probe answered in full by its mode (swap residency, batches): judge and cache it.
@@ -350,7 +391,7 @@ class Router:
         floor = plan.floor_tok_s
         beats = floor is None or decision.decode_tok_s >= self.policy.margin * floor
         self.remember(decision.key, mode if beats else plan.floor, decision.started)
-        self.version += 1
+        self._version += 1
 
     def snapshot(self, now: float | None = None) -> dict[str, Any]:
         """JSON-ready state for ``GET /fronde/v1/router``."""
@@ -368,5 +409,16 @@ class Router:
             "in_flight": {str(m): n for m, n in self.in_flight.items() if n},
             "cache": {"entries": len(self.cache), "max_entries": self.cache.max_entries},
             "recent": [d.as_dict(now) for d in list(self.recent)[-20:]],
-            "shared": self.shared.snapshot() if self.shared is not None else None,
+            "shared": self.store.snapshot() if self.store is not None else None,
         }
+
+
+def measurements_from(settings: Settings) -> Measurements:
+    """The EMA and quarantine book ``settings.router`` describes."""
+    r = settings.router
+    return Measurements(r.ema_alpha, r.collapse, r.quarantine_s)
+
+
+def cache_from(settings: Settings) -> RouteCache:
+    """The prompt-hash cache ``settings.router`` describes."""
+    return RouteCache(settings.router.cache_max_entries, settings.router.cache_ttl_s)

@@ -27,7 +27,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import redis.asyncio as aioredis
 from redis.asyncio.retry import Retry
@@ -37,10 +37,8 @@ from redis.exceptions import RedisError
 
 from fronde.logging import get_logger
 from fronde.modes import Mode
-
-if TYPE_CHECKING:
-    from fronde.router.engine import Router
-    from fronde.router.measure import Measurement
+from fronde.router.cache import RouteCache
+from fronde.router.measure import Measurement, Measurements
 
 __all__ = ["REDIS_TIMEOUT_S", "SharedState"]
 
@@ -65,16 +63,30 @@ return tostring(new)
 class SharedState:
     """Write-through and periodic sync of one router's state with Redis.
 
+    Implements :class:`~fronde.router.engine.StateStore`; it holds the router's
+    measurements and cache, never the router itself (no back-reference).
+
     Args:
         url: ``redis://host:port/db``.
-        router: the replica's router (its cache and measurements are synced).
+        measurements: the replica's EMAs and quarantines (synced both ways).
+        cache: the replica's prompt-hash cache (routes are shared).
         namespace: key prefix, so that several Fronde clusters share one Redis.
         sync_s: seconds between two syncs of EMAs and quarantines.
     """
 
-    def __init__(self, url: str, router: Router, namespace: str = "fronde", sync_s: float = 1.0):
+    def __init__(
+        self,
+        url: str,
+        measurements: Measurements,
+        cache: RouteCache,
+        namespace: str = "fronde",
+        sync_s: float = 1.0,
+    ) -> None:
         self.url = url
-        self.router = router
+        self.measurements = measurements
+        self.cache = cache
+        self.version = 0
+        """Bumped on every sync that adopted shared state (the live page polls it)."""
         self.ns = namespace
         self.sync_s = sync_s
         self.redis = aioredis.Redis.from_url(  # pyright: ignore[reportUnknownMemberType]
@@ -133,7 +145,7 @@ class SharedState:
 
     def measured(self, mode: Mode, cls: str, m: Measurement) -> None:
         """Fold one generation into the shared EMAs (the same fields as the local ones)."""
-        w = self.router.measurements.ema_alpha
+        w = self.measurements.ema_alpha
         fields = [(f"speed|{mode}", m.decode_tok_s), (f"class|{mode}|{cls}", m.decode_tok_s)]
         if m.alpha is not None:
             fields.append((f"alpha|{mode}", m.alpha))
@@ -155,7 +167,7 @@ class SharedState:
 
     async def lookup_route(self, key: str) -> None:
         """Before planning: on a local cache miss, take ``key``'s mode from Redis if known."""
-        if not self.healthy or self.router.cache.get(key, time.monotonic()) is not None:
+        if not self.healthy or self.cache.get(key, time.monotonic()) is not None:
             return
         try:
             value = await self.redis.get(f"{self.ns}:route:{key}")
@@ -164,7 +176,7 @@ class SharedState:
             return
         if value:
             with contextlib.suppress(ValueError):
-                self.router.cache.put(key, Mode(value), time.monotonic())
+                self.cache.put(key, Mode(value), time.monotonic())
 
     async def sync(self) -> None:
         """Adopt the shared EMAs and quarantines (also how a lost Redis is retried)."""
@@ -176,7 +188,7 @@ class SharedState:
             return
         self._ok()
         emas = {str(k): str(v) for k, v in raw.items()}  # decode_responses: already str
-        ms = self.router.measurements
+        ms = self.measurements
         for field, value in emas.items():
             if field.endswith("#n"):
                 continue
@@ -189,7 +201,7 @@ class SharedState:
         for mode, ttl_ms in zip(Mode, ttls, strict=True):
             if ttl_ms > 0:
                 ms.impose_quarantine(mode, now + ttl_ms / 1000)
-        self.router.version += 1
+        self.version += 1
 
     # --- lifecycle -----------------------------------------------------------------------
 

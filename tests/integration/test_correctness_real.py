@@ -18,12 +18,13 @@ import httpx
 import pytest
 
 from fronde.backends.client import BackendClient
+from fronde.dispatch.admission import Admission
+from fronde.dispatch.splice import Splice
 from fronde.modes import Mode
 from fronde.router.classify import RequestClass
 from fronde.router.engine import Decision, Router
 from fronde.router.native import finish_reason
 from fronde.router.policy import Plan, Route, RouterPolicy
-from fronde.router.probe import Splice
 
 from ..fakes.static_pool import static_pool
 from .conftest import Serve, start_serve
@@ -87,7 +88,9 @@ async def splice_on(url: str, prompt: str, budget: int, stop: list[str], stream:
     body = {"prompt": prompt, "max_tokens": budget, "stop": stop, "temperature": 0}
     async with httpx.AsyncClient(timeout=300) as http:
         pool = static_pool({Mode.BASELINE: url})
-        s = Splice(BackendClient(http), pool, router, decision, "text", body, stream=stream)
+        s = Splice(
+            BackendClient(http), pool, Admission(router, decision), "text", body, stream=stream
+        )
         await s.start()
         text = "".join([p async for p in s.run()])
     return text, finish_reason(s.finish_stop_type), [len(seg.tokens) for seg in s.segments]

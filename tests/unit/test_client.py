@@ -14,7 +14,12 @@ import pytest
 from fronde.backends.client import TRANSPORT_ERRORS, BackendClient, make_http_client
 from fronde.backends.process import free_port
 from fronde.config import UpstreamSettings
-from fronde.errors import BackendConnectionError, BackendHTTPError, BackendTimeoutError
+from fronde.errors import (
+    BackendConnectionError,
+    BackendHTTPError,
+    BackendStreamError,
+    BackendTimeoutError,
+)
 
 pytestmark = pytest.mark.anyio
 
@@ -68,8 +73,9 @@ async def test_backend_error_bodies_are_passed_on() -> None:
 async def test_stream_retries_a_stale_connection_too() -> None:
     stale = httpx.RemoteProtocolError("Server disconnected without sending a response.")
     c, calls = client_with(stale, httpx.Response(200, content=b"data: [DONE]\n\n"))
-    async with c.stream("http://b", "/v1/completions", {}) as resp:
-        assert (await resp.aread()) == b"data: [DONE]\n\n"
+    async with c.stream("http://b", "/v1/completions", {}) as upstream:
+        lines = [line async for line in upstream.lines()]
+    assert lines[:1] == ["data: [DONE]"]
     assert len(calls) == 2
 
 
@@ -156,10 +162,12 @@ async def test_aiohttp_stream_cut_mid_body_is_a_transport_error() -> None:
     c = aiohttp_client()
     lines: list[str] = []
     async with raw_server(cut) as url:
-        with pytest.raises(TRANSPORT_ERRORS):
-            async with c.stream(url, "/completion", {}) as resp:
-                async for line in resp.aiter_lines():
+        # A body cut mid-chunk is a Fronde error: no transport type leaves the client.
+        with pytest.raises(BackendStreamError, match="failed mid-stream") as err:
+            async with c.stream(url, "/completion", {}) as upstream:
+                async for line in upstream.lines():
                     lines.append(line)
+        assert isinstance(err.value.__cause__, TRANSPORT_ERRORS)
         await c.http.aclose()
     assert lines[:1] == ['data: {"content":1}']
 

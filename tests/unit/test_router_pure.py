@@ -351,26 +351,6 @@ def test_forced_requests_are_reported_but_do_not_feed_the_emas() -> None:
     assert r.plan(RequestClass.GENERAL, "k2", ALL, now=0.0).plan.route is Route.PROBE
 
 
-@pytest.mark.anyio
-async def test_decode_gate_admits_one_generation_at_a_time() -> None:
-    import asyncio
-
-    from fronde.router.engine import GateHold, Router
-
-    router = Router(max_parallel_decodes=1)
-    first, second = GateHold(router.gate), GateHold(router.gate)
-    await first.acquire()
-    waiter = asyncio.ensure_future(second.acquire())
-    await asyncio.sleep(0.01)
-    assert not waiter.done()  # the second generation waits in Fronde
-    first.release()
-    first.release()  # releasing twice gives back one slot only
-    await asyncio.wait_for(waiter, 1.0)
-    assert router.gate.locked()  # still exactly one holder
-    second.release()
-    assert not router.gate.locked()
-
-
 def test_a_hand_over_must_repay_the_floors_prefill() -> None:
     from fronde.router.policy import hand_over_pays
 

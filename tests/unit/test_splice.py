@@ -23,12 +23,13 @@ from hypothesis import strategies as st
 
 from fronde.backends.client import BackendClient
 from fronde.backends.process import free_port
+from fronde.dispatch.admission import Admission
+from fronde.dispatch.splice import Splice
 from fronde.modes import Mode
 from fronde.router.classify import RequestClass
 from fronde.router.engine import Decision, Router
 from fronde.router.native import finish_reason
 from fronde.router.policy import Plan, Route, RouterPolicy
-from fronde.router.probe import Splice
 
 from ..fakes.fake_llama_server import next_token, piece, tokenize
 from ..fakes.static_pool import static_pool
@@ -99,7 +100,9 @@ async def spliced(
     body: dict[str, Any] = {"prompt": prompt, "max_tokens": budget, "stop": stops}
     async with httpx.AsyncClient(timeout=30) as http:
         pool = static_pool(urls)
-        splice = Splice(BackendClient(http), pool, router, decision, "text", body, stream=stream)
+        splice = Splice(
+            BackendClient(http), pool, Admission(router, decision), "text", body, stream=stream
+        )
         await splice.start()
         text = "".join([p async for p in splice.run()])
     assert text == splice.text

@@ -7,15 +7,22 @@ import shutil
 from collections.abc import Generator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
+import httpx
 import pytest
 import tomli_w
 from fastapi.testclient import TestClient
 
+from fronde.backends.client import BackendClient
+from fronde.backends.pool import BackendPool
 from fronde.bench import load
 from fronde.bench.serve import RunningServe, running_serve, settled
 from fronde.config import load_settings
+from fronde.dispatch import Dispatcher, run_batch
+from fronde.errors import BackendUnavailableError
+from fronde.modes import Mode
+from fronde.router.engine import Router
 
 REPO_MODELS = Path(__file__).resolve().parents[2] / "models"
 
@@ -91,3 +98,45 @@ def test_the_load_bench_leaves_the_environment_alone(
         {"FRONDE_ROUTER__LOAD_RULE": "spread"},
         {"FRONDE_ROUTER__LOAD_RULE": "off"},
     ]
+
+
+class BrokenPool:
+    """A pool whose one backend is ready but cannot be reached: ``get`` raises a bug."""
+
+    def __init__(self, ready: list[Mode]) -> None:
+        self.backends = dict.fromkeys(Mode, None)
+        self._ready = ready
+
+    def ready_modes(self) -> list[Mode]:
+        return self._ready
+
+    def get(self, mode: Mode) -> Any:
+        raise RuntimeError("a bug, not a client leaving")
+
+
+def dispatcher(ready: list[Mode]) -> Dispatcher:
+    pool = cast("BackendPool", BrokenPool(ready))
+    client = BackendClient(httpx.AsyncClient())
+    return Dispatcher(load_settings(), pool, client, Router())
+
+
+@pytest.mark.anyio
+async def test_an_internal_error_ends_the_request_as_an_error_not_cancelled() -> None:
+    d = dispatcher([Mode.BASELINE])
+    body = {"prompt": "x", "max_tokens": 4}
+    with pytest.raises(RuntimeError):
+        await d.answer("text", body, "baseline")
+    [row] = d.router.snapshot()["recent"]
+    assert (row["status"], row["error"]) == ("error", "internal error: RuntimeError")
+    assert not d.router.gate.locked()  # and its decode slot is free again
+
+
+@pytest.mark.anyio
+async def test_a_batch_with_no_backend_ready_answers_503_like_a_single_request() -> None:
+    d = dispatcher([])
+    answer = await run_batch(d, [("text", {"prompt": "x", "max_tokens": 4})])
+    [item] = answer["data"]
+    assert item["status"] == 503
+    with pytest.raises(BackendUnavailableError) as single:
+        await d.answer("text", {"prompt": "x", "max_tokens": 4}, None)
+    assert single.value.status_code == 503

@@ -1,0 +1,93 @@
+"""One request's claim on what serves it: the decode gate, in-flight counts, a swap lease.
+
+An :class:`Admission` is taken when a request has been planned and given back when
+its answer ends (the last byte of a stream, an error, or the client leaving). It is
+the only writer of its decision's status (``waiting`` → ``running`` → ``done``,
+``error`` or ``cancelled``) and of the in-flight counts, so that what
+``/fronde/v1/router`` and the metrics show always matches what holds a backend.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Generator
+from contextlib import contextmanager
+
+from fronde.modes import Mode
+from fronde.router.engine import Decision, Router, Status
+
+__all__ = ["Admission"]
+
+
+class Admission:
+    """One request's hold on the router's decode gate and its backend, released once.
+
+    Args:
+        router: the router whose gate, in-flight counts and recent decisions it uses.
+        decision: the planned request, or None for a call that is not routed (the
+            native ``/completion`` pass-through takes a decode slot all the same).
+    """
+
+    def __init__(self, router: Router, decision: Decision | None = None) -> None:
+        self.router = router
+        self.decision = decision
+        self._t0 = time.monotonic()
+        self._gate_held = False
+        self._after: list[Callable[[], None]] = []
+
+    def on_release(self, callback: Callable[[], None]) -> None:
+        """Run ``callback`` once when the admission is released (e.g. give a lease back)."""
+        self._after.append(callback)
+
+    async def take_slot(self) -> None:
+        """Wait for a decode slot; the decision runs from now (its wait is recorded)."""
+        await self.router.gate.acquire()
+        self._gate_held = True
+        if self.decision is not None:
+            self.router.begin(self.decision, (time.monotonic() - self._t0) * 1000)
+
+    def count(self, mode: Mode) -> Callable[[], None]:
+        """Count one generation in flight on ``mode``; return its idempotent uncount."""
+        self.router.in_flight[mode] += 1
+        done = False
+
+        def uncount() -> None:
+            nonlocal done
+            if not done:
+                done = True
+                self.router.in_flight[mode] -= 1
+
+        return uncount
+
+    @contextmanager
+    def generating(self, mode: Mode) -> Generator[None]:
+        """Count a generation on ``mode`` in flight for the block."""
+        uncount = self.count(mode)
+        try:
+            yield
+        finally:
+            uncount()
+
+    def progress(self) -> None:
+        """One more event streamed to the client (live tok/s)."""
+        if self.decision is not None:
+            self.router.progress(self.decision)
+
+    def release(self) -> None:
+        """Give the decode slot back and run the :meth:`on_release` callbacks; once."""
+        if self._gate_held:
+            self._gate_held = False
+            self.router.gate.release()
+        after, self._after = self._after, []
+        for callback in after:
+            callback()
+
+    def finish(self, status: Status, error: str | None = None) -> None:
+        """End the decision with ``status`` (only the first call counts)."""
+        if self.decision is not None:
+            self.router.finish(self.decision, status, error)
+
+    def close(self, status: Status, error: str | None = None) -> None:
+        """:meth:`release`, then :meth:`finish`."""
+        self.release()
+        self.finish(status, error)

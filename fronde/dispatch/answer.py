@@ -1,0 +1,44 @@
+"""What the dispatcher hands back to the API layer: a whole answer or a stream."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = ["Answer", "Streamed", "Whole"]
+
+
+@dataclass(frozen=True)
+class Whole:
+    """A JSON answer, ready to send.
+
+    Attributes:
+        body: the OpenAI (or llama-server) response object.
+        headers: Fronde's headers (``x-fronde-mode``, ``x-fronde-class``, ...).
+    """
+
+    body: dict[str, Any]
+    headers: dict[str, str] = field(default_factory=dict[str, str])
+
+
+@dataclass(frozen=True)
+class Streamed:
+    """An SSE answer: its events, its headers, and what to run when it is over.
+
+    The events' own ``finally`` releases what the request held; ``close`` runs it
+    too, for a stream that was never iterated (the client left before the first byte).
+
+    Attributes:
+        events: encoded SSE lines.
+        headers: Fronde's headers.
+        close: idempotent clean-up.
+    """
+
+    events: AsyncIterator[bytes]
+    headers: dict[str, str]
+    close: Callable[[], Awaitable[None]]
+
+
+Answer = Whole | Streamed
+"""What :class:`~fronde.dispatch.dispatcher.Dispatcher` returns for one request."""

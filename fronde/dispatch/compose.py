@@ -1,0 +1,295 @@
+"""The composition root: ``build_runtime(settings)`` builds every part once, by constructor.
+
+Nothing is patched on after construction: the router gets its measurements, cache,
+shared store (Redis, with ``shared.redis_url``) and event sink (the Prometheus
+metrics) in its constructor, the swap scheduler gets its swap sink, and the
+dispatcher gets the router, the backends and the client. :meth:`Runtime.running`
+starts what runs (shared-state sync, backends) and stops it in reverse order.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import time
+from collections.abc import AsyncGenerator, Callable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from fronde.backends.client import BackendClient, make_http_client
+from fronde.backends.pool import BackendPool, PoolPlan
+from fronde.backends.swap import SwapScheduler
+from fronde.config import Settings
+from fronde.dispatch.dispatcher import Dispatcher
+from fronde.errors import ConfigError
+from fronde.logging import get_logger
+from fronde.metrics import Metrics, merge_backend_metrics
+from fronde.modes import Mode
+from fronde.router.choice import MODEL_PREFIX
+from fronde.router.engine import Router, cache_from, measurements_from
+from fronde.router.shared import SharedState
+from fronde.runtime.install import find_llama_binary
+from fronde.runtime.local import profile_of
+
+__all__ = ["LOG_RUNS_KEPT", "Runtime", "build_pool", "build_runtime"]
+
+log = get_logger(__name__)
+
+LOG_RUNS_KEPT = 10
+"""How many per-run backend log folders are kept under ``<cache>/logs``."""
+
+BACKEND_METRICS_TIMEOUT_S = 2.0
+"""A backend's ``/metrics`` that takes longer is left out of that scrape, seconds."""
+
+
+def _run_log_dir(cache_dir: Path) -> Path:
+    root = cache_dir / "logs"
+    root.mkdir(parents=True, exist_ok=True)
+    runs = sorted(p for p in root.iterdir() if p.is_dir())
+    for old in runs[: max(0, len(runs) - LOG_RUNS_KEPT + 1)]:
+        for f in old.iterdir():
+            f.unlink(missing_ok=True)
+        with contextlib.suppress(OSError):
+            old.rmdir()
+    run = root / f"{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}"
+    run.mkdir(exist_ok=True)
+    return run
+
+
+def build_pool(settings: Settings) -> BackendPool:
+    """Build (not start) the pool for ``settings``: binary, profile, one spec per mode.
+
+    Raises:
+        InstallError: no llama-server is installed and none is configured.
+        ManifestError: the profile does not exist or is malformed.
+    """
+    if all(m in settings.remote for m in settings.modes):
+        # A proxy-only host: every mode is remote, so no llama-server, model or
+        # profile manifest is needed here.
+        remote = {m: settings.remote[m] for m in settings.modes}
+        return BackendPool.from_plan(settings, PoolPlan({}, {}, remote))
+    profile = profile_of(settings)
+    binary = find_llama_binary(settings.cache_dir, settings.llama_server)
+    return BackendPool.from_settings(settings, profile, binary, _run_log_dir(settings.cache_dir))
+
+
+@dataclass
+class Runtime:
+    """Everything one app serves with, built by :func:`build_runtime`.
+
+    Attributes:
+        settings: the settings tree.
+        pool: the llama-server backends.
+        client: the HTTP client to them.
+        router: routing state and policy.
+        metrics: the Prometheus instruments.
+        dispatcher: runs requests (the API's one way in).
+        swap: the swap scheduler with ``residency = "swap"``, else None.
+        store: the Redis-shared state with ``shared.redis_url``, else None.
+        on_fatal: called with a one-line reason when no backend could start.
+        started_at: when it was built, epoch seconds.
+    """
+
+    settings: Settings
+    pool: BackendPool
+    client: BackendClient
+    router: Router
+    metrics: Metrics
+    dispatcher: Dispatcher
+    swap: SwapScheduler | None = None
+    store: SharedState | None = None
+    on_fatal: Callable[[str], None] | None = None
+    started_at: float = 0.0
+
+    # --- views for the API -------------------------------------------------------------
+
+    def models(self) -> dict[str, Any]:
+        """OpenAI ``GET /v1/models``: ``fronde`` (routed) and ``fronde:<mode>`` per mode.
+
+        Modes left out of this pool are listed under ``unavailable`` with the reason,
+        outside ``data`` so that tools offering a model picker do not offer them.
+        """
+        created = int(self.started_at)
+        modes = [f"{MODEL_PREFIX}{m}" for m in Mode if m in self.pool.backends]
+        return {
+            "object": "list",
+            "data": [
+                {"id": i, "object": "model", "created": created, "owned_by": "fronde"}
+                for i in [self.settings.public_model, *modes]
+            ],
+            "unavailable": [
+                {"id": f"{MODEL_PREFIX}{m}", "reason": reason}
+                for m, reason in self.pool.left_out.items()
+            ],
+        }
+
+    def health(self) -> tuple[bool, dict[str, Any]]:
+        """Proxy and backend states: (ready to serve, ``/health`` body).
+
+        Ready once the floor of last resort can serve: baseline when it runs,
+        otherwise any mode; with swap residency, whatever is resident.
+        """
+        ready = self.pool.ready_modes()
+        if self.swap is not None:  # whatever is resident serves (and swaps bring the rest)
+            floor_ready = bool(ready)
+        elif Mode.BASELINE in self.pool.backends:
+            floor_ready = Mode.BASELINE in ready
+        else:
+            floor_ready = bool(ready)
+        return floor_ready, {
+            "status": "ok" if floor_ready else "unavailable",
+            "uptime_s": round(time.time() - self.started_at, 1),
+            "residency": self.settings.residency,
+            "backends": self.pool.status(),
+        }
+
+    def state(self) -> dict[str, Any]:
+        """The router's live state, with the swap scheduler's (``/fronde/v1/router``)."""
+        state = self.router.snapshot()
+        state["swap"] = self.swap.snapshot() if self.swap is not None else None
+        return state
+
+    async def backend_metrics(self) -> bytes:
+        """Every ready backend's llama-server metrics, merged with a ``mode`` label."""
+
+        async def one(mode: Mode) -> tuple[str, str]:
+            url = self.pool.get(mode).url
+            text = await self.client.get_text(url, "/metrics", BACKEND_METRICS_TIMEOUT_S)
+            return str(mode), text or ""
+
+        texts = dict(await asyncio.gather(*(one(m) for m in self.pool.ready_modes())))
+        return merge_backend_metrics(texts).encode()
+
+    # --- life --------------------------------------------------------------------------
+
+    async def _start_backends(self) -> None:
+        if self.swap is not None:
+            await self.swap.start()  # only the first max_resident modes come up
+        else:
+            await self.pool.start()
+        ready = self.pool.ready_modes()
+        if ready:
+            log.info(
+                "serve.ready",
+                modes=[str(m) for m in ready],
+                upstream_client=self.settings.upstream.client,
+            )
+            return
+        reasons = "; ".join(
+            f"{mode}: {info.get('error')}" for mode, info in self.pool.status().items()
+        )
+        log.error("serve.no_backend", reasons=reasons)
+        if self.on_fatal is not None:
+            self.on_fatal(f"no llama-server backend could start ({reasons})")
+
+    @asynccontextmanager
+    async def running(self) -> AsyncGenerator[None]:
+        """Sync shared state, start the backends in the background; stop all on exit.
+
+        Backends start in the background, so ``/health`` answers 503 while they load.
+        """
+        self.started_at = time.time()
+        self.pool.count_load_with(lambda url: self.client.in_flight[url])
+        if self.store is not None:
+            await self.store.start()
+        starter = asyncio.create_task(self._start_backends())
+        try:
+            yield
+        finally:
+            if self.store is not None:
+                await self.store.stop()
+            starter.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await starter
+            if self.swap is not None:
+                await self.swap.stop()
+            await self.pool.stop()
+            await self.client.http.aclose()
+
+
+@dataclass
+class _Late:
+    """Parts the metrics read at scrape time, built after the metrics themselves.
+
+    The router reports to the metrics, and the metrics read the router.
+    """
+
+    router: Router | None = None
+    swap: SwapScheduler | None = None
+
+
+def _metrics(pool: BackendPool, late: _Late) -> Metrics:
+    """The instruments, reading live values at scrape time."""
+
+    def in_flight() -> dict[str, int]:
+        return {str(m): n for m, n in late.router.in_flight.items()} if late.router else {}
+
+    def queued() -> dict[str, int]:
+        return {str(m): len(q) for m, q in late.swap.queues.items()} if late.swap else {}
+
+    def alpha() -> dict[str, float]:
+        if late.router is None:
+            return {}
+        snap = late.router.measurements.snapshot(time.monotonic())
+        return {str(m): s["alpha_ema"] for m, s in snap.items() if s["alpha_ema"] is not None}
+
+    return Metrics(
+        up=lambda: {str(m): m in pool.ready_modes() for m in pool.backends},
+        in_flight=in_flight,
+        queued=queued,
+        restarts=lambda: {str(m): n for m, n in pool.restarts.items()},
+        alpha=alpha,
+    )
+
+
+def build_runtime(
+    settings: Settings,
+    pool: BackendPool | None = None,
+    on_fatal: Callable[[str], None] | None = None,
+) -> Runtime:
+    """Build every part of a Fronde server for ``settings`` (nothing starts yet).
+
+    Args:
+        settings: the settings tree.
+        pool: a pool to use instead of :func:`build_pool` (tests pass one with a fake
+            llama-server).
+        on_fatal: called with a one-line reason when no backend could start.
+
+    Raises:
+        InstallError, ManifestError: from :func:`build_pool`.
+        ConfigError: no mode can run.
+    """
+    the_pool = pool if pool is not None else build_pool(settings)
+    if not the_pool.backends:
+        reasons = "; ".join(f"{m}: {why}" for m, why in the_pool.left_out.items())
+        raise ConfigError(f"no mode can run ({reasons or 'the `modes` setting is empty'})")
+    late = _Late()
+    metrics = _metrics(the_pool, late)
+    swap: SwapScheduler | None = None
+    if settings.residency == "swap":
+        sw = settings.swap
+        swap = SwapScheduler(
+            the_pool,
+            [m for m in Mode if m in the_pool.backends],
+            max_resident=sw.max_resident,
+            max_epoch_s=sw.max_epoch_s,
+            max_wait_s=sw.max_wait_s,
+            fallback=sw.fallback,
+            policy=sw.policy,
+            on_swap=metrics.swap,
+        )
+    measurements, cache = measurements_from(settings), cache_from(settings)
+    store = None
+    if settings.shared.redis_url:
+        sh = settings.shared
+        store = SharedState(sh.redis_url, measurements, cache, sh.namespace, sh.sync_s)
+    router = Router.from_settings(
+        settings, measurements=measurements, cache=cache, store=store, events=metrics
+    )
+    late.router, late.swap = router, swap
+    client = BackendClient(make_http_client(settings.upstream))
+    dispatcher = Dispatcher(settings, the_pool, client, router, swap)
+    return Runtime(settings, the_pool, client, router, metrics, dispatcher, swap, store, on_fatal)

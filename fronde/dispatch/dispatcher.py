@@ -1,0 +1,470 @@
+"""The dispatcher: one owner for a request's life, from admission to its last byte.
+
+For each OpenAI request the API layer has parsed and checked, :meth:`Dispatcher.answer`
+classifies it, plans it with the router, waits for its mode to be resident (swap
+residency) and for a decode slot, then either passes it to one mode's backend or
+probes and continues (:mod:`fronde.dispatch.splice`); a backend that fails before any
+byte was sent is retried on another mode. The request's :class:`Admission` is the one
+writer of its status, and is released when the answer ends: the end of the JSON, the
+stream's last byte, an error, or the client leaving (the API cancels the work).
+
+Every answer carries the decision in ``x-fronde-mode`` and ``x-fronde-class``;
+errors carry them too.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import AsyncIterator
+from contextlib import AsyncExitStack
+from typing import Any, cast
+
+import anyio
+
+from fronde.backends.client import BackendClient
+from fronde.backends.pool import BackendPool
+from fronde.backends.swap import SwapScheduler
+from fronde.config import Settings
+from fronde.dispatch.admission import Admission
+from fronde.dispatch.answer import Answer, Streamed, Whole
+from fronde.dispatch.collect import answer_whole
+from fronde.dispatch.relay import DONE_LINE, OwnedStops, relay_sse, sse_error_event, with_keepalive
+from fronde.dispatch.splice import Splice
+from fronde.dispatch.tools import ToolTemplate, honour_tool_choice
+from fronde.errors import (
+    BackendConnectionError,
+    BackendStreamError,
+    BackendUnavailableError,
+    ContextLengthError,
+    FrondeError,
+)
+from fronde.logging import get_logger
+from fronde.modes import Mode
+from fronde.router.cache import cache_key
+from fronde.router.choice import forced_mode, parse_mode
+from fronde.router.classify import RequestClass, classify
+from fronde.router.engine import Decision, Router, Status
+from fronde.router.native import Kind, chunk, finish_reason, full_response, new_id, usage
+from fronde.router.policy import Route
+
+__all__ = ["PATHS", "Dispatcher"]
+
+log = get_logger(__name__)
+
+PATHS: dict[Kind, str] = {"chat": "/v1/chat/completions", "text": "/v1/completions"}
+"""The OpenAI endpoint of each kind, on Fronde and on llama-server alike."""
+
+DONE_BYTES = DONE_LINE.encode()
+
+
+def _include_usage(body: dict[str, Any]) -> bool:
+    """The client's ``stream_options.include_usage``."""
+    options = body.get("stream_options")
+    return isinstance(options, dict) and bool(cast("dict[str, Any]", options).get("include_usage"))
+
+
+def _probe_eligible(kind: Kind, body: dict[str, Any]) -> bool:
+    """The probe path renders and tokenizes the prompt: it needs a string prompt."""
+    return kind == "chat" or isinstance(body.get("prompt"), str)
+
+
+def _sse(obj: dict[str, Any]) -> bytes:
+    return b"data: " + json.dumps(obj, ensure_ascii=False).encode() + b"\n\n"
+
+
+class Dispatcher:
+    """Runs requests through the router and the backends (see the module docstring).
+
+    Args:
+        settings: the settings tree.
+        pool: the backends.
+        client: the HTTP client to them.
+        router: routing state and policy.
+        swap: the swap scheduler with swap residency, else None (every mode resident).
+    """
+
+    def __init__(
+        self,
+        settings: Settings,
+        pool: BackendPool,
+        client: BackendClient,
+        router: Router,
+        swap: SwapScheduler | None = None,
+    ) -> None:
+        self.settings = settings
+        self.pool = pool
+        self.client = client
+        self.router = router
+        self.swap = swap
+        self.tools = ToolTemplate(client, lambda: pool.get(Mode.BASELINE).url)
+
+    def routable(self) -> list[Mode]:
+        """Modes a request may be routed to now.
+
+        The ready ones; with swap residency, every swappable mode (a request for a
+        non-resident one waits for its epoch).
+        """
+        return self.swap.available() if self.swap is not None else self.pool.ready_modes()
+
+    # --- one request -------------------------------------------------------------------
+
+    async def answer(self, kind: Kind, body: dict[str, Any], mode_header: str | None) -> Answer:
+        """Answer one checked OpenAI request, streamed or not.
+
+        Args:
+            kind: ``chat`` or ``text``.
+            body: the request body (checked by the API's schema).
+            mode_header: the client's ``x-fronde-mode`` header, if any.
+
+        Raises:
+            FrondeError: an error before any byte of the answer; its ``headers`` name
+                the decision.
+        """
+        if kind == "chat":
+            await honour_tool_choice(body, self.tools.supports_tools)
+        adm, headers = await self._admit(kind, body, mode_header)
+        try:
+            answer = await self._serve(adm, kind, body, headers)
+        except FrondeError as exc:
+            adm.close("error", exc.message)
+            exc.headers.update(headers)  # an error still says which mode was chosen
+            if isinstance(exc, ContextLengthError):
+                exc.param = "messages" if kind == "chat" else "prompt"
+            raise
+        except asyncio.CancelledError:
+            adm.close("cancelled")  # the client left (or the server stops)
+            raise
+        except Exception as exc:
+            adm.close("error", f"internal error: {type(exc).__name__}")
+            raise
+        if isinstance(answer, Whole):
+            adm.close("done")  # a stream closes when it ends
+        return answer
+
+    async def _admit(
+        self, kind: Kind, body: dict[str, Any], mode_header: str | None
+    ) -> tuple[Admission, dict[str, str]]:
+        """Classify and plan the request: its admission and the decision's headers.
+
+        Raises:
+            BackendUnavailableError: nothing can serve it (HTTP 503).
+        """
+        t0 = time.monotonic()
+        forced = forced_mode(mode_header, body.get("model"))
+        cls = classify(body, edit_block_chars=self.settings.router.edit_block_chars)
+        ready = self.routable()
+        if not ready and forced is None:
+            raise BackendUnavailableError("no backend is ready yet")
+        if (
+            cls is RequestClass.UNSAFE
+            and forced is None
+            and Mode.BASELINE not in self.pool.backends
+        ):
+            raise BackendUnavailableError(
+                "requests with tools, a grammar, a JSON schema, response_format or logprobs run "
+                "on the baseline mode only (speculation is not proven safe for them), and this "
+                "server runs no baseline: start it with --mode baseline"
+            )
+        key = cache_key(body)
+        if forced is None:
+            await self.router.recall(key)  # another replica may have routed it
+        decision = self.router.plan(cls, key, ready, forced, now=t0)
+        headers = {
+            "x-fronde-mode": str(decision.plan.mode),
+            "x-fronde-class": str(decision.plan.route),
+            "x-fronde-request-id": decision.rid,  # its row in /fronde/v1/router's "recent"
+        }
+        return Admission(self.router, decision), headers
+
+    async def _serve(
+        self, adm: Admission, kind: Kind, body: dict[str, Any], headers: dict[str, str]
+    ) -> Answer:
+        """Wait for residency and a slot, then send or probe; retry once elsewhere."""
+        decision = cast("Decision", adm.decision)
+        plan = decision.plan
+        mode = await self._resident(adm, headers)
+        await adm.take_slot()
+        try:
+            # A probe hands over between two backends; with swap residency only the
+            # leased one is sure to stay up, so the probed mode answers in full.
+            if plan.route is Route.PROBE and _probe_eligible(kind, body) and self.swap is None:
+                return await self._probe(adm, kind, body, headers)
+            return await self._send(adm, kind, body, mode, headers)
+        except (BackendConnectionError, BackendUnavailableError) as exc:
+            # Nothing reached the client yet: serve from another ready mode.
+            alt = self._retry_mode(decision)
+            if alt is None:
+                raise
+            log.warning("route.retried", failed=str(plan.mode), mode=str(alt), error=exc.message)
+            headers |= {"x-fronde-mode": str(alt), "x-fronde-retried-from": str(plan.mode)}
+            decision.winner = alt
+            return await self._send(adm, kind, body, alt, headers)
+
+    async def _resident(self, adm: Admission, headers: dict[str, str]) -> Mode:
+        """With swap residency, wait for the plan's mode to be resident; return the mode to use.
+
+        The lease goes back when ``adm`` is released. Past ``swap.max_wait_s`` the
+        scheduler grants another resident mode (``x-fronde-swap-fallback`` names the
+        one asked for) or raises :class:`~fronde.backends.swap.SwapWaitError` (503).
+        """
+        decision = cast("Decision", adm.decision)
+        plan = decision.plan
+        if self.swap is None:
+            return plan.mode
+        swap = self.swap
+        # Only baseline may serve unsafe-for-spec requests: past the wait bound, a 503.
+        lease = await swap.acquire(plan.mode, fallback=plan.route is not Route.UNSAFE)
+        adm.on_release(lambda: swap.release(lease))
+        headers["x-fronde-swap-wait-ms"] = f"{lease.waited_s * 1000:.0f}"
+        if lease.fallback:
+            headers |= {"x-fronde-mode": str(lease.mode), "x-fronde-swap-fallback": str(plan.mode)}
+            decision.winner = lease.mode
+        return lease.mode
+
+    def _retry_mode(self, decision: Decision) -> Mode | None:
+        """Where a request goes when its mode failed before any byte was sent, or None.
+
+        Forced requests are not moved (the client asked for that mode), nor are
+        unsafe-for-spec ones (only baseline may serve them), nor requests under swap
+        residency (only the leased mode is sure to stay up). Otherwise the plan's floor,
+        then baseline, then any other ready mode.
+        """
+        plan = decision.plan
+        if plan.route in (Route.FORCED, Route.UNSAFE) or self.swap is not None:
+            return None
+        ready = [m for m in self.pool.ready_modes() if m is not plan.mode]
+        for m in (plan.floor, Mode.BASELINE, *ready):
+            if m is not None and m in ready:
+                return m
+        return None
+
+    @staticmethod
+    def _overhead(decision: Decision, headers: dict[str, str]) -> None:
+        """Fronde's own time before the upstream call: since arrival, waits excluded, ms.
+
+        Set on the decision and in the ``x-fronde-overhead-ms`` response header.
+        """
+        spent_ms = (time.monotonic() - decision.started) * 1000
+        decision.overhead_ms = round(spent_ms - (decision.queued_ms or 0.0), 3)
+        headers["x-fronde-overhead-ms"] = f"{decision.overhead_ms:.3f}"
+
+    async def _tracked(self, adm: Admission, source: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
+        """Relay an SSE byte stream, counting its events and ending the request with it.
+
+        The outcome is ``done`` when ``[DONE]`` went out, ``error`` when the stream
+        ended without it (an in-band error event), ``cancelled`` when the client left.
+        """
+        outcome: Status = "error"
+        try:
+            async for piece in source:
+                if piece.startswith(b"data: {"):
+                    adm.progress()
+                elif piece.startswith(DONE_BYTES):
+                    outcome = "done"
+                yield piece
+        except BaseException:
+            outcome = "cancelled"
+            raise
+        finally:
+            adm.close(outcome, None if outcome != "error" else "error in the stream")
+
+    async def _send(
+        self, adm: Admission, kind: Kind, body: dict[str, Any], mode: Mode, headers: dict[str, str]
+    ) -> Answer:
+        """Pass the request through to ``mode``'s OpenAI endpoint, recording its timings."""
+        decision = cast("Decision", adm.decision)
+        url = self.pool.get(mode).url
+        self._overhead(decision, headers)
+
+        def on_timings(timings: dict[str, Any]) -> None:
+            self.router.record(decision, mode, timings)
+            self.router.settle_whole_probe(decision, mode)
+
+        if not body.get("stream", False):
+            # Streamed upstream all the same (fronde.dispatch.collect): cancellable.
+            with adm.generating(mode):
+                data = await answer_whole(
+                    self.client, url, PATHS[kind], body, str(mode), on_timings
+                )
+            return Whole(data, headers)
+        stack = AsyncExitStack()
+        stack.callback(adm.count(mode))
+        # Stop strings in a stream are Fronde's (see fronde.dispatch.relay): llama-server
+        # would drop the text it held back for a partial match at the budget.
+        upstream_body, stops = OwnedStops.take(body, chat=kind == "chat")
+        # Open the upstream before answering: a failure before the first byte is
+        # still an ordinary HTTP error (raised here), not a broken 200 stream.
+        try:
+            upstream = await stack.enter_async_context(
+                self.client.stream(url, PATHS[kind], upstream_body)
+            )
+        except BaseException:
+            await stack.aclose()
+            raise
+        relayed = relay_sse(
+            upstream, str(mode), on_timings, include_usage=_include_usage(body), stops=stops
+        )
+        keepalive_s = self.settings.server.sse_keepalive_s
+
+        async def events() -> AsyncIterator[bytes]:
+            try:
+                async for piece in with_keepalive(self._tracked(adm, relayed), keepalive_s):
+                    yield piece
+            finally:
+                # Also runs when the client disconnects (we are cancelled): the upstream
+                # connection closes and llama-server frees the slot. Shielded, since
+                # any await in a cancelled scope would be cancelled at once.
+                with anyio.CancelScope(shield=True):
+                    await stack.aclose()
+
+        async def close() -> None:
+            adm.close("cancelled")  # a no-op once the stream ended
+            await stack.aclose()
+
+        return Streamed(events(), headers, close)
+
+    async def _probe(
+        self, adm: Admission, kind: Kind, body: dict[str, Any], headers: dict[str, str]
+    ) -> Answer:
+        """Probe-and-continue (see :mod:`fronde.dispatch.splice`), answered in OpenAI's shape.
+
+        The probe segment runs before the answer starts, so a refusal (a prompt over
+        the context: 400 ``context_length_exceeded``) or a failed backend is still a
+        plain HTTP error, streamed or not.
+        """
+        decision = cast("Decision", adm.decision)
+        stream = bool(body.get("stream", False))
+        splice = Splice(self.client, self.pool, adm, kind, body, stream=stream)
+        await splice.prepare()  # render + tokenize: errors here are still plain HTTP errors
+        self._overhead(decision, headers)  # the probe's render + tokenize round trips count
+        await splice.start()
+        model = str(body.get("model") or self.settings.public_model)
+        if stream:
+            return self._probe_stream(adm, splice, kind, model, _include_usage(body), headers)
+        text = "".join([piece async for piece in splice.run()])
+        extra = {"timings": splice.final_timings(), "fronde": splice.fronde_info()}
+        data = full_response(
+            kind,
+            model,
+            text,
+            finish_reason(splice.finish_stop_type),
+            len(splice.prompt),
+            splice.completion_tokens,
+            extra,
+        )
+        headers = headers | {"x-fronde-mode": str(decision.winner or decision.plan.mode)}
+        if decision.probe_tok_s is not None:
+            headers["x-fronde-probe-tok-s"] = f"{decision.probe_tok_s:.2f}"
+        return Whole(data, headers)
+
+    def _probe_stream(
+        self,
+        adm: Admission,
+        splice: Splice,
+        kind: Kind,
+        model: str,
+        include_usage: bool,
+        headers: dict[str, str],
+    ) -> Streamed:
+        """The rest of a probed answer as OpenAI chunks, after the probe's own text."""
+        rid, created = new_id(kind), int(time.time())
+
+        async def events() -> AsyncIterator[bytes]:
+            first = True
+            try:
+                async for piece in splice.run():
+                    yield _sse(chunk(kind, rid, model, created, text=piece, role=first))
+                    first = False
+            except FrondeError as exc:
+                yield b"\n" + sse_error_event(exc.message)
+                return
+            finally:
+                adm.release()
+            last = chunk(
+                kind,
+                rid,
+                model,
+                created,
+                text="" if kind == "text" else None,
+                role=first,
+                finish=finish_reason(splice.finish_stop_type),
+            )
+            last["timings"] = splice.final_timings()
+            last["fronde"] = splice.fronde_info()
+            yield _sse(last)
+            if include_usage:
+                usage_chunk = chunk(kind, rid, model, created)
+                usage_chunk["choices"] = []
+                usage_chunk["usage"] = usage(len(splice.prompt), splice.completion_tokens)
+                yield _sse(usage_chunk)
+            yield DONE_BYTES + b"\n\n"
+
+        async def close() -> None:
+            adm.close("cancelled")  # a no-op once the stream ended
+
+        keepalive_s = self.settings.server.sse_keepalive_s
+        return Streamed(with_keepalive(self._tracked(adm, events()), keepalive_s), headers, close)
+
+    # --- llama-server's own endpoints, passed through ------------------------------------
+
+    def _native_target(self, name: str | None) -> tuple[Mode, str]:
+        """The backend a native call goes to: (mode, base URL).
+
+        Raises:
+            UnknownModeError, ModeUnavailableError: the named mode does not exist or
+                is not run here.
+            BackendUnavailableError: no backend is ready.
+        """
+        if name:
+            mode = parse_mode(name, param="mode")
+        else:
+            ready = self.pool.ready_modes()
+            if not ready:
+                raise BackendUnavailableError("no backend is ready yet")
+            mode = Mode.BASELINE if Mode.BASELINE in ready else ready[0]
+        return mode, self.pool.get(mode).url
+
+    async def native_get(self, path: str, mode_name: str | None) -> Whole:
+        """``GET path`` on the named mode's backend (baseline, or the first ready, if None)."""
+        mode, url = self._native_target(mode_name)
+        data = await self.client.get_json(url, path)
+        return Whole(data, {"x-fronde-mode": str(mode)})
+
+    async def native_post(self, path: str, body: dict[str, Any], mode_name: str | None) -> Answer:
+        """``POST path`` on the named mode's backend, body as sent.
+
+        ``/completion`` takes a decode slot; streamed, it is relayed byte for byte and
+        ends with an in-band error event if the backend breaks.
+        """
+        mode, url = self._native_target(mode_name)
+        headers = {"x-fronde-mode": str(mode)}
+        if path != "/completion":
+            return Whole(await self.client.post_json(url, path, body), headers)
+        adm = Admission(self.router)
+        await adm.take_slot()
+        if not body.get("stream"):
+            try:
+                return Whole(await self.client.post_json(url, path, body), headers)
+            finally:
+                adm.release()
+        stack = AsyncExitStack()
+        stack.callback(adm.release)
+        try:
+            upstream = await stack.enter_async_context(self.client.stream(url, path, body))
+        except BaseException:
+            await stack.aclose()
+            raise
+
+        async def events() -> AsyncIterator[bytes]:
+            try:
+                async for part in upstream.raw():
+                    yield part
+            except BackendStreamError as exc:
+                yield b"\n" + sse_error_event(f"backend {mode} failed mid-stream: {exc.cause}")
+            finally:
+                with anyio.CancelScope(shield=True):  # see _send
+                    await stack.aclose()
+
+        return Streamed(events(), headers, stack.aclose)

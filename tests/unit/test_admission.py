@@ -1,0 +1,51 @@
+"""Admission: one request's hold on the decode gate, in-flight counts and its status."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from fronde.dispatch.admission import Admission
+from fronde.modes import Mode
+from fronde.router.classify import RequestClass
+from fronde.router.engine import Router
+
+pytestmark = pytest.mark.anyio
+
+
+async def test_the_decode_gate_admits_one_generation_at_a_time() -> None:
+    router = Router(max_parallel_decodes=1)
+    first, second = Admission(router), Admission(router)
+    await first.take_slot()
+    waiter = asyncio.ensure_future(second.take_slot())
+    await asyncio.sleep(0.01)
+    assert not waiter.done()  # the second generation waits in Fronde
+    first.release()
+    first.release()  # releasing twice gives back one slot only
+    await asyncio.wait_for(waiter, 1.0)
+    assert router.gate.locked()  # still exactly one holder
+    second.release()
+    assert not router.gate.locked()
+
+
+async def test_an_admission_writes_its_decisions_status_and_counts() -> None:
+    router = Router(max_parallel_decodes=1)
+    decision = router.plan(RequestClass.GENERAL, "k", [Mode.BASELINE])
+    adm = Admission(router, decision)
+    released: list[str] = []
+    adm.on_release(lambda: released.append("lease"))
+    assert decision.status == "waiting"
+    await adm.take_slot()
+    assert decision.status == "running" and decision.queued_ms is not None
+    with adm.generating(Mode.BASELINE):
+        assert router.in_flight[Mode.BASELINE] == 1
+    assert router.in_flight[Mode.BASELINE] == 0
+    uncount = adm.count(Mode.NGRAM_MOD)
+    uncount()
+    uncount()  # idempotent
+    assert router.in_flight[Mode.NGRAM_MOD] == 0
+    adm.close("done")
+    adm.close("error", "late")  # the first end counts
+    assert (decision.status, decision.error, released) == ("done", None, ["lease"])
+    assert not router.gate.locked()

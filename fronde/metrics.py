@@ -36,6 +36,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 from fronde.modes import Mode
+from fronde.timings import Timings
 
 __all__ = ["DECODE_BUCKETS", "OVERHEAD_BUCKETS", "Metrics", "merge_backend_metrics"]
 
@@ -223,19 +224,17 @@ class Metrics:
         self.swaps.labels(record.get("from") or "", record["to"], outcome).inc()
         self.swap_seconds.observe(float(record.get("seconds") or 0.0))
 
-    def generation(self, mode: Mode, timings: dict[str, Any], collapsed: bool) -> None:
+    def generation(self, mode: Mode, timings: Timings, collapsed: bool) -> None:
         """Record one finished generation from llama-server's ``timings``.
 
-        Tokens (``predicted_n``), decode tok/s (``predicted_per_second``), drafted and
-        accepted (``draft_n``, ``draft_n_accepted``); ``collapsed``: it quarantined the
+        Tokens, decode tok/s, drafted and accepted; ``collapsed``: it quarantined the
         mode. (:class:`~fronde.router.engine.RouterEvents`.)
         """
         m = str(mode)
-        self.tokens.labels(m).inc(int(timings.get("predicted_n") or 0))
-        self.decode.labels(m).observe(float(timings.get("predicted_per_second") or 0.0))
-        drafted = int(timings.get("draft_n") or 0)
-        if drafted:
-            self.drafted.labels(m).inc(drafted)
-            self.accepted.labels(m).inc(int(timings.get("draft_n_accepted") or 0))
+        self.tokens.labels(m).inc(timings.predicted_n)
+        self.decode.labels(m).observe(timings.predicted_per_second)
+        if timings.draft_n:
+            self.drafted.labels(m).inc(timings.draft_n)
+            self.accepted.labels(m).inc(timings.draft_n_accepted)
         if collapsed:
             self.quarantines.labels(m).inc()

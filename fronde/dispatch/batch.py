@@ -32,6 +32,7 @@ from fronde.router.classify import classify
 from fronde.router.engine import Decision
 from fronde.router.native import Kind
 from fronde.router.policy import Route
+from fronde.timings import Timings
 
 __all__ = ["MAX_BATCH", "BatchItem", "run_batch"]
 
@@ -151,7 +152,7 @@ async def _run_one(
         return _item_error(index, exc)
     finally:
         adm.release()
-    d.router.record(decision, mode, data.get("timings"))
+    d.router.record(decision, mode, Timings.parse(data.get("timings")))
     d.router.settle_whole_probe(decision, mode)
     adm.finish("done")
     return {"index": index, "status": 200, "mode": str(mode), "body": data}

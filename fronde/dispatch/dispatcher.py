@@ -48,6 +48,7 @@ from fronde.router.classify import RequestClass, classify
 from fronde.router.engine import Decision, Router, Status
 from fronde.router.native import Kind, chunk, finish_reason, full_response, new_id, usage
 from fronde.router.policy import Route
+from fronde.timings import Timings
 
 __all__ = ["PATHS", "Dispatcher"]
 
@@ -279,7 +280,7 @@ class Dispatcher:
         self._overhead(decision, headers)
 
         def on_timings(timings: dict[str, Any]) -> None:
-            self.router.record(decision, mode, timings)
+            self.router.record(decision, mode, Timings.parse(timings))
             self.router.settle_whole_probe(decision, mode)
 
         if not body.get("stream", False):

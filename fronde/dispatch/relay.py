@@ -32,6 +32,7 @@ from fronde.backends.client import UpstreamStream
 from fronde.errors import BackendStreamError, openai_error_body
 from fronde.logging import get_logger
 from fronde.router.stops import StopMatcher
+from fronde.timings import Timings
 
 __all__ = [
     "DONE_LINE",
@@ -58,26 +59,12 @@ KEEPALIVE_LINE = b": keep-alive\n\n"
 """An SSE comment: clients ignore it, idle-timeout proxies see bytes flowing."""
 
 
-def _usage_from_timings(timings: dict[str, Any]) -> dict[str, int] | None:
-    """OpenAI ``usage`` from llama-server ``timings`` (prompt = cached + evaluated)."""
-    try:
-        prompt = int(timings.get("prompt_n", 0)) + int(timings.get("cache_n", 0))
-        completion = int(timings["predicted_n"])
-    except (KeyError, TypeError, ValueError):
-        return None
-    return {
-        "prompt_tokens": prompt,
-        "completion_tokens": completion,
-        "total_tokens": prompt + completion,
-    }
-
-
 def _usage_chunk(last: dict[str, Any], timings: dict[str, Any] | None) -> bytes | None:
     """The final usage event (empty ``choices``) made from ``timings``, or None."""
-    usage = _usage_from_timings(timings or {})
-    if usage is None:
+    parsed = Timings.parse(timings)
+    if parsed is None:
         return None
-    tail: dict[str, Any] = {**last, "choices": [], "usage": usage}
+    tail: dict[str, Any] = {**last, "choices": [], "usage": parsed.usage()}
     tail.pop("timings", None)
     return f"data: {json.dumps(tail)}\n\n".encode()
 

@@ -53,10 +53,10 @@ from fronde.dispatch.admission import Admission
 from fronde.errors import BackendConnectionError, BackendStreamError, InvalidRequestError
 from fronde.modes import Mode
 from fronde.router.engine import Decision, Router
-from fronde.router.measure import measurement_from_timings
 from fronde.router.native import Kind, max_new_tokens, sampling_params
 from fronde.router.policy import Route, hand_over_pays
 from fronde.router.stops import StopMatcher
+from fronde.timings import Timings
 
 __all__ = [
     "Segment",
@@ -361,7 +361,7 @@ class Splice:
                         break  # closing the stream (aclosing) stops the generation
         if self.matcher.stopped:
             seg.stop_type = "word"
-        self.router.record(self.decision, mode, seg.timings)
+        self.router.record(self.decision, mode, Timings.parse(seg.timings))
         self._end_segment(seg)
         yield
 
@@ -402,10 +402,9 @@ class Splice:
         finally:
             # Each segment was recorded for its own mode; the decision row shows the
             # whole answer (router.record left the last segment's figures there).
-            m = measurement_from_timings(self.final_timings())
-            if m is not None:
-                d = self.decision
-                d.decode_tok_s, d.alpha, d.tau, d.tokens = m.decode_tok_s, m.alpha, m.tau, m.tokens
+            t, d = self.total_timings(), self.decision
+            d.decode_tok_s, d.tokens = t.predicted_per_second, t.predicted_n
+            d.alpha, d.tau = t.alpha, t.tau
 
     def _drain(self) -> list[str]:
         out, self._ready = self._ready, []
@@ -458,22 +457,14 @@ class Splice:
         if self.on_switch is not None:
             self.on_switch(winner)
 
-    def final_timings(self) -> dict[str, Any]:
+    def total_timings(self) -> Timings:
         """Timings summed over the segments (decode tok/s over the whole answer)."""
-        n = sum(int(s.timings.get("predicted_n") or 0) for s in self.segments)
-        ms = sum(float(s.timings.get("predicted_ms") or 0.0) for s in self.segments)
-        drafted = sum(int(s.timings.get("draft_n") or 0) for s in self.segments)
-        accepted = sum(int(s.timings.get("draft_n_accepted") or 0) for s in self.segments)
-        out: dict[str, Any] = {
-            "predicted_n": n,
-            "predicted_ms": ms,
-            "predicted_per_second": n / ms * 1000 if ms > 0 else 0.0,
-            "prompt_n": sum(int(s.timings.get("prompt_n") or 0) for s in self.segments),
-            "prompt_ms": sum(float(s.timings.get("prompt_ms") or 0.0) for s in self.segments),
-        }
-        if drafted:
-            out["draft_n"], out["draft_n_accepted"] = drafted, accepted
-        return out
+        parts = [Timings.parse(s.timings) for s in self.segments]
+        return Timings.total(p for p in parts if p is not None)
+
+    def final_timings(self) -> dict[str, Any]:
+        """:meth:`total_timings` as the response's ``timings`` JSON object."""
+        return self.total_timings().as_json()
 
     def fronde_info(self) -> dict[str, Any]:
         """What the router did, for the ``fronde`` field of the response."""

@@ -23,8 +23,9 @@ from fronde.logging import get_logger
 from fronde.modes import Mode
 from fronde.router.cache import RouteCache
 from fronde.router.classify import RequestClass
-from fronde.router.measure import MIN_TOKENS, Measurement, Measurements, measurement_from_timings
+from fronde.router.measure import MIN_TOKENS, Measurement, Measurements
 from fronde.router.policy import Plan, Route, RouterPolicy, plan_route
+from fronde.timings import Timings
 
 __all__ = ["Decision", "Router", "RouterEvents", "StateStore", "Status"]
 
@@ -138,7 +139,7 @@ class StateStore(Protocol):
 class RouterEvents(Protocol):
     """Where the router reports what happened (:class:`~fronde.metrics.Metrics` listens)."""
 
-    def generation(self, mode: Mode, timings: dict[str, Any], collapsed: bool) -> None:
+    def generation(self, mode: Mode, timings: Timings, collapsed: bool) -> None:
         """A generation on ``mode`` was recorded; ``collapsed``: it quarantined the mode."""
         ...
 
@@ -329,7 +330,7 @@ class Router:
         self,
         decision: Decision,
         mode: Mode,
-        timings: dict[str, Any] | None,
+        timings: Timings | None,
         now: float | None = None,
     ) -> None:
         """Fold a finished generation's ``timings`` into the EMAs; quarantine on collapse.
@@ -340,11 +341,9 @@ class Router:
         made every later request of the class skip its probe (measured:
         ``results/router-cpu-20261129b.json``, all "fallback").
         """
-        if not timings:
+        if timings is None:
             return
-        m = measurement_from_timings(timings)
-        if m is None:
-            return
+        m = Measurement.of(timings)
         now = time.monotonic() if now is None else now
         feeds = decision.plan.route is not Route.FORCED
         collapsed = feeds and self.measurements.record(mode, str(decision.cls), m, now)

@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from fronde.modes import Mode
+from fronde.timings import Timings
 
 __all__ = [
     "COLLAPSE_STRIKES",
@@ -95,23 +96,23 @@ class Measurement:
     alpha: float | None = None
     tau: float | None = None
 
+    @classmethod
+    def of(cls, t: Timings) -> Measurement:
+        """The figures of parsed ``timings``.
 
-def measurement_from_timings(timings: dict[str, Any]) -> Measurement | None:
-    """Build a :class:`Measurement` from a llama-server ``timings`` object.
+        α and τ as :class:`~fronde.timings.Timings` defines them.
+        """
+        return cls(t.predicted_n, t.predicted_per_second, t.alpha, t.tau)
+
+
+def measurement_from_timings(timings: object) -> Measurement | None:
+    """Build a :class:`Measurement` from a llama-server ``timings`` JSON object.
 
     Returns:
         None when the object lacks ``predicted_n`` or ``predicted_per_second``.
     """
-    try:
-        n = int(timings["predicted_n"])
-        tps = float(timings["predicted_per_second"])
-    except (KeyError, TypeError, ValueError):
-        return None
-    drafted = int(timings.get("draft_n") or 0)
-    accepted = int(timings.get("draft_n_accepted") or 0)
-    alpha = accepted / drafted if drafted else None
-    tau = n / (n - accepted) if drafted and n > accepted else None
-    return Measurement(n, tps, alpha, tau)
+    t = Timings.parse(timings)
+    return None if t is None else Measurement.of(t)
 
 
 @dataclass

@@ -19,6 +19,7 @@ from fronde.router.policy import (
     choose_floor,
     plan_route,
 )
+from fronde.timings import Timings
 
 CODE = "```python\n" + "def f(x):\n    return x + 1\n" * 40 + "```"  # ~1 000 chars
 JSON = "```json\n" + '{"id": 1, "name": "widget", "price": 9.5},\n' * 25 + "```"
@@ -327,10 +328,10 @@ def test_router_engine_records_and_quarantines_via_timings() -> None:
     r = Router()
     d = r.plan(RequestClass.GENERAL, "k", ALL, now=0.0)
     for _ in range(3):
-        r.record(d, Mode.NGRAM_MOD, {"predicted_n": 64, "predicted_per_second": 100.0}, now=0.0)
+        r.record(d, Mode.NGRAM_MOD, Timings(64, 100.0), now=0.0)
     r.cache.put("k", Mode.NGRAM_MOD, now=0.0)
     for _ in range(2):  # two collapsed samples in a row
-        r.record(d, Mode.NGRAM_MOD, {"predicted_n": 64, "predicted_per_second": 10.0}, now=1.0)
+        r.record(d, Mode.NGRAM_MOD, Timings(64, 10.0), now=1.0)
     assert r.measurements.quarantined(Mode.NGRAM_MOD, now=2.0)
     assert len(r.cache) == 0  # entries pointing at the collapsed mode were dropped
     snap = r.snapshot(now=2.0)
@@ -342,8 +343,7 @@ def test_forced_requests_are_reported_but_do_not_feed_the_emas() -> None:
 
     r = Router()
     d = r.plan(RequestClass.GENERAL, "k", ALL, forced=Mode.NGRAM_MOD, now=0.0)
-    timings = {"predicted_n": 64, "predicted_per_second": 100.0, "draft_n": 40}
-    r.record(d, Mode.NGRAM_MOD, timings | {"draft_n_accepted": 30}, now=0.0)
+    r.record(d, Mode.NGRAM_MOD, Timings(64, 100.0, draft_n=40, draft_n_accepted=30), now=0.0)
     assert d.decode_tok_s == 100.0 and d.alpha == 0.75  # visible in /fronde/v1/router
     assert r.measurements.speed(Mode.NGRAM_MOD) is None
     assert r.measurements.speed(Mode.NGRAM_MOD, "general") is None

@@ -1,0 +1,125 @@
+"""llama-server's ``timings`` object, parsed once, and the figures derived from it.
+
+Every generation llama-server b11434 answers carries ``timings`` (its last stream
+event does; ``tools/server/server-task.cpp``): ``prompt_n``/``prompt_ms`` (prefill),
+``cache_n`` (prompt tokens reused from the slot's cache), ``predicted_n``/
+``predicted_ms``/``predicted_per_second`` (decode, the first token excluded) and,
+under speculation, ``draft_n``/``draft_n_accepted``.
+
+The two speculation figures are defined here and nowhere else:
+
+- **α** (acceptance rate) = ``draft_n_accepted`` ÷ ``draft_n``;
+- **τ** (mean tokens per target pass): each pass yields one token of its own plus the
+  drafts it accepted, so passes = ``predicted_n − draft_n_accepted`` and
+  τ = ``predicted_n`` ÷ passes; 1.0 means no gain (Leviathan et al. 2023, §3).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any, cast
+
+__all__ = ["Timings"]
+
+
+def _int(obj: Mapping[str, Any], key: str) -> int:
+    value = obj.get(key)
+    return int(value) if isinstance(value, int | float) and not isinstance(value, bool) else 0
+
+
+def _float(obj: Mapping[str, Any], key: str) -> float:
+    value = obj.get(key)
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else 0.0
+
+
+@dataclass(frozen=True)
+class Timings:
+    """One generation's ``timings`` (counts in tokens, times in ms, speeds in tok/s)."""
+
+    predicted_n: int
+    predicted_per_second: float
+    predicted_ms: float = 0.0
+    prompt_n: int = 0
+    prompt_ms: float = 0.0
+    cache_n: int = 0
+    draft_n: int = 0
+    draft_n_accepted: int = 0
+
+    @classmethod
+    def parse(cls, obj: object) -> Timings | None:
+        """Read a ``timings`` JSON object.
+
+        Returns:
+            None unless it has ``predicted_n`` and ``predicted_per_second`` as numbers;
+            missing optional fields count 0.
+        """
+        if not isinstance(obj, dict):
+            return None
+        t = cast("dict[str, Any]", obj)
+        n, tps = t.get("predicted_n"), t.get("predicted_per_second")
+        if not all(isinstance(v, int | float) and not isinstance(v, bool) for v in (n, tps)):
+            return None
+        return cls(
+            predicted_n=_int(t, "predicted_n"),
+            predicted_per_second=_float(t, "predicted_per_second"),
+            predicted_ms=_float(t, "predicted_ms"),
+            prompt_n=_int(t, "prompt_n"),
+            prompt_ms=_float(t, "prompt_ms"),
+            cache_n=_int(t, "cache_n"),
+            draft_n=_int(t, "draft_n"),
+            draft_n_accepted=_int(t, "draft_n_accepted"),
+        )
+
+    @classmethod
+    def total(cls, parts: Iterable[Timings]) -> Timings:
+        """The timings of one answer made of ``parts`` (probe-and-continue segments).
+
+        Counts and times are summed; decode tok/s is over the summed decode time.
+        """
+        ps = list(parts)
+        n = sum(p.predicted_n for p in ps)
+        ms = sum(p.predicted_ms for p in ps)
+        return cls(
+            predicted_n=n,
+            predicted_per_second=n / ms * 1000 if ms > 0 else 0.0,
+            predicted_ms=ms,
+            prompt_n=sum(p.prompt_n for p in ps),
+            prompt_ms=sum(p.prompt_ms for p in ps),
+            cache_n=sum(p.cache_n for p in ps),
+            draft_n=sum(p.draft_n for p in ps),
+            draft_n_accepted=sum(p.draft_n_accepted for p in ps),
+        )
+
+    @property
+    def alpha(self) -> float | None:
+        """α = accepted ÷ drafted; None when nothing was drafted."""
+        return self.draft_n_accepted / self.draft_n if self.draft_n else None
+
+    @property
+    def tau(self) -> float | None:
+        """τ = tokens per target pass; None when nothing was drafted."""
+        passes = self.predicted_n - self.draft_n_accepted
+        return self.predicted_n / passes if self.draft_n and passes > 0 else None
+
+    def usage(self) -> dict[str, int]:
+        """OpenAI ``usage``: prompt = evaluated + reused from the cache."""
+        prompt = self.prompt_n + self.cache_n
+        return {
+            "prompt_tokens": prompt,
+            "completion_tokens": self.predicted_n,
+            "total_tokens": prompt + self.predicted_n,
+        }
+
+    def as_json(self) -> dict[str, Any]:
+        """The ``timings`` object as llama-server writes it (drafts only when drafted)."""
+        out: dict[str, Any] = {
+            "predicted_n": self.predicted_n,
+            "predicted_ms": self.predicted_ms,
+            "predicted_per_second": self.predicted_per_second,
+            "prompt_n": self.prompt_n,
+            "prompt_ms": self.prompt_ms,
+        }
+        if self.draft_n:
+            out["draft_n"], out["draft_n_accepted"] = self.draft_n, self.draft_n_accepted
+        return out

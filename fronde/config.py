@@ -36,6 +36,7 @@ from fronde.modes import Mode, SpeculationSettings
 
 __all__ = [
     "DEFAULT_PROFILE",
+    "ROUTER_DEFAULTS",
     "BackendSettings",
     "RouterSettings",
     "ServerSettings",
@@ -226,6 +227,10 @@ class RouterSettings(_Section):
     cache_ttl_s: float = Field(
         default=3600.0, gt=0, le=31_536_000, description="prompt-hash cache entry lifetime, s"
     )
+
+
+ROUTER_DEFAULTS = RouterSettings()
+"""The router's defaults, their one source: ``fronde.router`` reads its constants here."""
 
 
 class SwapSettings(_Section):

@@ -156,7 +156,8 @@ class BackendPool:
         self.restarts: dict[Mode, int] = dict.fromkeys(self.backends, 0)
         self._max_restarts = max_restarts
         self._window_s = restart_window_s
-        self._supervisors: list[asyncio.Task[None]] = []
+        self._supervisors: set[asyncio.Task[None]] = set()
+        """Running supervisors; a finished one removes itself (swaps start many)."""
         self._stopping = False
         for mode, reason in self.left_out.items():
             log.warning("backend.left_out", mode=str(mode), reason=reason)
@@ -212,7 +213,9 @@ class BackendPool:
                 if attempt == 2:
                     raise
                 continue
-            self._supervisors.append(asyncio.create_task(self._supervise(mode, proc)))
+            task = asyncio.create_task(self._supervise(mode, proc))
+            self._supervisors.add(task)
+            task.add_done_callback(self._supervisors.discard)
             return
 
     async def stop_mode(self, mode: Mode) -> None:
@@ -314,9 +317,10 @@ class BackendPool:
     async def stop(self) -> None:
         """Stop supervising and stop every child (SIGTERM, grace, SIGKILL, reap)."""
         self._stopping = True
-        for task in self._supervisors:
+        tasks = list(self._supervisors)  # each removes itself from the set as it ends
+        for task in tasks:
             task.cancel()
-        for task in self._supervisors:
+        for task in tasks:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
         await asyncio.gather(*(p.stop() for p in self.backends.values()))

@@ -15,6 +15,7 @@ from collections.abc import Container
 from dataclasses import dataclass
 from typing import Any
 
+from fronde.config import ROUTER_DEFAULTS
 from fronde.modes import Mode
 
 __all__ = ["KEY_FIELDS", "RouteCache", "cache_key"]
@@ -59,7 +60,11 @@ class RouteCache:
         ttl_s: entries older than this are not served, seconds.
     """
 
-    def __init__(self, max_entries: int = 4096, ttl_s: float = 3600.0) -> None:
+    def __init__(
+        self,
+        max_entries: int = ROUTER_DEFAULTS.cache_max_entries,
+        ttl_s: float = ROUTER_DEFAULTS.cache_ttl_s,
+    ) -> None:
         self.max_entries = max_entries
         self.ttl_s = ttl_s
         self._entries: OrderedDict[str, _Entry] = OrderedDict()

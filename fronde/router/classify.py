@@ -17,6 +17,8 @@ import re
 from enum import StrEnum
 from typing import Any
 
+from fronde.config import ROUTER_DEFAULTS
+
 __all__ = [
     "EDIT_BLOCK_CHARS",
     "UNSAFE_FIELDS",
@@ -26,8 +28,9 @@ __all__ = [
     "request_text",
 ]
 
-EDIT_BLOCK_CHARS = 800
-"""Smallest code/JSON block, in characters, that makes an edit (original FRONDE router)."""
+EDIT_BLOCK_CHARS: int = ROUTER_DEFAULTS.edit_block_chars
+"""Smallest code/JSON block that makes an edit: 800 characters (original FRONDE router;
+``router.edit_block_chars``)."""
 
 UNSAFE_FIELDS = (
     "logprobs",

@@ -34,6 +34,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
+from fronde.config import ROUTER_DEFAULTS
 from fronde.modes import Mode
 from fronde.timings import Timings
 
@@ -52,14 +53,17 @@ __all__ = [
     "measurement_from_timings",
 ]
 
-EMA_ALPHA = 0.30
-"""Weight of the newest observation in each EMA (original FRONDE router)."""
+EMA_ALPHA: float = ROUTER_DEFAULTS.ema_alpha
+"""Weight of the newest observation in each EMA: 0.30 (original FRONDE router;
+``router.ema_alpha``)."""
 
-EMA_COLLAPSE = 0.5
-"""A speed below this fraction of the EMA is a collapse (original FRONDE router)."""
+EMA_COLLAPSE: float = ROUTER_DEFAULTS.collapse
+"""A speed below this fraction of the EMA is a collapse: 0.5 (original FRONDE router;
+``router.collapse``)."""
 
-QUARANTINE_S = 120.0
-"""How long a collapsed mode is kept out, seconds (original FRONDE router)."""
+QUARANTINE_S: float = ROUTER_DEFAULTS.quarantine_s
+"""How long a collapsed mode is kept out: 120 s (original FRONDE router;
+``router.quarantine_s``)."""
 
 MIN_TOKENS = 16
 """Generations shorter than this (tokens) are too noisy to update an EMA or judge a collapse."""

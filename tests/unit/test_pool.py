@@ -121,6 +121,23 @@ async def test_crashed_backend_is_restarted(fake_binary: Path, tmp_path: Path) -
         await pool.stop()
 
 
+async def test_a_stopped_modes_supervisor_is_forgotten(fake_binary: Path, tmp_path: Path) -> None:
+    """Swap residency starts and stops modes all day: finished supervisors must go."""
+    pool = BackendPool(fake_plan(fake_binary, tmp_path, [Mode.BASELINE]), stop_grace_s=1.0)
+    await pool.start()
+    try:
+        for _ in range(3):
+            await pool.stop_mode(Mode.BASELINE)
+            await pool.start_mode(Mode.BASELINE)
+        for _ in range(50):  # the stopped modes' supervisors end on their next check
+            if len(pool._supervisors) == 1:  # pyright: ignore[reportPrivateUsage]
+                break
+            await asyncio.sleep(0.1)
+        assert len(pool._supervisors) == 1  # pyright: ignore[reportPrivateUsage]
+    finally:
+        await pool.stop()
+
+
 async def test_get_explains_unknown_and_unready_modes(fake_binary: Path, tmp_path: Path) -> None:
     pool = BackendPool(fake_plan(fake_binary, tmp_path, [Mode.BASELINE]))
     with pytest.raises(ModeUnavailableError, match="no draft model"):

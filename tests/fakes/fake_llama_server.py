@@ -393,9 +393,11 @@ def build_app(args: argparse.Namespace) -> FastAPI:
                     chunk["choices"] = [delta]
                     if body.get("timings_per_token"):
                         chunk["timings"] = timings(n)
-                    for part in split_write(json.dumps(chunk, ensure_ascii=False).encode()):
+                    parts = split_write(json.dumps(chunk, ensure_ascii=False).encode())
+                    for k, part in enumerate(parts):
                         yield b"data: " + part if part.startswith(b"{") else part
-                        await asyncio.sleep(0.002)
+                        if k + 1 < len(parts):  # split: the halves arrive as two reads
+                            await asyncio.sleep(0.002)
                     yield b"\n\n"
             final: dict[str, Any] = {"index": 0, "finish_reason": "length"}
             if chat:

@@ -152,7 +152,7 @@ def batch_cmd(
 
     import httpx
 
-    from fronde.dispatch import MAX_BATCH
+    from fronde.router.dispatch import MAX_BATCH
 
     items: list[Any] = []
     try:

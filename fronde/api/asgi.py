@@ -16,8 +16,8 @@ from starlette.background import BackgroundTask
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.types import Receive, Scope, Send
 
-from fronde.dispatch import Answer, Whole
 from fronde.logging import get_logger
+from fronde.router.dispatch import Answer, Whole
 
 __all__ = [
     "CLIENT_GONE_STATUS",

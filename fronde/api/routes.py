@@ -1,7 +1,7 @@
 """The OpenAI-compatible routes: chat and text completions, models, health, batches.
 
 Routes stay thin: read and check the body (:mod:`fronde.api.schema`), hand it to the
-dispatcher (:mod:`fronde.dispatch`), render its answer. The decision travels in the
+dispatcher (:mod:`fronde.router.dispatch`), render its answer. The decision travels in the
 ``x-fronde-mode`` and ``x-fronde-class`` headers of every response.
 """
 
@@ -15,8 +15,8 @@ from fastapi.responses import JSONResponse, Response
 from fronde.api.asgi import answered, until_disconnect
 from fronde.api.deps import RuntimeDep
 from fronde.api.schema import check_chat, check_completion, read_json_body
-from fronde.dispatch import MAX_BATCH, PATHS, BatchItem, run_batch
 from fronde.errors import FrondeError, InvalidRequestError
+from fronde.router.dispatch import MAX_BATCH, PATHS, BatchItem, run_batch
 
 __all__ = ["router"]
 
@@ -99,14 +99,14 @@ def _checked(index: int, item: Any, default_max_tokens: int) -> BatchItem:
 async def post_batch(request: Request, rt: RuntimeDep) -> Response:
     """Route a list of requests first, then run them grouped by mode.
 
-    See :mod:`fronde.dispatch.batch`; a client that leaves cancels what is left.
+    See :mod:`fronde.router.dispatch.batch`; a client that leaves cancels what is left.
 
     Body: ``{"requests": [REQUEST, ...]}``, each an OpenAI chat body (``messages``) or
     text-completion body (``prompt``); ``stream`` is ignored (always off).
 
     Raises:
         InvalidRequestError: the body has no ``requests`` list, or more than
-            :data:`~fronde.dispatch.batch.MAX_BATCH` items (HTTP 400). Errors of single
+            :data:`~fronde.router.dispatch.batch.MAX_BATCH` items (HTTP 400). Errors of single
             items are answered in their own result.
     """
     body = await read_json_body(request, rt.settings.server.max_body_bytes)

@@ -5,7 +5,7 @@ in-flight counts; the policy itself is the pure :func:`~fronde.router.policy.pla
 Everything runs on the event loop, so no locking is needed. What it tells the outside
 (metrics) goes through a :class:`RouterEvents` sink and what it shares with other
 replicas through a :class:`StateStore`, both given to its constructor; the dispatcher
-(:mod:`fronde.dispatch`) is the only caller of its verbs.
+(:mod:`fronde.router.dispatch`) is the only caller of its verbs.
 """
 
 from __future__ import annotations

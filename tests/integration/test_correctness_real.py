@@ -18,10 +18,10 @@ import httpx
 import pytest
 
 from fronde.backends.client import BackendClient
-from fronde.dispatch.admission import Admission
-from fronde.dispatch.splice import Splice
 from fronde.modes import Mode
 from fronde.router.classify import RequestClass
+from fronde.router.dispatch.admission import Admission
+from fronde.router.dispatch.splice import Splice
 from fronde.router.engine import Decision, Router
 from fronde.router.native import finish_reason
 from fronde.router.policy import Plan, Route, RouterPolicy

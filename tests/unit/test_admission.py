@@ -6,9 +6,9 @@ import asyncio
 
 import pytest
 
-from fronde.dispatch.admission import Admission
 from fronde.modes import Mode
 from fronde.router.classify import RequestClass
+from fronde.router.dispatch.admission import Admission
 from fronde.router.engine import Router
 
 pytestmark = pytest.mark.anyio

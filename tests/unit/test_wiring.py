@@ -19,9 +19,9 @@ from fronde.backends.pool import BackendPool
 from fronde.bench import load
 from fronde.bench.serve import RunningServe, running_serve, settled
 from fronde.config import load_settings
-from fronde.dispatch import Dispatcher, run_batch
 from fronde.errors import BackendUnavailableError
 from fronde.modes import Mode
+from fronde.router.dispatch import Dispatcher, run_batch
 from fronde.router.engine import Router
 
 REPO_MODELS = Path(__file__).resolve().parents[2] / "models"

@@ -19,16 +19,16 @@ import time
 from typing import Any, cast
 
 from fronde.backends.swap import Lease
-from fronde.dispatch.admission import Admission
-from fronde.dispatch.collect import answer_whole
-from fronde.dispatch.dispatcher import PATHS, Dispatcher
-from fronde.dispatch.tools import honour_tool_choice
 from fronde.errors import BackendUnavailableError, FrondeError
 from fronde.logging import get_logger
 from fronde.modes import Mode
 from fronde.router.cache import cache_key
 from fronde.router.choice import forced_mode
 from fronde.router.classify import classify
+from fronde.router.dispatch.admission import Admission
+from fronde.router.dispatch.collect import answer_whole
+from fronde.router.dispatch.dispatcher import PATHS, Dispatcher
+from fronde.router.dispatch.tools import honour_tool_choice
 from fronde.router.engine import Decision
 from fronde.router.native import Kind
 from fronde.router.policy import Route

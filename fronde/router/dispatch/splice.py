@@ -49,9 +49,9 @@ from typing import Any, cast
 
 from fronde.backends.client import BackendClient
 from fronde.backends.pool import BackendPool
-from fronde.dispatch.admission import Admission
 from fronde.errors import BackendConnectionError, BackendStreamError, InvalidRequestError
 from fronde.modes import Mode
+from fronde.router.dispatch.admission import Admission
 from fronde.router.engine import Decision, Router
 from fronde.router.native import Kind, max_new_tokens, sampling_params
 from fronde.router.policy import Route, hand_over_pays

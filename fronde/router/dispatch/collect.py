@@ -6,7 +6,7 @@ and keeps generating a non-streamed one to the end (measured on gemma: a 400-tok
 answer whose client left after 1.5 s still held the slot 4 s later; a stream freed
 it in 0.07 s). So a client that leaves frees its slot on every route, and the stop
 strings, usage and timings come through the same relay as a stream's
-(:func:`~fronde.dispatch.relay.relay_sse`).
+(:func:`~fronde.router.dispatch.relay.relay_sse`).
 
 :func:`collect` folds the relayed chunks into OpenAI's non-streamed shape: the
 ``content`` (and ``reasoning_content``) pieces joined, tool-call deltas merged by
@@ -24,8 +24,8 @@ from collections.abc import AsyncIterator, Callable
 from typing import Any, cast
 
 from fronde.backends.client import BackendClient
-from fronde.dispatch.relay import DONE_LINE, OwnedStops, relay_sse
 from fronde.errors import BackendConnectionError
+from fronde.router.dispatch.relay import DONE_LINE, OwnedStops, relay_sse
 from fronde.router.native import Kind
 
 __all__ = ["answer_whole", "collect"]
@@ -113,7 +113,7 @@ async def collect(lines: AsyncIterator[bytes], kind: Kind) -> dict[str, Any]:
     """Fold relayed SSE lines into one non-streamed OpenAI answer.
 
     Args:
-        lines: what :func:`~fronde.dispatch.relay.relay_sse` yields (normalized: one
+        lines: what :func:`~fronde.router.dispatch.relay.relay_sse` yields (normalized: one
             ``[DONE]``, a usage chunk when asked for, an error event on failure).
         kind: ``chat`` or ``text``.
 

@@ -23,12 +23,12 @@ from fronde.backends.client import BackendClient, make_http_client
 from fronde.backends.pool import BackendPool, PoolPlan
 from fronde.backends.swap import SwapScheduler
 from fronde.config import Settings
-from fronde.dispatch.dispatcher import Dispatcher
 from fronde.errors import ConfigError
 from fronde.logging import get_logger
 from fronde.metrics import Metrics, merge_backend_metrics
 from fronde.modes import Mode
 from fronde.router.choice import MODEL_PREFIX
+from fronde.router.dispatch.dispatcher import Dispatcher
 from fronde.router.engine import Router, cache_from, measurements_from
 from fronde.router.shared import SharedState
 from fronde.runtime.install import find_llama_binary

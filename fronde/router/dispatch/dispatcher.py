@@ -3,7 +3,7 @@
 For each OpenAI request the API layer has parsed and checked, :meth:`Dispatcher.answer`
 classifies it, plans it with the router, waits for its mode to be resident (swap
 residency) and for a decode slot, then either passes it to one mode's backend or
-probes and continues (:mod:`fronde.dispatch.splice`); a backend that fails before any
+probes and continues (:mod:`fronde.router.dispatch.splice`); a backend that fails before any
 byte was sent is retried on another mode. The request's :class:`Admission` is the one
 writer of its status, and is released when the answer ends: the end of the JSON, the
 stream's last byte, an error, or the client leaving (the API cancels the work).
@@ -27,12 +27,6 @@ from fronde.backends.client import BackendClient
 from fronde.backends.pool import BackendPool
 from fronde.backends.swap import SwapScheduler
 from fronde.config import Settings
-from fronde.dispatch.admission import Admission
-from fronde.dispatch.answer import Answer, Streamed, Whole
-from fronde.dispatch.collect import answer_whole
-from fronde.dispatch.relay import DONE_LINE, OwnedStops, relay_sse, sse_error_event, with_keepalive
-from fronde.dispatch.splice import Splice
-from fronde.dispatch.tools import ToolTemplate, honour_tool_choice
 from fronde.errors import (
     BackendConnectionError,
     BackendStreamError,
@@ -45,6 +39,18 @@ from fronde.modes import Mode
 from fronde.router.cache import cache_key
 from fronde.router.choice import forced_mode, parse_mode
 from fronde.router.classify import RequestClass, classify
+from fronde.router.dispatch.admission import Admission
+from fronde.router.dispatch.answer import Answer, Streamed, Whole
+from fronde.router.dispatch.collect import answer_whole
+from fronde.router.dispatch.relay import (
+    DONE_LINE,
+    OwnedStops,
+    relay_sse,
+    sse_error_event,
+    with_keepalive,
+)
+from fronde.router.dispatch.splice import Splice
+from fronde.router.dispatch.tools import ToolTemplate, honour_tool_choice
 from fronde.router.engine import Decision, Router, Status
 from fronde.router.native import Kind, chunk, finish_reason, full_response, new_id, usage
 from fronde.router.policy import Route
@@ -284,7 +290,7 @@ class Dispatcher:
             self.router.settle_whole_probe(decision, mode)
 
         if not body.get("stream", False):
-            # Streamed upstream all the same (fronde.dispatch.collect): cancellable.
+            # Streamed upstream all the same (fronde.router.dispatch.collect): cancellable.
             with adm.generating(mode):
                 data = await answer_whole(
                     self.client, url, PATHS[kind], body, str(mode), on_timings
@@ -292,7 +298,7 @@ class Dispatcher:
             return Whole(data, headers)
         stack = AsyncExitStack()
         stack.callback(adm.count(mode))
-        # Stop strings in a stream are Fronde's (see fronde.dispatch.relay): llama-server
+        # Stop strings in a stream are Fronde's (see fronde.router.dispatch.relay): llama-server
         # would drop the text it held back for a partial match at the budget.
         upstream_body, stops = OwnedStops.take(body, chat=kind == "chat")
         # Open the upstream before answering: a failure before the first byte is
@@ -329,7 +335,7 @@ class Dispatcher:
     async def _probe(
         self, adm: Admission, kind: Kind, body: dict[str, Any], headers: dict[str, str]
     ) -> Answer:
-        """Probe-and-continue (see :mod:`fronde.dispatch.splice`), answered in OpenAI's shape.
+        """Probe-and-continue (:mod:`fronde.router.dispatch.splice`), in OpenAI's shape.
 
         The probe segment runs before the answer starts, so a refusal (a prompt over
         the context: 400 ``context_length_exceeded``) or a failed backend is still a

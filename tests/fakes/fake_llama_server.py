@@ -13,7 +13,8 @@ rest is ignored) plus knobs in the manner of llama-swap's ``cmd/fake-model``:
 - ``--fake-eos-token T``: native ``/completion`` stops (``stop_type: eos``) before
   emitting token T.
 - ``--fake-ctx N``: a prompt of more than N words gets llama-server's
-  ``exceed_context_size_error`` (HTTP 400 with ``n_prompt_tokens`` and ``n_ctx``);
+  ``exceed_context_size_error`` (HTTP 400 with ``n_prompt_tokens`` and ``n_ctx``), and a
+  native ``/completion`` stops with ``truncated`` when prompt plus output reach N;
 - ``--fake-hang``: completions never answer (a hung backend);
 - ``--fake-garbage``: streams send a line that is not JSON, then close without ``[DONE]``;
 - ``--fake-early-close N``: streams end cleanly after N tokens, without ``[DONE]``;
@@ -469,7 +470,8 @@ def build_app(args: argparse.Namespace) -> FastAPI:
         body = await request.json()
         prompt = body["prompt"]
         ids = [int(t) for t in prompt] if isinstance(prompt, list) else tokenize(str(prompt))  # pyright: ignore[reportUnknownVariableType, reportUnknownArgumentType]
-        if args.fake_ctx is not None and len(ids) > args.fake_ctx:
+        # llama-server refuses a prompt that leaves no room for one token (n_tokens >= n_ctx).
+        if args.fake_ctx is not None and len(ids) >= args.fake_ctx:
             return JSONResponse(
                 {
                     "error": {
@@ -484,6 +486,11 @@ def build_app(args: argparse.Namespace) -> FastAPI:
             )
         n_predict = int(body.get("n_predict", -1))
         limit = n_predict if n_predict >= 0 else 64
+        # A full context stops the generation as llama-server does (``truncated``).
+        room = None if args.fake_ctx is None else args.fake_ctx - len(ids)
+        truncated = room is not None and room < limit
+        if room is not None:
+            limit = min(limit, room)
         stops: list[str] = body.get("stop") or []
 
         hit_eos = [False]
@@ -526,6 +533,7 @@ def build_app(args: argparse.Namespace) -> FastAPI:
                 "tokens": tokens or [],
                 "stop": True,
                 "stop_type": stop_type,
+                "truncated": truncated and stop_type == "limit",
                 "stopping_word": stopping_word[0] if stopping_word else "",
                 "tokens_predicted": n,
                 "tokens_evaluated": len(ids),

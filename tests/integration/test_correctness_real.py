@@ -232,6 +232,30 @@ def test_tool_choice_required_is_refused_by_the_gemma_template(probing: Serve) -
     assert post(probing, "/v1/chat/completions", {**body, "tool_choice": "auto"}).status_code == 200
 
 
+def test_a_prompt_that_nearly_fills_the_context_ends_as_length_on_every_route(
+    probing: Serve,
+) -> None:
+    """Room for 20 tokens, max_tokens 100: llama-server stops when its context is full
+    ("length"); the probe path must end the answer there too, not hand over a prompt
+    the next backend refuses (a trial found a 400, and mid-stream errors)."""
+    props = httpx.get(f"{probing.base_url}/props", params={"mode": "baseline"}, timeout=30)
+    n_ctx = int(props.json()["default_generation_settings"]["n_ctx"])
+    words = " ".join(f"w{i % 97}" for i in range(4 * n_ctx))
+    ids = post(probing, "/tokenize", {"content": words})
+    prompt = post(probing, "/detokenize", {"tokens": ids.json()["tokens"][: n_ctx - 24]})
+    body = {"prompt": prompt.json()["content"], "max_tokens": 100, "temperature": 0}
+    routed = post(probing, "/v1/completions", body)
+    assert routed.status_code == 200, routed.text
+    assert routed.headers["x-fronde-class"] == "probe"
+    forced = post(probing, "/v1/completions", {**body, "model": "fronde:baseline"})
+    for r in (routed, forced):
+        choice = r.json()["choices"][0]
+        assert choice["finish_reason"] == "length"
+        assert 0 < r.json()["usage"]["completion_tokens"] < 30
+    text, finish = streamed(probing, "/v1/completions", {**body, "seed": 1})
+    assert finish == "length" and text
+
+
 # --- a client that leaves (case 15) ---------------------------------------------------
 
 

@@ -272,6 +272,28 @@ def test_a_routed_stream_over_the_context_is_a_400_before_any_byte(serve: Any) -
         assert json.loads(r.read())["error"]["code"] == "context_length_exceeded"
 
 
+@pytest.mark.parametrize("ctx", [30, 64])  # the context fills in the probe, or after it
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_probe_that_fills_the_context_ends_the_answer_as_length(
+    serve: Any, ctx: int, stream: bool
+) -> None:
+    """A prompt that fits but leaves less room than max_tokens: one backend stops with
+    "length" when its context is full, and so must the probe path (no 400, no error)."""
+    c = serve({m: ["--fake-ctx", str(ctx)] for m in MODES})
+    body = {"prompt": "abc", "max_tokens": 100, "stream": stream}  # BOS + 3 ids
+    if stream:
+        events = sse_events(c, body, "/v1/completions")
+        assert events[-1] == "[DONE]"
+        last = json.loads(events[-2])
+        assert last["choices"][0]["finish_reason"] == "length"
+        assert last["timings"]["predicted_n"] == ctx - 4
+        return
+    r = c.post("/v1/completions", json=body)
+    assert (r.status_code, r.headers["x-fronde-class"]) == (200, "probe"), r.text
+    assert r.json()["choices"][0]["finish_reason"] == "length"
+    assert r.json()["usage"]["completion_tokens"] == ctx - 4
+
+
 @pytest.mark.parametrize("path", ["/health", "/health/live", "/v1/models"])
 def test_head_is_answered_like_get(plain: TestClient, path: str) -> None:
     r = plain.head(path)

@@ -78,6 +78,9 @@ class Segment:
         stop_type: llama-server's ``stop_type`` (``eos``, ``limit``), ``word`` when Fronde
             ended it on a stop string, or None while running.
         timings: llama-server's latest ``timings`` of this segment (sent per token).
+        truncated: llama-server stopped because the slot's context was full (its final
+            event's ``truncated``, ``tools/server/server-context.cpp``): nothing can
+            follow, on any backend.
     """
 
     mode: Mode
@@ -85,6 +88,7 @@ class Segment:
     text: str = ""
     stop_type: str | None = None
     timings: dict[str, Any] = field(default_factory=dict[str, Any])
+    truncated: bool = False
 
     @property
     def decode_tok_s(self) -> float:
@@ -202,6 +206,7 @@ async def segment_stream(
                 yield piece
             if event.get("stop"):
                 seg.stop_type = event.get("stop_type")
+                seg.truncated = bool(event.get("truncated"))
                 return
     raise BackendConnectionError(f"{seg.mode} closed the stream before its last event")
 
@@ -291,6 +296,10 @@ class Splice:
             return True
         last = self.segments[-1]
         remaining = self._remaining()
+        # A full context ends the answer as it ends one backend's run ("length"): a
+        # hand-over would send llama-server a prompt it refuses.
+        if last.truncated:
+            return True
         return last.stop_type != "limit" or (remaining is not None and remaining <= 0)
 
     def _release(self, piece: str) -> None:

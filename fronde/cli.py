@@ -6,6 +6,8 @@ what to fix, and exit status 1; a traceback means a bug.
 
 from __future__ import annotations
 
+import errno
+import socket
 import sys
 from collections.abc import Callable, Generator
 from contextlib import contextmanager
@@ -55,6 +57,31 @@ ConfigOpt = Annotated[
 ]
 
 
+def _check_port(host: str, port: int) -> None:
+    """Fail in one line when ``host:port`` cannot be listened on, before backends start.
+
+    Bound with ``SO_REUSEADDR`` as uvicorn binds, so a socket in TIME_WAIT does not
+    count as taken; one that listens does.
+
+    Raises:
+        FrondeError: the port is taken, or the address is not this machine's.
+    """
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except OSError as exc:
+        raise FrondeError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from exc
+    family, kind, proto, _, address = infos[0]
+    with socket.socket(family, kind, proto) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind(address)
+        except OSError as exc:
+            what = "is in use" if exc.errno == errno.EADDRINUSE else f"fails ({exc.strerror})"
+            raise FrondeError(
+                f"{host}:{port} {what}: pass --port N, or stop what listens there"
+            ) from exc
+
+
 def _settings(config: Path | None, **overrides: Any) -> Settings:
     return load_settings(config, **{k: v for k, v in overrides.items() if v is not None})
 
@@ -102,6 +129,7 @@ def serve(
         chat_template=chat_template,
     )
     configure_logging(settings.log_format, settings.log_level)
+    _check_port(settings.server.host, settings.server.port)  # before any backend starts
     fatal: list[str] = []
     holder: dict[str, uvicorn.Server] = {}
 

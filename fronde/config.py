@@ -369,10 +369,14 @@ class Settings(BaseSettings):
 
     @model_validator(mode="after")
     def _local_model(self) -> Settings:
-        if self.model is None and (self.draft is not None or self.chat_template is not None):
-            raise ValueError(
-                "--draft and --chat-template (draft, chat_template) need --model PATH.gguf"
-            )
+        given = [
+            flag
+            for flag, value in (("--draft", self.draft), ("--chat-template", self.chat_template))
+            if value is not None
+        ]
+        if self.model is None and given:
+            verb = "needs" if len(given) == 1 else "need"
+            raise ValueError(f"{' and '.join(given)} {verb} --model PATH.gguf")
         return self
 
     residency: Literal["resident", "swap"] = Field(
@@ -407,6 +411,9 @@ class Settings(BaseSettings):
 
 def _one_line(exc: ValidationError, origin: str) -> str:
     parts: list[str] = []
+    if all(not err["loc"] for err in exc.errors()):
+        # Whole-settings rules (model validators) name their flags themselves.
+        return "; ".join(err["msg"].removeprefix("Value error, ") for err in exc.errors())
     for err in exc.errors():
         where = ".".join(str(p) for p in err["loc"])
         got = err.get("input")

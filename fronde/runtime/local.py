@@ -14,6 +14,7 @@ The metadata is read with the ``gguf`` package (llama.cpp's own reader, on PyPI)
 
 from __future__ import annotations
 
+import difflib
 import json
 import re
 from dataclasses import dataclass
@@ -22,6 +23,7 @@ from typing import Any, cast
 
 from fronde.config import Settings
 from fronde.errors import ModelError
+from fronde.logging import get_logger
 from fronde.runtime.models import LocalSource, ModelEntry, Profile, load_profile, sha256_file
 
 __all__ = [
@@ -35,10 +37,13 @@ __all__ = [
     "check_chat_template",
     "check_draft",
     "check_gguf",
+    "has_chat_template",
     "known_local_files",
     "local_profile",
     "profile_of",
 ]
+
+log = get_logger(__name__)
 
 GGUF_MAGIC = b"GGUF"
 """The first four bytes of every GGUF file (GGUF specification, "File Structure")."""
@@ -207,6 +212,13 @@ def check_draft(target: Path, draft: Path) -> None:
             )
 
 
+def has_chat_template(path: Path) -> bool:
+    """Whether the GGUF at ``path`` carries a chat template (``tokenizer.chat_template``)."""
+    from gguf import GGUFReader  # heavy import (numpy memmap): only for --model
+
+    return GGUFReader(path).fields.get("tokenizer.chat_template") is not None
+
+
 def check_chat_template(name: str) -> str:
     """Return ``name`` after checking it is a llama.cpp built-in name or a readable .jinja file.
 
@@ -219,9 +231,11 @@ def check_chat_template(name: str) -> str:
             raise ModelError(f"--chat-template {name}: no such file")
         return str(path.resolve())
     if name not in BUILTIN_CHAT_TEMPLATES:
+        close = difflib.get_close_matches(name, sorted(BUILTIN_CHAT_TEMPLATES), n=1)
+        hint = f"did you mean {close[0]!r}? " if close else ""
         raise ModelError(
-            f"--chat-template {name!r} is not a llama.cpp built-in template; give a .jinja file "
-            f"or one of: {', '.join(sorted(BUILTIN_CHAT_TEMPLATES))}"
+            f"--chat-template {name!r} is not a llama.cpp built-in template; {hint}give a "
+            f".jinja file or one of: {', '.join(sorted(BUILTIN_CHAT_TEMPLATES))}"
         )
     return name
 
@@ -297,6 +311,16 @@ def local_profile(
     target = check_gguf(model, "--model")
     if chat_template is not None:
         chat_template = check_chat_template(chat_template)
+    elif not has_chat_template(target):
+        # llama-server then falls back to ChatML, which a model trained on other turns
+        # reads as text (a trial's gemma answered "Say hello.<|im_end|>...").
+        log.warning(
+            "model.no_chat_template",
+            model=str(target),
+            fallback="chatml",
+            fix="pass --chat-template NAME (e.g. gemma) or a .jinja file; "
+            "completions (/v1/completions) need none",
+        )
     models = [_entry("target", target, cache_dir)]
     if draft is not None:
         d = check_gguf(draft, "--draft")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -63,3 +64,15 @@ def test_models_fetch_unknown_profile(tmp_path: Path) -> None:
     r = fronde("models", "fetch", "nope")
     assert r.returncode == 1
     assert r.stderr.startswith("fronde: error: no profile 'nope'")
+
+
+def test_a_port_in_use_is_one_line_before_any_backend_starts(tmp_path: Path) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        r = fronde("serve", "--port", str(port), env={"FRONDE_CACHE_DIR": str(tmp_path)})
+    assert r.returncode == 1
+    assert r.stderr.strip().splitlines() == [
+        f"fronde: error: 127.0.0.1:{port} is in use: pass --port N, or stop what listens there"
+    ]

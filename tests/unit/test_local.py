@@ -13,6 +13,7 @@ from pathlib import Path
 
 import gguf
 import pytest
+from structlog.testing import capture_logs
 
 from fronde.backends.pool import plan_pool
 from fronde.config import load_settings
@@ -23,6 +24,7 @@ from fronde.runtime.local import (
     VocabMismatchError,
     cached_sha256,
     check_draft,
+    has_chat_template,
     known_local_files,
     local_profile,
     profile_of,
@@ -32,8 +34,12 @@ from fronde.runtime.models import LocalSource, model_path
 TOKENS = [f"tok{i}" for i in range(300)]
 
 
-def write_gguf(path: Path, tokens: list[str], model: str = "gpt2", bos: int = 1) -> Path:
+def write_gguf(
+    path: Path, tokens: list[str], model: str = "gpt2", bos: int = 1, template: str | None = None
+) -> Path:
     w = gguf.GGUFWriter(str(path), "llama")
+    if template is not None:
+        w.add_chat_template(template)
     w.add_tokenizer_model(model)
     w.add_token_list(tokens)
     w.add_bos_token_id(bos)
@@ -112,10 +118,10 @@ def test_settings_take_model_and_refuse_a_draft_alone(tmp_path: Path) -> None:
     assert profile_of(settings).name == "local:t"
     with pytest.raises(ConfigError) as err:
         load_settings(draft=model)
-    assert str(err.value) == (
-        "invalid setting in the command line, the FRONDE_* environment or the defaults: "
-        "--draft and --chat-template (draft, chat_template) need --model PATH.gguf"
-    )
+    assert str(err.value) == "--draft needs --model PATH.gguf"
+    with pytest.raises(ConfigError) as both:
+        load_settings(draft=model, chat_template="chatml")
+    assert str(both.value) == "--draft and --chat-template need --model PATH.gguf"
 
 
 def fronde(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
@@ -164,10 +170,7 @@ def test_a_draft_without_a_model_on_the_command_line_is_one_line(tmp_path: Path)
     env = {"FRONDE_CACHE_DIR": str(tmp_path / "cache")}
     r = fronde("serve", "--draft", str(tmp_path / "d.gguf"), env=env)
     assert r.returncode == 1
-    assert r.stderr.strip().splitlines() == [
-        "fronde: error: invalid setting in the command line, the FRONDE_* environment or the "
-        "defaults: --draft and --chat-template (draft, chat_template) need --model PATH.gguf"
-    ]
+    assert r.stderr.strip().splitlines() == ["fronde: error: --draft needs --model PATH.gguf"]
 
 
 def test_the_sha256_cache_forgets_deleted_files(tmp_path: Path) -> None:
@@ -189,7 +192,9 @@ def test_a_chat_template_is_a_built_in_name_or_an_existing_file(tmp_path: Path) 
         local_profile(model, None, str(tmp_path / "gone.jinja"), tmp_path)
     with pytest.raises(ModelError) as err:
         local_profile(model, None, "chatmll", tmp_path)
-    assert str(err.value).startswith("--chat-template 'chatmll' is not a llama.cpp built-in")
+    assert str(err.value).startswith(
+        "--chat-template 'chatmll' is not a llama.cpp built-in template; did you mean 'chatml'?"
+    )
     assert "chatml, command-r," in str(err.value)
 
 
@@ -198,3 +203,15 @@ def test_a_local_model_without_a_draft_says_which_flag_adds_one(tmp_path: Path) 
     settings = load_settings(model=model, cache_dir=tmp_path)
     plan = plan_pool(settings, profile_of(settings), Path("/bin/llama-server"), tmp_path)
     assert plan.left_out[Mode.DRAFT].startswith("no --draft given")
+
+
+def test_a_gguf_without_a_chat_template_is_served_with_a_warning(tmp_path: Path) -> None:
+    bare = write_gguf(tmp_path / "base.gguf", TOKENS)
+    chat = write_gguf(tmp_path / "chat.gguf", TOKENS, template="{{ messages[0].content }}")
+    assert (has_chat_template(bare), has_chat_template(chat)) == (False, True)
+    with capture_logs() as logs:
+        local_profile(bare, None, None, tmp_path)
+        local_profile(bare, None, "gemma", tmp_path)  # a template given: no warning
+        local_profile(chat, None, None, tmp_path)  # its own template: no warning
+    [warning] = [e for e in logs if e["event"] == "model.no_chat_template"]
+    assert warning["log_level"] == "warning" and "--chat-template" in warning["fix"]

@@ -13,7 +13,7 @@ import json
 from collections import Counter
 from collections.abc import AsyncGenerator, AsyncIterator
 from contextlib import asynccontextmanager
-from typing import Any, cast
+from typing import Any, TypeVar, cast
 
 import aiohttp
 import anyio
@@ -35,6 +35,8 @@ __all__ = ["TRANSPORT_ERRORS", "BackendClient", "UpstreamStream", "make_http_cli
 TRANSPORT_ERRORS: tuple[type[Exception], ...] = (httpx.HTTPError, aiohttp.ClientError)
 """What reading a backend's body may raise: httpx's errors, and an aiohttp error that
 httpx-aiohttp 0.2 leaves unmapped (it maps only the common ones)."""
+
+_T = TypeVar("_T")
 
 KEEPALIVE_S = 2.0
 """Idle pooled connections to a backend are dropped after this, seconds."""
@@ -171,31 +173,30 @@ class UpstreamStream:
         name = type(exc).__name__
         return BackendStreamError(f"backend {self.url} failed mid-stream: {name}", cause=name)
 
-    async def lines(self) -> AsyncIterator[str]:
+    async def _guarded(self, parts: AsyncIterator[_T]) -> AsyncIterator[_T]:
+        try:
+            async for part in parts:
+                yield part
+        except TRANSPORT_ERRORS as exc:
+            raise self._broken(exc) from exc
+
+    def lines(self) -> AsyncIterator[str]:
         """The body's lines, without their line endings.
 
         Decoded as UTF-8 incrementally: a character split across two reads stays whole.
 
         Raises:
-            BackendStreamError: the body broke.
+            BackendStreamError: the body broke (while iterating).
         """
-        try:
-            async for line in self._resp.aiter_lines():
-                yield line
-        except TRANSPORT_ERRORS as exc:
-            raise self._broken(exc) from exc
+        return self._guarded(self._resp.aiter_lines())
 
-    async def raw(self) -> AsyncIterator[bytes]:
+    def raw(self) -> AsyncIterator[bytes]:
         """The body's bytes as they arrive.
 
         Raises:
-            BackendStreamError: the body broke.
+            BackendStreamError: the body broke (while iterating).
         """
-        try:
-            async for part in self._resp.aiter_raw():
-                yield part
-        except TRANSPORT_ERRORS as exc:
-            raise self._broken(exc) from exc
+        return self._guarded(self._resp.aiter_raw())
 
 
 class BackendClient:

@@ -457,7 +457,9 @@ def bench_battery(
     gen_tokens: Annotated[int | None, typer.Option(help="tokens per generation", min=8)] = None,
     edit_tokens: Annotated[int | None, typer.Option(help="tokens per edit", min=8)] = None,
     prompt: Annotated[list[str] | None, typer.Option(help="only these prompts")] = None,
-    only: Annotated[list[str] | None, typer.Option("--config", help="only these configs")] = None,
+    only: Annotated[
+        list[str] | None, typer.Option("--only", help="only these configs (by name; repeatable)")
+    ] = None,
     resume: Annotated[bool, typer.Option(help="skip cells already in the JSONL")] = False,
     agent_loop: Annotated[bool, typer.Option(help="also run the five-edit agent loop")] = True,
 ) -> None:

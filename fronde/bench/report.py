@@ -92,12 +92,24 @@ class Summary:
                 self.invalid.append(r["key"])
             if r.get("degenerate"):
                 self.degenerate.append(r["key"])
-        router = {p: v["router"] for p, v in self.ratio.items() if "router" in v}
+        # Invalid cells (references drifted twice) and looping outputs are marked in
+        # every table but count in no check: a prompt whose router cell is one of them
+        # leaves the verdict, and such a static cell is no candidate for "best static".
+        excluded = set(self.invalid) | set(self.degenerate)
+        router = {
+            p: v["router"]
+            for p, v in self.ratio.items()
+            if "router" in v and f"router|{p}" not in excluded
+        }
         # Ratios are already over the baseline references, so baseline itself is 1.0
         # in the verdict; its own cell is an A/A check of the references' noise and
         # would only add that noise to every comparison.
         static = {
-            p: {c: (1.0 if c == "baseline" else x) for c, x in v.items() if c != "router"}
+            p: {
+                c: (1.0 if c == "baseline" else x)
+                for c, x in v.items()
+                if c != "router" and (c == "baseline" or f"{c}|{p}" not in excluded)
+            }
             for p, v in self.ratio.items()
         }
         self.checks: list[Check] = verdict(router, static, self.content) if router else []
@@ -204,7 +216,13 @@ def write_markdown(s: Summary, path: Path, jsonl: Path, extra: str = "") -> Path
     lines.append("|---|" + "---:|" * len(s.configs))
     for p in s.prompts:
         lines.append(f"| {p} ({s.content[p]}) | " + " | ".join(_cells(s, p, "**{}**")) + " |")
-    lines += ["", "\\*: references drifted more than 5 % twice (invalid).", ""]
+    lines += [
+        "",
+        "\\*: references drifted more than 5 % twice (invalid). "
+        f"{len(s.invalid)} invalid and {len(s.degenerate)} looping cells are left out of "
+        "the checks below.",
+        "",
+    ]
     if s.checks:
         lines += ["## Invariants", "", "| check | value | bound | |", "|---|---:|---:|---|"]
         for c in s.checks:

@@ -119,6 +119,24 @@ def test_summary_verdict_charts_and_markdown(tmp_path: Path) -> None:
     md = write_markdown(s, tmp_path / "summary.md", path).read_text()
     assert "**VERDICT: PASS**" in md and "| code (code) | 1.00 | **2.00** | 1.95 |" in md
     assert "0.90*" in md  # the invalid cell is marked
+    assert "1 invalid and 0 looping cells are left out of the checks" in md
+
+
+def test_invalid_and_looping_cells_count_in_no_check(tmp_path: Path) -> None:
+    recs = [
+        _rec("baseline", "code", 1.0),
+        _rec("ngram-mod-12", "code", 5.0, valid=False),  # drifted: not the best static
+        _rec("router", "code", 1.9),
+        _rec("baseline", "math", 1.0),
+        _rec("ngram-mod-12", "math", 1.2),
+        _rec("router", "math", 0.5, degenerate=True),  # a looping router cell: left out
+    ]
+    s = Summary(load_records(_write(tmp_path / "battery.jsonl", recs)))
+    names = [c.name for c in s.checks]
+    assert not any(n.startswith("math:") for n in names)  # the looping router cell left out
+    best = next(c for c in s.checks if c.name.startswith("code: router ÷ best static"))
+    assert best.name.endswith("(baseline)") and best.value == pytest.approx(1.9)  # not 5.0
+    assert s.passed
 
 
 def test_records_from_two_machines_are_refused(tmp_path: Path) -> None:

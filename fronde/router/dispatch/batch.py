@@ -19,12 +19,11 @@ import time
 from typing import Any, cast
 
 from fronde.backends.swap import Lease
-from fronde.errors import BackendUnavailableError, FrondeError
+from fronde.errors import FrondeError
 from fronde.logging import get_logger
 from fronde.modes import Mode
 from fronde.router.cache import cache_key
 from fronde.router.choice import forced_mode
-from fronde.router.classify import classify
 from fronde.router.dispatch.admission import Admission
 from fronde.router.dispatch.collect import answer_whole
 from fronde.router.dispatch.dispatcher import PATHS, Dispatcher
@@ -64,10 +63,7 @@ async def _plan(d: Dispatcher, item: BatchItem, ready: list[Mode]) -> tuple[Kind
     if kind == "chat":
         await honour_tool_choice(body, d.tools.supports_tools)
     forced = forced_mode(None, body.get("model"))
-    if not ready and forced is None:
-        raise BackendUnavailableError("no backend is ready yet")
-    cls = classify(body, edit_block_chars=d.settings.router.edit_block_chars)
-    return kind, d.router.plan(cls, cache_key(body), ready, forced)
+    return kind, d.router.plan(d.classified(body, forced, ready), cache_key(body), ready, forced)
 
 
 async def run_batch(d: Dispatcher, items: list[BatchItem]) -> dict[str, Any]:

@@ -150,6 +150,18 @@ class Dispatcher:
             adm.close("done")  # a stream closes when it ends
         return answer
 
+    def classified(
+        self, body: dict[str, Any], forced: Mode | None, ready: list[Mode]
+    ) -> RequestClass:
+        """The static class of a request something can serve (single or batched).
+
+        Raises:
+            BackendUnavailableError: no backend is ready and no mode is forced (503).
+        """
+        if not ready and forced is None:
+            raise BackendUnavailableError("no backend is ready yet")
+        return classify(body, edit_block_chars=self.settings.router.edit_block_chars)
+
     async def _admit(
         self, kind: Kind, body: dict[str, Any], mode_header: str | None
     ) -> tuple[Admission, dict[str, str]]:
@@ -160,10 +172,8 @@ class Dispatcher:
         """
         t0 = time.monotonic()
         forced = forced_mode(mode_header, body.get("model"))
-        cls = classify(body, edit_block_chars=self.settings.router.edit_block_chars)
         ready = self.routable()
-        if not ready and forced is None:
-            raise BackendUnavailableError("no backend is ready yet")
+        cls = self.classified(body, forced, ready)
         if (
             cls is RequestClass.UNSAFE
             and forced is None

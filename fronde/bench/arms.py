@@ -1,0 +1,181 @@
+"""The arms a benchmark compares: Fronde (a mode forced, or routing) and static llama-servers.
+
+An arm is started fresh for every block of work (:mod:`fronde.bench.protocol`), so
+no n-gram pool has seen a prompt before its first request, and stopped after it.
+
+- A **Fronde** arm runs `fronde serve` as a user runs it: with ``force`` set, only
+  that mode is started and every request names it (``x-fronde-mode``); without, the
+  profile's modes are started and the router decides.
+- A **static** arm is one llama-server with the argv `fronde serve` gives its
+  baseline (model, context, threads, slots, chat template) plus ``flags``: what a
+  user would run instead of Fronde.
+
+``--spec-default`` in b11434 is ngram-mod with n_match 24, n_min 48 and n_max 64
+(``common/arg.cpp``), which are also ngram-mod's defaults (``common/common.h``,
+``common_params_speculative_ngram_mod``): the arm ``default`` stands for both
+"``--spec-default``" and "ngram-mod, n_match 24". A cascade
+(``--spec-type ngram-simple,ngram-mod``) asks each speculator in turn per step, the
+first that drafts wins, and ngram-mod's pool learns every prompt
+(``common/speculative.cpp``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import tempfile
+from collections.abc import AsyncGenerator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+from fronde.backends.pool import plan_pool
+from fronde.backends.process import LaunchSpec, LlamaServerProcess
+from fronde.bench.serve import running_serve
+from fronde.config import Settings
+from fronde.errors import FrondeError
+from fronde.modes import Mode
+from fronde.runtime.install import find_llama_binary
+from fronde.runtime.local import profile_of
+
+__all__ = ["ARMS", "Arm", "Target", "arms_named", "started"]
+
+
+@dataclass(frozen=True)
+class Arm:
+    """One way of serving the workload.
+
+    Attributes:
+        name: short key in records and tables (at most 9 characters, for 80 columns).
+        kind: ``fronde`` (through `fronde serve`) or ``static`` (one llama-server).
+        force: Fronde arms: the mode every request names; None routes.
+        flags: static arms: llama-server speculation flags added to baseline's argv.
+        priming: Fronde arms: send the priming workload before measuring (router warm).
+        about: one line for the report's legend.
+    """
+
+    name: str
+    kind: Literal["fronde", "static"]
+    force: Mode | None = None
+    flags: tuple[str, ...] = ()
+    priming: bool = False
+    about: str = ""
+
+    @property
+    def routed(self) -> bool:
+        """Whether Fronde's router decides (a Fronde arm with no forced mode)."""
+        return self.kind == "fronde" and self.force is None
+
+    @property
+    def reachable(self) -> bool:
+        """Whether the router could serve a request this way (a forced Fronde mode)."""
+        return self.kind == "fronde" and self.force is not None
+
+
+ARMS: tuple[Arm, ...] = (
+    Arm("base", "fronde", Mode.BASELINE, about="Fronde, baseline forced (plain decoding)"),
+    Arm("simple", "fronde", Mode.NGRAM_SIMPLE, about="Fronde, ngram-simple forced"),
+    Arm("mod", "fronde", Mode.NGRAM_MOD, about="Fronde, ngram-mod (n_match 12) forced"),
+    Arm("draft", "fronde", Mode.DRAFT, about="Fronde, draft model forced"),
+    Arm(
+        "default",
+        "static",
+        flags=("--spec-default",),
+        about="llama-server --spec-default (= ngram-mod n_match 24, n_min 48, n_max 64)",
+    ),
+    Arm(
+        "cascade",
+        "static",
+        flags=("--spec-type", "ngram-simple,ngram-mod"),
+        about="llama-server --spec-type ngram-simple,ngram-mod",
+    ),
+    Arm(
+        "mod12",
+        "static",
+        flags=("--spec-type", "ngram-mod", "--spec-ngram-mod-n-match", "12"),
+        about="llama-server ngram-mod, n_match 12",
+    ),
+    Arm(
+        "short",
+        "static",
+        flags=(
+            *("--spec-type", "ngram-mod"),
+            *("--spec-ngram-mod-n-min", "16", "--spec-ngram-mod-n-max", "32"),
+        ),
+        about="llama-server ngram-mod, short drafts (n_min 16, n_max 32)",
+    ),
+    Arm("router", "fronde", about="Fronde routing, cold (fresh servers)"),
+    Arm("router-w", "fronde", priming=True, about="Fronde routing, warm (after the priming set)"),
+)
+"""Every arm, in table order."""
+
+
+def arms_named(names: Sequence[str], *, draft: bool) -> list[Arm]:
+    """The arms called ``names`` (all when empty), in :data:`ARMS` order.
+
+    Args:
+        names: arm names; empty selects every arm.
+        draft: whether the profile has a draft model (else the ``draft`` arm is left out).
+
+    Raises:
+        FrondeError: a name that is no arm (the message lists them).
+    """
+    known = {a.name: a for a in ARMS}
+    unknown = [n for n in names if n not in known]
+    if unknown:
+        raise FrondeError(f"no arm {', '.join(unknown)}; arms: {', '.join(known)}")
+    chosen = [a for a in ARMS if not names or a.name in names]
+    return [a for a in chosen if draft or a.force is not Mode.DRAFT]
+
+
+@dataclass(frozen=True)
+class Target:
+    """A started arm: where to send requests, and the headers to send with them."""
+
+    base_url: str
+    headers: dict[str, str]
+
+
+@contextlib.asynccontextmanager
+async def started(
+    arm: Arm, settings: Settings, config_file: Path | None, log_dir: Path
+) -> AsyncGenerator[Target]:
+    """Start ``arm`` on fresh servers; stop everything on exit (also after a failure).
+
+    Raises:
+        FrondeError: a server did not start (``BackendStartError`` is one).
+    """
+    if arm.kind == "static":
+        async with _static(arm, settings, log_dir) as url:
+            yield Target(url, {})
+        return
+    extra: tuple[str, ...] = ("--profile", settings.profile) if settings.model is None else ()
+    if arm.force is not None:
+        extra += ("--mode", str(arm.force))
+    timeout_s = settings.backend.start_timeout_s + 30
+    # running_serve polls synchronously; a thread keeps the event loop free.
+    cm = running_serve(config_file, timeout_s, extra)
+    serve = await asyncio.to_thread(cm.__enter__)
+    try:
+        yield Target(serve.base_url, {"x-fronde-mode": str(arm.force)} if arm.force else {})
+    finally:
+        await asyncio.to_thread(cm.__exit__, None, None, None)
+
+
+@contextlib.asynccontextmanager
+async def _static(arm: Arm, settings: Settings, log_dir: Path) -> AsyncGenerator[str]:
+    binary = find_llama_binary(settings.cache_dir, settings.llama_server)
+    plan = plan_pool(
+        settings.model_copy(update={"modes": [Mode.BASELINE]}),
+        profile_of(settings),
+        binary,
+        Path(tempfile.gettempdir()),
+    )
+    args = [*plan.specs[Mode.BASELINE].args, *arm.flags]
+    spec = LaunchSpec(arm.name, binary, args, log_dir / f"{arm.name}.log")
+    proc = LlamaServerProcess(spec, start_timeout_s=settings.backend.start_timeout_s)
+    try:
+        await proc.start()
+        yield proc.url
+    finally:
+        await proc.stop()

@@ -1,0 +1,162 @@
+"""The benchmark's one streaming client: a request sent, every token's arrival timed.
+
+The same OpenAI request goes to every arm (Fronde, or a llama-server's own
+``/v1/completions`` and ``/v1/chat/completions``), streamed, with
+``stream_options.include_usage``. Per request it keeps what the report needs:
+
+- ``wall_s``: request sent → last event, seconds (what a user waits for);
+- ``ttft_s``: request sent → first text, seconds;
+- ``decode_tok_s``: (tokens − 1) ÷ (last text − first text), as received. Through
+  the router the probe's text arrives at once when the probe ends, so this figure
+  flatters a routed request: the verdict uses ``wall_s``;
+- ``tokens``: ``usage.completion_tokens`` (else llama-server's ``predicted_n``);
+- llama-server's ``timings`` (:class:`~fronde.timings.Timings`: α, τ), the
+  ``x-fronde-*`` headers and the ``fronde`` report of a routed answer.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from dataclasses import dataclass, field
+from typing import Any, cast
+
+import httpx
+
+from fronde.errors import FrondeError
+from fronde.timings import Timings
+
+__all__ = ["Sample", "bench_http", "repetition_score", "send"]
+
+PATHS = {"completion": "/v1/completions", "chat": "/v1/chat/completions"}
+"""The OpenAI endpoint of each request form."""
+
+
+def repetition_score(text: str, n: int = 4) -> float:
+    """Share of word ``n``-grams that repeat an earlier one: 0.0 none, near 1.0 a loop.
+
+    A small base model often falls into a loop, and an n-gram drafter copies a loop
+    perfectly, so looping outputs are listed apart from the headline figures.
+    """
+    words = text.split()
+    grams = [tuple(words[i : i + n]) for i in range(len(words) - n + 1)]
+    return 1.0 - len(set(grams)) / len(grams) if grams else 0.0
+
+
+@dataclass
+class Sample:
+    """One streamed request as the client saw it (times in seconds, perf_counter)."""
+
+    sent: float
+    first: float | None = None
+    last: float | None = None
+    end: float | None = None
+    text: str = ""
+    tokens: int = 0
+    finish: str | None = None
+    timings: Timings | None = None
+    headers: dict[str, str] = field(default_factory=dict[str, str])
+    fronde: dict[str, Any] | None = None
+
+    def arrived(self, piece: str) -> None:
+        """Note text arriving now."""
+        now = time.perf_counter()
+        self.first = self.first if self.first is not None else now
+        self.last = now
+        self.text += piece
+
+    def record(self) -> dict[str, Any]:
+        """The JSON-ready measurement (see the module docstring for each figure)."""
+        t = self.timings
+        decode = (
+            (self.tokens - 1) / (self.last - self.first)
+            if self.first is not None and self.last is not None and self.last > self.first
+            else None
+        )
+        return {
+            "wall_s": round((self.end or time.perf_counter()) - self.sent, 4),
+            "ttft_s": round(self.first - self.sent, 4) if self.first is not None else None,
+            "decode_tok_s": round(decode, 2) if decode else None,
+            "tokens": self.tokens,
+            "finish": self.finish,
+            "alpha": t.alpha if t else None,
+            "tau": t.tau if t else None,
+            "timings": t.as_json() if t else None,
+            "sha256": hashlib.sha256(self.text.encode()).hexdigest(),
+            "repetition": round(repetition_score(self.text), 3),
+            "text": self.text,
+            "route": {k[9:]: v for k, v in self.headers.items() if k.startswith("x-fronde-")},
+            "fronde": self.fronde,
+        }
+
+
+def bench_http() -> httpx.AsyncClient:
+    """An HTTP client for benchmark requests: long reads, a new connection per request.
+
+    With pooled keep-alive connections a benchmark once lost about one request in
+    three to "Server disconnected without sending a response" (llama-server closing
+    a connection the pool was about to reuse). A loopback connect costs well under
+    a millisecond, so none is kept.
+    """
+    return httpx.AsyncClient(
+        timeout=httpx.Timeout(900.0, connect=10.0),
+        limits=httpx.Limits(max_keepalive_connections=0),
+    )
+
+
+def _piece(event: dict[str, Any]) -> str:
+    choices = cast("list[dict[str, Any]]", event.get("choices") or [])
+    parts: list[str] = []
+    for c in choices:
+        delta = cast("dict[str, Any]", c.get("delta") or {})
+        text = c.get("text") if "text" in c else delta.get("content")
+        if isinstance(text, str):
+            parts.append(text)
+    return "".join(parts)
+
+
+async def send(
+    http: httpx.AsyncClient, base_url: str, form: str, body: dict[str, Any], headers: dict[str, str]
+) -> Sample:
+    """POST one streamed request and time it to the last event.
+
+    Args:
+        http: from :func:`bench_http`.
+        base_url: the arm's URL (Fronde's or a llama-server's), no ``/v1``.
+        form: ``completion`` or ``chat`` (which endpoint).
+        body: the OpenAI body; ``stream`` must be true.
+        headers: extra request headers (``x-fronde-mode``).
+
+    Raises:
+        FrondeError: a non-200 answer, an in-band error event, or no ``[DONE]``
+            (a stream that broke never counts as an answer).
+    """
+    s = Sample(sent=time.perf_counter())
+    url = base_url + PATHS[form]
+    async with http.stream("POST", url, json=body, headers=headers) as resp:
+        if resp.status_code != 200:
+            raise FrondeError(f"{url} answered {resp.status_code}: {(await resp.aread())[:300]!r}")
+        s.headers = {k.lower(): v for k, v in resp.headers.items()}
+        async for line in resp.aiter_lines():
+            if line == "data: [DONE]":
+                s.end = time.perf_counter()
+                break
+            if not line.startswith("data: {"):
+                continue
+            event: dict[str, Any] = json.loads(line[6:])
+            if "error" in event:
+                raise FrondeError(f"{url} streamed an error: {event['error']}")
+            if piece := _piece(event):
+                s.arrived(piece)
+            for c in cast("list[dict[str, Any]]", event.get("choices") or []):
+                s.finish = c.get("finish_reason") or s.finish
+            s.timings = Timings.parse(event.get("timings")) or s.timings
+            usage = cast("dict[str, Any]", event.get("usage") or {})
+            s.tokens = int(usage.get("completion_tokens") or s.tokens)
+            s.fronde = cast("dict[str, Any] | None", event.get("fronde")) or s.fronde
+    if s.end is None:
+        raise FrondeError(f"{url}: the stream ended without [DONE]")
+    if not s.tokens and s.timings is not None:
+        s.tokens = s.timings.predicted_n
+    return s

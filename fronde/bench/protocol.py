@@ -1,0 +1,157 @@
+"""The protocol: every arm on fresh servers, the whole workload in one order, arms rotated.
+
+A **block** is one arm × repetition × workload: the arm is started on fresh
+servers, warmed with one neutral 4-token request (pages and threads, not n-gram
+pools), primed if it is a warm arm, sent every item of the workload in file order,
+one at a time, and stopped. Arm order rotates across repetitions (rep r starts at
+arm r mod n), so a slow drift of a shared machine falls on every arm alike.
+
+Workload A measures a first encounter: no server has seen any prompt. Workload B is
+a session: cross-request memory is legitimate, and the whole session runs on the
+block's one set of servers.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from fronde.bench.arms import Arm, Target, started
+from fronde.bench.client import bench_http, send
+from fronde.bench.store import Store
+from fronde.bench.workloads import Form, Item, Workload
+from fronde.config import Settings
+from fronde.errors import FrondeError
+
+__all__ = ["Plan", "block_key", "planned_requests", "run_plan", "schedule"]
+
+WARM_ITEM = Item(
+    id="warm-up",
+    domain="warm-up",
+    prompt="A short note about the weather:",
+    messages=({"role": "user", "content": "Say hello."},),
+)
+"""A neutral request that pages in the model and starts the threads, any vocabulary."""
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What one run measures.
+
+    Attributes:
+        workloads: the workloads, each run in its own blocks.
+        arms: the arms, in table order.
+        reps: repetitions (each block once per repetition).
+        form: ``completion`` (base model) or ``chat`` (instruct model).
+        max_tokens: token budget per request (an item may cap it lower).
+        priming: the workload a warm arm is sent first (not recorded as samples).
+    """
+
+    workloads: tuple[Workload, ...]
+    arms: tuple[Arm, ...]
+    reps: int
+    form: Form
+    max_tokens: int
+    priming: Workload
+
+
+def schedule(plan: Plan) -> list[tuple[int, Workload, Arm]]:
+    """Blocks in run order: per repetition and workload, the arms rotated by the repetition."""
+    n = len(plan.arms)
+    return [
+        (rep, w, plan.arms[(rep + i) % n])
+        for rep in range(plan.reps)
+        for w in plan.workloads
+        for i in range(n)
+    ]
+
+
+def block_key(rep: int, workload: Workload, arm: Arm) -> str:
+    """The block's key in the store, e.g. ``first-encounter|router|2``."""
+    return f"{workload.name}|{arm.name}|{rep}"
+
+
+Progress = Callable[[str, int], None]
+"""Called with a line to show (or "") and how many requests just ended."""
+
+
+async def _block(
+    http: httpx.AsyncClient,
+    plan: Plan,
+    target: Target,
+    arm: Arm,
+    workload: Workload,
+    emit: Callable[[dict[str, Any]], None],
+    progress: Progress,
+) -> None:
+    await send(http, target.base_url, plan.form, WARM_ITEM.body(plan.form, 4), target.headers)
+    if arm.priming:
+        for item in plan.priming.items:
+            body = item.body(plan.form, plan.max_tokens)
+            await send(http, target.base_url, plan.form, body, target.headers)
+    for order, item in enumerate(workload.items):
+        rec: dict[str, Any] = {"item": item.id, "domain": item.domain, "order": order}
+        try:
+            sample = await send(
+                http,
+                target.base_url,
+                plan.form,
+                item.body(plan.form, plan.max_tokens),
+                target.headers,
+            )
+            emit({**rec, "ok": True, **sample.record()})
+        except (FrondeError, httpx.HTTPError) as exc:
+            emit({**rec, "ok": False, "error": f"{type(exc).__name__}: {exc}"[:500]})
+        progress("", 1)
+
+
+async def run_plan(
+    plan: Plan,
+    settings: Settings,
+    config_file: Path | None,
+    store: Store,
+    log_dir: Path,
+    progress: Progress,
+) -> None:
+    """Run every block of ``plan`` not already done in ``store``; append its records.
+
+    A block whose arm fails to start, or whose requests fail, is recorded with the
+    error and the run goes on (its samples count only if the block ended ok).
+    """
+    done = store.done_blocks()
+    async with bench_http() as http:
+        for rep, workload, arm in schedule(plan):
+            key = block_key(rep, workload, arm)
+            if key in done:
+                progress("", len(workload.items))
+                continue
+            block_id = uuid.uuid4().hex[:12]
+            head = {"block": key, "block_id": block_id, "workload": workload.name}
+            head |= {"arm": arm.name, "rep": rep}
+
+            def emit(rec: dict[str, Any], head: dict[str, Any] = head) -> None:
+                store.append({"type": "sample", **head, **rec})
+
+            t0 = time.monotonic()
+            try:
+                async with started(
+                    arm, settings, config_file, log_dir / key.replace("|", "-")
+                ) as t:
+                    await _block(http, plan, t, arm, workload, emit, progress)
+            except (FrondeError, httpx.HTTPError, OSError) as exc:
+                store.append({"type": "block", **head, "ok": False, "error": str(exc)[:500]})
+                progress(f"{key}: FAILED ({exc})", 0)
+                continue
+            store.append({"type": "block", **head, "ok": True, "s": round(time.monotonic() - t0)})
+            progress(f"{key}: {time.monotonic() - t0:.0f} s", 0)
+
+
+def planned_requests(plan: Plan) -> int:
+    """Requests the plan sends, for a progress bar (priming and warm-up not counted)."""
+    return sum(len(w.items) for _, w, _ in schedule(plan))

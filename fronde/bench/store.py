@@ -1,0 +1,92 @@
+"""The benchmark's one store: versioned JSONL, resumable by block, failures kept.
+
+A file holds three record types, each with ``schema`` = :data:`SCHEMA`:
+
+- ``run``: written when a run starts or resumes: machine, llama-server build,
+  commit and dirty flag, the plan (profile, form, repetitions, budget);
+- ``sample``: one request of one block (``block``, ``block_id``, ``item``,
+  ``domain``, ``order`` and :meth:`fronde.bench.client.Sample.record`), or its
+  failure (``ok`` false, ``error``);
+- ``block``: a block (one arm × repetition × workload on fresh servers) ended:
+  ``ok``, or why not.
+
+A resumed run skips the blocks that ended ok and reruns the others whole (a block
+half done would not start from fresh servers). Samples count only from the last
+ok block of a key. Records from another machine or llama-server build are refused:
+their speeds do not compare (pyperf's ``_compare.py`` refuses the same).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, cast
+
+from fronde.errors import FrondeError
+
+__all__ = ["SCHEMA", "Store"]
+
+SCHEMA = 2
+"""Version of the record layout (1 was the retired battery's)."""
+
+
+@dataclass(frozen=True)
+class Store:
+    """An append-only JSONL file of benchmark records."""
+
+    path: Path
+
+    def append(self, record: dict[str, Any]) -> None:
+        """Append one record (``schema`` added), flushed at once so a stop loses nothing."""
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        with self.path.open("a", encoding="utf-8") as fh:
+            fh.write(json.dumps({"schema": SCHEMA, **record}, ensure_ascii=False) + "\n")
+
+    def records(self) -> list[dict[str, Any]]:
+        """Every readable record of this schema, in file order (a torn last line is skipped)."""
+        if not self.path.exists():
+            return []
+        out: list[dict[str, Any]] = []
+        for line in self.path.read_text(encoding="utf-8").splitlines():
+            try:
+                rec = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(rec, dict) and cast("dict[str, Any]", rec).get("schema") == SCHEMA:
+                out.append(cast("dict[str, Any]", rec))
+        return out
+
+    def begin(self, run: dict[str, Any], identity: dict[str, Any]) -> None:
+        """Write a ``run`` record, after checking that earlier runs in the file match.
+
+        Args:
+            run: the run's description (machine, commit, plan).
+            identity: what must match to compare speeds (machine, build, profile, form).
+
+        Raises:
+            FrondeError: the file holds a run with another identity (which field).
+        """
+        for rec in self.records():
+            if rec["type"] != "run":
+                continue
+            for key, value in identity.items():
+                if rec["identity"].get(key) != value:
+                    raise FrondeError(
+                        f"{self.path} holds a run with another {key} "
+                        f"({rec['identity'].get(key)!r}, not {value!r}); use another --out"
+                    )
+        self.append({"type": "run", "identity": identity, **run})
+
+    def done_blocks(self) -> set[str]:
+        """Keys of the blocks that ended ok."""
+        return {r["block"] for r in self.records() if r["type"] == "block" and r["ok"]}
+
+    def samples(self) -> list[dict[str, Any]]:
+        """The samples of the last ok block of each key, in file order."""
+        recs = self.records()
+        last: dict[str, str] = {}
+        for r in recs:
+            if r["type"] == "block" and r["ok"]:
+                last[r["block"]] = r["block_id"]
+        return [r for r in recs if r["type"] == "sample" and last.get(r["block"]) == r["block_id"]]

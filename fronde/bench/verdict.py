@@ -1,0 +1,261 @@
+"""The verdict, as pure functions over sample records.
+
+The speed of a request is its **end-to-end rate**: generated tokens ÷ ``wall_s``
+(request sent → last event). A routed request's probe text arrives at once, so a
+client cannot see its decode time; the wall clock charges the router for its
+probe and hand-over prefill, as a user feels them. Prefill is the same work on
+every arm for a prompt no server has seen.
+
+- An item is **invalid** when any arm lacks an ok sample with ≥ 2 tokens in some
+  repetition; it is **looping** when any arm's output has a repetition score above
+  :data:`LOOP_SCORE`. Both are listed apart and count in no headline figure.
+- Per arm and item, the speed is the median over repetitions.
+- (a) router ÷ **best single static arm** (the non-routed arm with the highest
+  total rate, Σ tokens ÷ Σ wall): the ratio of total rates, and the geometric mean
+  of per-item ratios with a bootstrap 95 % interval over items. Bound ≥ 1.00, both.
+- (b) per domain, router ÷ baseline (Fronde, baseline forced): the lower end of the
+  interval of the geometric mean. Bound ≥ 0.97.
+- (c) router ÷ **cross-fitted oracle**: for each repetition held out, each item's
+  best reachable arm (a forced Fronde mode) is chosen on the other repetitions and
+  scored on the held-out one. Bound ≥ 0.95. Needs two repetitions.
+
+Intervals are percentile bootstraps over items (:data:`RESAMPLES`, seed 0;
+Efron and Tibshirani, *An Introduction to the Bootstrap*, 1993, §13.3).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from statistics import median
+from typing import Any
+
+import numpy as np
+
+__all__ = [
+    "LOOP_SCORE",
+    "Check",
+    "Table",
+    "bootstrap",
+    "checks",
+    "geomean",
+    "table",
+]
+
+LOOP_SCORE = 0.5
+"""Repetition score above which an output is a loop (share of repeated word 4-grams)."""
+
+RESAMPLES = 2000
+"""Bootstrap resamples per interval."""
+
+BOUNDS = {"a": 1.00, "b": 0.97, "c": 0.95}
+"""The verdict's bounds (issue 20)."""
+
+
+def geomean(values: Sequence[float]) -> float:
+    """Geometric mean of positive values; NaN when there are none."""
+    return math.exp(sum(math.log(v) for v in values) / len(values)) if values else math.nan
+
+
+def bootstrap(
+    groups: Sequence[Sequence[float]], stat: Callable[[list[float]], float] = geomean
+) -> tuple[float, float]:
+    """95 % percentile interval of ``stat`` over items resampled with replacement.
+
+    Args:
+        groups: one list of values per item (an item's values move together).
+        stat: the statistic of the pooled values.
+
+    Returns:
+        (low, high); NaN, NaN with fewer than two items.
+    """
+    if len(groups) < 2:
+        return math.nan, math.nan
+    rng = np.random.default_rng(0)
+    picks = rng.integers(0, len(groups), size=(RESAMPLES, len(groups)))
+    stats = sorted(stat([v for i in row.tolist() for v in groups[int(i)]]) for row in picks)
+    return stats[int(0.025 * RESAMPLES)], stats[int(0.975 * RESAMPLES) - 1]
+
+
+def _rate(s: dict[str, Any]) -> float:
+    return s["tokens"] / s["wall_s"]
+
+
+@dataclass
+class Table:
+    """One workload's samples, arranged: ``runs[arm][item][rep]`` → sample.
+
+    Attributes:
+        arms: arm names, in first-seen order.
+        items: item id → domain, valid items only.
+        invalid: item ids left out because a sample failed or is missing.
+        looping: item id → the arms whose output looped there.
+        runs: the samples.
+    """
+
+    arms: list[str]
+    items: dict[str, str]
+    invalid: list[str]
+    looping: dict[str, list[str]]
+    runs: dict[str, dict[str, dict[int, dict[str, Any]]]] = field(
+        default_factory=dict[str, dict[str, dict[int, dict[str, Any]]]]
+    )
+
+    @property
+    def reps(self) -> list[int]:
+        """The repetitions present."""
+        return sorted({r for by_item in self.runs.values() for s in by_item.values() for r in s})
+
+    def speed(self, arm: str, item: str, reps: Sequence[int] | None = None) -> float:
+        """Median end-to-end rate (tok/s) of ``arm`` on ``item`` over ``reps`` (all: None)."""
+        runs = self.runs[arm][item]
+        return median(_rate(runs[r]) for r in (reps if reps is not None else runs))
+
+    def total(self, arm: str) -> float:
+        """Σ tokens ÷ Σ wall seconds of ``arm`` over the valid items and every repetition."""
+        samples = [s for i in self.items for s in self.runs[arm][i].values()]
+        return sum(s["tokens"] for s in samples) / sum(s["wall_s"] for s in samples)
+
+    def ratios(self, arm: str, other: str) -> list[float]:
+        """Per valid item: ``arm``'s speed ÷ ``other``'s."""
+        return [self.speed(arm, i) / self.speed(other, i) for i in self.items]
+
+
+def table(samples: Sequence[dict[str, Any]], workload: str) -> Table:
+    """Arrange the samples of ``workload`` (see :class:`Table` for what is left out)."""
+    runs: dict[str, dict[str, dict[int, dict[str, Any]]]] = defaultdict(lambda: defaultdict(dict))
+    domains: dict[str, str] = {}
+    for s in samples:
+        if s["workload"] == workload:
+            runs[s["arm"]][s["item"]][s["rep"]] = s
+            domains.setdefault(s["item"], s["domain"])
+    arms = list(runs)
+    reps = sorted({r for a in arms for i in runs[a] for r in runs[a][i]})
+    invalid: list[str] = []
+    looping: dict[str, list[str]] = {}
+    items: dict[str, str] = {}
+    for item, domain in domains.items():
+        cells = [runs[a][item].get(r) for a in arms for r in reps]
+        if any(c is None or not c["ok"] or c["tokens"] < 2 for c in cells):
+            invalid.append(item)
+            continue
+        loops = sorted(
+            {a for a in arms for c in runs[a][item].values() if c["repetition"] > LOOP_SCORE}
+        )
+        if loops:
+            looping[item] = loops
+        else:
+            items[item] = domain
+    return Table(arms, items, invalid, looping, {a: dict(v) for a, v in runs.items()})
+
+
+@dataclass(frozen=True)
+class Check:
+    """One verdict check: what, the measured value with its interval, the bound."""
+
+    name: str
+    value: float
+    low: float
+    high: float
+    bound: float
+
+    @property
+    def passed(self) -> bool:
+        """Measured and at or above the bound (for (b), the interval's lower end is)."""
+        shown = self.low if self.name.startswith("(b)") else self.value
+        return not math.isnan(shown) and shown >= self.bound
+
+
+def best_static(t: Table) -> str:
+    """The non-routed arm with the highest total rate."""
+    statics = [a for a in t.arms if not a.startswith("router")]
+    return max(statics, key=t.total)
+
+
+def _oracle_ratios(t: Table, router: str, reachable: Sequence[str]) -> list[list[float]]:
+    reps = t.reps
+    per_item: list[list[float]] = []
+    for item in t.items:
+        ratios: list[float] = []
+        for held in reps:
+            rest = [r for r in reps if r != held]
+            pick = max(reachable, key=lambda a: t.speed(a, item, rest))
+            ratios.append(t.speed(router, item, [held]) / t.speed(pick, item, [held]))
+        per_item.append(ratios)
+    return per_item
+
+
+def checks(t: Table, router: str, baseline: str, reachable: Sequence[str]) -> list[Check]:
+    """The (a), (b) per domain and (c) checks of ``router`` on workload table ``t``.
+
+    Args:
+        t: workload A's table.
+        router: a routed arm's name.
+        baseline: the plain-decoding arm (Fronde, baseline forced).
+        reachable: the arms the router can choose between (forced Fronde modes).
+
+    Returns:
+        The checks; a figure that cannot be measured (no valid item, one repetition
+        for the oracle) is NaN and fails.
+    """
+    if not t.items:
+        return [Check(f"(a) {router} ÷ best static", math.nan, math.nan, math.nan, BOUNDS["a"])]
+    best = best_static(t)
+    out = [
+        Check(
+            f"(a) {router} ÷ {best}, total",
+            t.total(router) / t.total(best),
+            math.nan,
+            math.nan,
+            BOUNDS["a"],
+        )
+    ]
+    ratios = t.ratios(router, best)
+    out.append(
+        Check(
+            f"(a) {router} ÷ {best}, geomean",
+            geomean(ratios),
+            *bootstrap([[r] for r in ratios]),
+            1.0,
+        )
+    )
+    by_domain: dict[str, list[float]] = defaultdict(list)
+    for item, r in zip(t.items, t.ratios(router, baseline), strict=True):
+        by_domain[t.items[item]].append(r)
+    for domain, rs in by_domain.items():
+        out.append(
+            Check(
+                f"(b) {router} ÷ {baseline}, {domain}",
+                geomean(rs),
+                *bootstrap([[r] for r in rs]),
+                BOUNDS["b"],
+            )
+        )
+    if len(t.reps) < 2:
+        out.append(
+            Check(
+                f"(c) {router} ÷ oracle (needs 2 reps)", math.nan, math.nan, math.nan, BOUNDS["c"]
+            )
+        )
+    else:
+        groups = _oracle_ratios(t, router, reachable)
+        flat = [r for g in groups for r in g]
+        out.append(
+            Check(
+                f"(c) {router} ÷ cross-fitted oracle",
+                geomean(flat),
+                *bootstrap(groups),
+                BOUNDS["c"],
+            )
+        )
+    return out
+
+
+def first_difference(a: str, b: str) -> int | None:
+    """Index of the first character where ``a`` and ``b`` differ; None when equal."""
+    for i, (x, y) in enumerate(zip(a, b, strict=False)):
+        if x != y:
+            return i
+    return None if len(a) == len(b) else min(len(a), len(b))

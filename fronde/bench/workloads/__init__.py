@@ -1,0 +1,145 @@
+"""Workloads as data: the JSON files beside this module, and their loader.
+
+- ``first-encounter.json``: workload A, prompts in ten domains, each sent once to
+  servers that never saw it.
+- ``agent-sessions.json``: workload B, scripted agent sessions of eight steps, every
+  step's input taken from a fixed reference transcript (so every arm gets the same
+  inputs whatever it answered).
+- ``priming.json``: requests that warm the router before a "warm" arm; none is in
+  the workloads.
+
+Every item carries both forms of its task: ``prompt`` for a base model through
+``/v1/completions`` and ``messages`` for an instruct model through
+``/v1/chat/completions``.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from fronde.errors import FrondeError
+
+__all__ = ["FOLDER", "Item", "Workload", "load_workload"]
+
+FOLDER = Path(__file__).parent
+"""Where the shipped workload files are."""
+
+Form = Literal["completion", "chat"]
+
+
+@dataclass(frozen=True)
+class Item:
+    """One request of a workload.
+
+    Attributes:
+        id: unique key in records.
+        domain: the domain (workload A) or the session (workload B).
+        prompt: the completion-style text (base models).
+        messages: the chat messages (instruct models), system message included.
+        stop: stop strings of the completion form.
+        chat_stop: stop strings of the chat form.
+        max_tokens: the item's own token budget, or None (the run's default).
+    """
+
+    id: str
+    domain: str
+    prompt: str
+    messages: tuple[dict[str, str], ...]
+    stop: tuple[str, ...] = ()
+    chat_stop: tuple[str, ...] = ()
+    max_tokens: int | None = None
+
+    def body(self, form: Form, max_tokens: int) -> dict[str, Any]:
+        """The OpenAI request body for ``form``: greedy, streamed, with usage.
+
+        ``max_tokens`` applies unless the item has its own budget, which it caps.
+        """
+        n = min(max_tokens, self.max_tokens) if self.max_tokens else max_tokens
+        body: dict[str, Any] = {
+            "max_tokens": n,
+            "temperature": 0.0,
+            "stream": True,
+            "stream_options": {"include_usage": True},
+        }
+        if form == "completion":
+            body["prompt"] = self.prompt
+            stop = self.stop
+        else:
+            body["messages"] = list(self.messages)
+            stop = self.chat_stop
+        if stop:
+            body["stop"] = list(stop)
+        return body
+
+
+@dataclass(frozen=True)
+class Workload:
+    """A named, ordered list of items."""
+
+    name: str
+    items: tuple[Item, ...]
+
+    def first(self, per_group: int | None) -> Workload:
+        """The first ``per_group`` items of each domain (session), in file order; None: all."""
+        if per_group is None:
+            return self
+        seen: dict[str, int] = {}
+        kept: list[Item] = []
+        for item in self.items:
+            seen[item.domain] = seen.get(item.domain, 0) + 1
+            if seen[item.domain] <= per_group:
+                kept.append(item)
+        return Workload(self.name, tuple(kept))
+
+    def groups(self, n: int | None) -> Workload:
+        """The items of the first ``n`` domains (sessions) in file order; None: all."""
+        if n is None:
+            return self
+        names = list(dict.fromkeys(i.domain for i in self.items))[:n]
+        return Workload(self.name, tuple(i for i in self.items if i.domain in names))
+
+
+def _item(raw: dict[str, Any], domain: str, system: str | None) -> Item:
+    messages = [dict(m) for m in raw["messages"]]
+    if system:
+        messages.insert(0, {"role": "system", "content": system})
+    return Item(
+        id=raw["id"],
+        domain=domain,
+        prompt=raw["prompt"],
+        messages=tuple(messages),
+        stop=tuple(raw.get("stop") or ()),
+        chat_stop=tuple(raw.get("chat_stop") or ()),
+        max_tokens=raw.get("max_tokens"),
+    )
+
+
+def load_workload(name_or_path: str) -> Workload:
+    """Load a shipped workload by name (``first-encounter``) or any file of that shape.
+
+    Raises:
+        FrondeError: no such file, or it is not a workload (what is wrong, and where).
+    """
+    path = Path(name_or_path)
+    if not path.suffix:
+        path = FOLDER / f"{name_or_path}.json"
+    try:
+        raw = json.loads(path.read_text(encoding="utf-8"))
+        if "sessions" in raw:
+            system = raw.get("system")
+            items = [
+                _item(s, sess["id"], system) for sess in raw["sessions"] for s in sess["steps"]
+            ]
+        else:
+            items = [_item(i, i["domain"], None) for i in raw["items"]]
+    except OSError as exc:
+        raise FrondeError(f"cannot read workload {path}: {exc.strerror}") from exc
+    except (ValueError, KeyError, TypeError) as exc:
+        raise FrondeError(f"{path} is not a workload: {exc!r}") from exc
+    ids = [i.id for i in items]
+    if len(set(ids)) != len(ids):
+        raise FrondeError(f"{path}: item ids repeat")
+    return Workload(str(raw.get("name") or path.stem), tuple(items))

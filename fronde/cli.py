@@ -559,10 +559,12 @@ def bench_verdict(
         int | None, typer.Option(help="tokens per request [default: 64, quick 48]", min=4)
     ] = None,
     per_domain: Annotated[
-        int | None, typer.Option(help="workload A: prompts per domain [default: 4, quick 2]", min=1)
+        int | None,
+        typer.Option(help="workload A: prompts per domain (0: none) [default: 4, quick 2]", min=0),
     ] = None,
     sessions: Annotated[
-        int | None, typer.Option(help="workload B: sessions [default: all, quick 1]", min=0)
+        int | None,
+        typer.Option(help="workload B: sessions (0: none) [default: all, quick 1]", min=0),
     ] = None,
     arm: Annotated[
         list[str] | None, typer.Option("--arm", help="only these arms (repeatable) [default: all]")
@@ -584,7 +586,9 @@ def bench_verdict(
 
     settings = _settings(config)
     profile = profile_of(settings)
-    first = load_workload("first-encounter").first(per_domain or (2 if quick else 4))
+    first = load_workload("first-encounter").first(
+        per_domain if per_domain is not None else (2 if quick else 4)
+    )
     n_sessions = 1 if quick and sessions is None else sessions
     session = (
         load_workload("agent-sessions").groups(n_sessions) if n_sessions != 0 else first.first(0)

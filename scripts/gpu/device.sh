@@ -69,17 +69,22 @@ case "${1:?step}" in
     ;;
   verdict)
     profile=${PROFILE:?PROFILE=cpu-gemma-270m or cpu-smollm2-135m}
-    out="results/verdict-gpu-h200-$profile-$STAMP"
+    # Outside the repository: the next call's copy of the working tree must not drop it,
+    # and a later call resumes the blocks this one did not finish.
+    mkdir -p /root/fronde-results
+    name="verdict-gpu-h200-$profile-$STAMP"
+    out="/root/fronde-results/$name"
     mkdir -p "$out"
-    # The verdict exits 2 on FAIL: keep going, so that the results still come back.
+    # The verdict exits 2 on FAIL and 124 when cut short: keep going, so that what was
+    # measured still comes back (a resumed call skips the blocks already done).
     # shellcheck disable=SC2086  # VERDICT_ARGS is a list of options
-    FRONDE_PROFILE=$profile fronde bench verdict --out "$out" ${VERDICT_ARGS:-} \
-      > "$out/console.log" 2>&1 || echo "verdict exited with $?"
-    tail -45 "$out/console.log"
-    # One launch line (with -ngl) as evidence; not the servers' whole logs.
-    find "$out/logs" -name '*.log' | head -1 | xargs -r grep -m1 "fronde: starting" > "$out/launch-excerpt.txt" || true
-    rm -rf "$out/logs"
-    tar czf "$OUT/verdict-$profile.tgz" "$out"
+    FRONDE_PROFILE=$profile timeout "${VERDICT_TIMEOUT_S:-540}" \
+      python3 -m fronde bench verdict --out "$out" ${VERDICT_ARGS:-} \
+      >> "$out/console.log" 2>&1 || echo "verdict exited with $?"
+    grep -v "^requests" "$out/console.log" | tail -45
+    find "$out/logs" -name '*.log' 2>/dev/null | head -1 | xargs -r grep -m1 "fronde: starting" \
+      > "$out/launch-excerpt.txt" || true
+    tar czf "$OUT/$name.tgz" --exclude=logs -C /root/fronde-results "$name"
     ;;
   *) echo "device.sh: unknown step $1" >&2; exit 2 ;;
 esac

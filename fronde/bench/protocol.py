@@ -49,7 +49,7 @@ class Plan:
         arms: the arms, in table order.
         reps: repetitions (each block once per repetition).
         form: ``completion`` (base model) or ``chat`` (instruct model).
-        max_tokens: token budget per request (an item may cap it lower).
+        max_tokens: token budget per request (an item may set its own).
         priming: the workload a warm arm is sent first (not recorded as samples).
     """
 

@@ -55,9 +55,10 @@ class Item:
     def body(self, form: Form, max_tokens: int) -> dict[str, Any]:
         """The OpenAI request body for ``form``: greedy, streamed, with usage.
 
-        ``max_tokens`` applies unless the item has its own budget, which it caps.
+        ``max_tokens`` applies unless the item has its own budget (an agent step's
+        whole-file answer needs more than a first-encounter prompt's).
         """
-        n = min(max_tokens, self.max_tokens) if self.max_tokens else max_tokens
+        n = self.max_tokens or max_tokens
         body: dict[str, Any] = {
             "max_tokens": n,
             "temperature": 0.0,

@@ -5,7 +5,7 @@
     .venv/bin/python demo.py --with-repeat        # plays the edit a second time
 
 The scenes are prose → code → JSON → an edit (completion-style prompts of the
-battery, ``fronde/bench/battery.py``; the default model is a base model). Each
+priming set, ``fronde/bench/workloads/priming.json``; the default model is a base model). Each
 scene goes to the router as an ordinary request, so what you see is what it
 decided: the route (probe, edit, cache, fallback), the mode, and the probe's
 result. Each scene is then played once more with baseline forced, for the
@@ -49,16 +49,21 @@ from rich.table import Table
 from rich.text import Text
 
 from fronde.backends.process import die_with_parent, free_port
-from fronde.bench.battery import BATTERY, INVENTORY_PY, BatteryPrompt
+from fronde.bench.client import Sample, repetition_score, stream
 from fronde.bench.serve import nvidia_smi_query, settled
-from fronde.bench.stats import DEGENERATE_SCORE, repetition_score
-from fronde.bench.stream import StreamedCompletion, stream_completion
+from fronde.bench.verdict import LOOP_SCORE
+from fronde.bench.workloads import Item, load_workload
 from fronde.config import Settings, load_settings
 from fronde.errors import FrondeError
 from fronde.modes import Mode
 from fronde.runtime.install import find_llama_binary
 from fronde.runtime.local import profile_of
 from fronde.runtime.models import model_path
+
+INVENTORY_PY = (
+    load_workload("agent-sessions").items[0].prompt.split("```python\n")[1].split("```")[0]
+)
+"""The first agent session's file (``agent-sessions.json``, ``inventory-py``)."""
 
 EDIT_PROMPT = (
     "Rename the class inventory to Inventory and add type hints to every method.\n"
@@ -80,7 +85,7 @@ SCENES: tuple[tuple[str, str, int], ...] = (
     ("JSON", "json", 128),
     ("edit", "edit", 320),
 )
-"""(scene title, battery prompt name or ``edit``, max tokens). The edit stops at its fence."""
+"""(scene title, priming item id or ``edit``, max tokens). The edit stops at its fence."""
 
 WARMUP_PROMPT = "A short note about the weather:"
 """The neutral warm-up: unrelated to every scene, so it primes no n-gram pool with an answer."""
@@ -117,10 +122,10 @@ def big(number: str) -> str:
 
 @dataclass
 class Scene:
-    """One scene to play: a title and the battery prompt behind it."""
+    """One scene to play: a title and the workload item behind it."""
 
     title: str
-    prompt: BatteryPrompt
+    prompt: Item
     max_tokens: int
 
 
@@ -137,14 +142,14 @@ class Played:
     """
 
     scene: Scene
-    routed: StreamedCompletion
+    routed: Sample
     row: dict[str, Any]
-    baseline: StreamedCompletion | None
+    baseline: Sample | None
     label: str
 
     def decode_tok_s(self) -> float:
         """The routed answer's client-side decode tok/s."""
-        return self.routed.client_tok_s(self.routed.chunks)
+        return self.routed.decode_tok_s()
 
     def repetition(self) -> float:
         """Repetition score of the routed answer (0 = none, 1 = one loop; bench.stats)."""
@@ -155,16 +160,16 @@ class Played:
         return None if self.baseline is None else routed_speedup(self.routed, self.baseline)
 
 
-def routed_speedup(routed: StreamedCompletion, baseline: StreamedCompletion) -> float | None:
+def routed_speedup(routed: Sample, baseline: Sample) -> float | None:
     """Client-side decode tok/s of ``routed`` ÷ that of ``baseline``, or None."""
-    base = baseline.client_tok_s(baseline.chunks)
-    return routed.client_tok_s(routed.chunks) / base if base > 0 else None
+    base = baseline.decode_tok_s()
+    return routed.decode_tok_s() / base if base > 0 else None
 
 
 def scenes() -> list[Scene]:
-    """The four scenes: three battery generation prompts and :data:`EDIT_PROMPT`."""
-    by_name = {p.name: p for p in BATTERY}
-    by_name["edit"] = BatteryPrompt("edit", "edit", "code", EDIT_PROMPT, stop="```")
+    """The four scenes: three priming generation prompts and :data:`EDIT_PROMPT`."""
+    by_name = {p.id: p for p in load_workload("priming").items}
+    by_name["edit"] = Item("edit", "edit", EDIT_PROMPT, (), stop=("```",))
     return [Scene(title, by_name[name], n) for title, name, n in SCENES]
 
 
@@ -173,7 +178,7 @@ def fmt(value: float | None, digits: int = 1) -> str:
     return "-" if value is None else f"{value:.{digits}f}"
 
 
-def probe_text(row: dict[str, Any], routed: StreamedCompletion) -> str:
+def probe_text(row: dict[str, Any], routed: Sample) -> str:
     """The probe's result in words, e.g. ``ngram-mod 61.2 vs baseline 40.3 tok/s``."""
     info = routed.fronde or row
     if info.get("probe_tok_s") is None:
@@ -301,27 +306,19 @@ class Demo:
         self.console.print(text, markup=False, highlight=False, soft_wrap=True)
 
     def stream(
-        self, prompt: BatteryPrompt, max_tokens: int, seed: int, mode: str | None = None
-    ) -> Iterator[StreamedCompletion]:
+        self, prompt: Item, max_tokens: int, seed: int, mode: str | None = None
+    ) -> Iterator[Sample]:
         """Stream one completion; ``mode`` forces a mode (else the router decides)."""
-        body: dict[str, Any] = {
-            "prompt": prompt.prompt,
-            "max_tokens": max_tokens,
-            "temperature": 0,
-            "seed": seed,
-            "stream": True,
-        }
-        if prompt.stop:
-            body["stop"] = [prompt.stop]
+        body = prompt.body("completion", max_tokens) | {"seed": seed}
         headers = {"x-fronde-mode": mode} if mode else {}
         try:
-            yield from stream_completion(self.http, f"{self.base}/v1/completions", body, headers)
+            yield from stream(self.http, self.base, "completion", body, headers)
         except FrondeError as exc:
             raise SystemExit(f"demo: {exc.message}") from exc
 
     def warm_up(self, modes: list[str]) -> None:
         """A few tokens of a neutral prompt on each mode (loads caches, primes no answer)."""
-        neutral = BatteryPrompt("warm-up", "generation", "prose", WARMUP_PROMPT)
+        neutral = Item("warm-up", "warm-up", WARMUP_PROMPT, ())
         for i, mode in enumerate(modes):
             for _ in self.stream(neutral, 8, self.seed + 10_000 + i, mode):
                 pass
@@ -348,7 +345,7 @@ class Demo:
             )
             if not self.plain:
                 self.line(
-                    f"  baseline on the same prompt: {baseline.client_tok_s(baseline.chunks):.1f}"
+                    f"  baseline on the same prompt: {baseline.decode_tok_s():.1f}"
                     f" tok/s decode → {label} ran at {fmt(routed_speedup(routed, baseline), 2)}×"
                 )
         played = Played(scene, routed, row, baseline, label)
@@ -361,15 +358,15 @@ class Demo:
         self,
         scene: Scene,
         label: str,
-        events: Iterator[StreamedCompletion],
+        events: Iterator[Sample],
         keep: bool = True,
-    ) -> StreamedCompletion:
+    ) -> Sample:
         """Consume ``events``, drawing the live screen unless plain; return the last one.
 
         ``keep`` leaves the final screen on the terminal (the routed answer does; the
         baseline comparison only leaves a line).
         """
-        last: StreamedCompletion | None = None
+        last: Sample | None = None
         if self.plain:
             with contextlib.suppress(IndexError):
                 last = deque(events, maxlen=1)[-1]
@@ -383,7 +380,7 @@ class Demo:
             raise SystemExit(f"demo: {scene.title}: the stream ended without text")
         return last
 
-    def screen(self, label: str, s: StreamedCompletion, final: bool = False) -> Panel:
+    def screen(self, label: str, s: Sample, final: bool = False) -> Panel:
         """The live screen of one stream: route, mode, probe, big tok/s, α, text."""
         info = s.fronde or {}
         mode = info.get("mode") or s.mode or "?"
@@ -397,10 +394,10 @@ class Demo:
         )
         if final and s.route == "probe":
             head.append(f"   probe {probe_text({}, s)}", "dim")
-        tok_s = s.client_tok_s(s.chunks)
+        tok_s = s.decode_tok_s()
         figure = Text(big(f"{tok_s:5.1f}"), style="bold green")
         figure.append("  tok/s decode", "green")
-        if (a := s.alpha()) is not None:
+        if (a := s.alpha) is not None:
             figure.append(f"   α {a:.2f}", "bold magenta")
         tail = "\n".join(s.text.splitlines()[-12:])
         return Panel(Group(head, figure, Text(tail)), title=f"Fronde — {label}", expand=True)
@@ -424,8 +421,8 @@ class Demo:
                 fmt(p.speedup(), 2),
                 fmt(p.row.get("alpha"), 2),
                 fmt(p.row.get("tau"), 2),
-                str(p.routed.chunks),
-                f"{rep:.2f}" + (" loop" if rep > DEGENERATE_SCORE else ""),
+                str(p.routed.pieces),
+                f"{rep:.2f}" + (" loop" if rep > LOOP_SCORE else ""),
                 fmt(p.row.get("overhead_ms"), 2),
             )
         return table
@@ -433,10 +430,10 @@ class Demo:
     def notes(self) -> list[str]:
         """What a reader of the table should know: loops, quarantines."""
         out: list[str] = []
-        loops = [p.label for p in self.played if p.repetition() > DEGENERATE_SCORE]
+        loops = [p.label for p in self.played if p.repetition() > LOOP_SCORE]
         if loops:
             out.append(
-                f"note: {', '.join(loops)} looped (repetition score > {DEGENERATE_SCORE}): a "
+                f"note: {', '.join(loops)} looped (repetition score > {LOOP_SCORE}): a "
                 "base model's loop is easy to draft, so its α and speed-up are inflated"
             )
         modes = self.http.get(f"{self.base}/fronde/v1/router").json()["modes"]
@@ -449,7 +446,7 @@ class Demo:
         return out
 
 
-def probe_short(row: dict[str, Any], routed: StreamedCompletion) -> str:
+def probe_short(row: dict[str, Any], routed: Sample) -> str:
     """The probe in a narrow column: ``55.1 vs 53.8``, or "-"."""
     info = routed.fronde or row
     probe, floor = info.get("probe_tok_s"), info.get("floor_tok_s")
@@ -472,13 +469,11 @@ def plain_line(p: Played) -> str:
         "mode": routed_mode(p),
         "probe": probe_text(p.row, p.routed).replace(" ", "_"),
         "decode_tok_s": fmt(p.decode_tok_s()),
-        "baseline_tok_s": (
-            fmt(p.baseline.client_tok_s(p.baseline.chunks)) if p.baseline is not None else "-"
-        ),
+        "baseline_tok_s": (fmt(p.baseline.decode_tok_s()) if p.baseline is not None else "-"),
         "speedup": fmt(p.speedup(), 2),
         "alpha": fmt(p.row.get("alpha"), 2),
         "tau": fmt(p.row.get("tau"), 2),
-        "tokens": p.routed.chunks,
+        "tokens": p.routed.pieces,
         "overhead_ms": fmt(p.row.get("overhead_ms"), 2),
         "repetition": f"{p.repetition():.2f}",
     }

@@ -545,6 +545,11 @@ def bench_atlas(
         console.print(f"wrote {path}", markup=False)
 
 
+SESSION_ARMS = {False: ("base", "default", "cascade", "router"), True: ("default", "router")}
+"""Workload B's default arms (full, quick): a session takes minutes per arm on a CPU
+(SmolLM2-135M on 2 cores: 2 minutes for one 8-step session)."""
+
+
 @bench_app.command("verdict")
 def bench_verdict(
     config: ConfigOpt = None,
@@ -554,7 +559,8 @@ def bench_verdict(
     quick: Annotated[
         bool, typer.Option(help="2 prompts per domain, 48 tokens, one session (CPU: ~20 min)")
     ] = False,
-    reps: Annotated[int, typer.Option(help="repetitions of every block", min=1)] = 2,
+    reps: Annotated[int, typer.Option(help="workload A: repetitions", min=1)] = 2,
+    session_reps: Annotated[int, typer.Option(help="workload B: repetitions", min=1)] = 1,
     max_tokens: Annotated[
         int | None, typer.Option(help="tokens per request [default: 64, quick 48]", min=4)
     ] = None,
@@ -567,7 +573,16 @@ def bench_verdict(
         typer.Option(help="workload B: sessions (0: none) [default: all, quick 1]", min=0),
     ] = None,
     arm: Annotated[
-        list[str] | None, typer.Option("--arm", help="only these arms (repeatable) [default: all]")
+        list[str] | None,
+        typer.Option("--arm", help="workload A's arms (repeatable) [default: all]"),
+    ] = None,
+    session_arm: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--session-arm",
+            help="workload B's arms (repeatable) [default: base default cascade router;"
+            " quick: default router]",
+        ),
     ] = None,
 ) -> None:
     """Is Fronde faster than one llama-server? Every arm on fresh servers, then the verdict.
@@ -586,6 +601,7 @@ def bench_verdict(
 
     settings = _settings(config)
     profile = profile_of(settings)
+    has_draft = profile.draft is not None
     first = load_workload("first-encounter").first(
         per_domain if per_domain is not None else (2 if quick else 4)
     )
@@ -595,8 +611,10 @@ def bench_verdict(
     )
     plan = Plan(
         workloads=tuple(w for w in (first, session) if w.items),
-        arms=tuple(arms_named(arm or (), draft=profile.draft is not None)),
+        arms=tuple(arms_named(arm or (), draft=has_draft)),
+        session_arms=tuple(arms_named(session_arm or SESSION_ARMS[quick], draft=has_draft)),
         reps=reps,
+        session_reps=session_reps,
         form=profile.prompt_form,
         max_tokens=max_tokens or (48 if quick else 64),
         priming=load_workload("priming"),
@@ -606,11 +624,16 @@ def bench_verdict(
     info = run_info()
     identity = {"machine": info["machine"], "build": build, "profile": profile.name}
     identity |= {"form": plan.form, "max_tokens": plan.max_tokens}
-    store.begin({**info, "arms": [a.name for a in plan.arms], "reps": reps}, identity)
+    arms = {
+        "arms": [a.name for a in plan.arms],
+        "session_arms": [a.name for a in plan.session_arms],
+    }
+    store.begin({**info, **arms, "reps": reps, "session_reps": session_reps}, identity)
     console = _console()
     console.print(
-        f"{profile.name} ({plan.form}), {len(plan.arms)} arms × {reps} reps: "
-        f"A {len(first.items)} prompts, B {len(session.items)} steps, {plan.max_tokens} tokens "
+        f"{profile.name} ({plan.form}): A {len(first.items)} prompts × {len(plan.arms)} arms × "
+        f"{reps} reps, {plan.max_tokens} tokens; B {len(session.items)} steps × "
+        f"{len(plan.session_arms)} arms × {session_reps} reps "
         f"→ {store.path}",
         markup=False,
         highlight=False,

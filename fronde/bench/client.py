@@ -19,6 +19,7 @@ from __future__ import annotations
 import hashlib
 import json
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any, cast
 
@@ -27,7 +28,7 @@ import httpx
 from fronde.errors import FrondeError
 from fronde.timings import Timings
 
-__all__ = ["Sample", "bench_http", "repetition_score", "send"]
+__all__ = ["Sample", "bench_http", "repetition_score", "send", "stream"]
 
 PATHS = {"completion": "/v1/completions", "chat": "/v1/chat/completions"}
 """The OpenAI endpoint of each request form."""
@@ -53,27 +54,84 @@ class Sample:
     last: float | None = None
     end: float | None = None
     text: str = ""
+    pieces: int = 0
     tokens: int = 0
     finish: str | None = None
     timings: Timings | None = None
     headers: dict[str, str] = field(default_factory=dict[str, str])
     fronde: dict[str, Any] | None = None
 
-    def arrived(self, piece: str) -> None:
-        """Note text arriving now."""
-        now = time.perf_counter()
-        self.first = self.first if self.first is not None else now
-        self.last = now
-        self.text += piece
+    def feed(self, line: str) -> bool:
+        """Take one SSE line; return True once ``[DONE]`` arrived.
+
+        Raises:
+            FrondeError: an in-band error event.
+        """
+        if line == "data: [DONE]":
+            self.end = time.perf_counter()
+            return True
+        if not line.startswith("data: {"):
+            return False
+        event: dict[str, Any] = json.loads(line[6:])
+        if "error" in event:
+            raise FrondeError(f"the stream carried an error: {event['error']}")
+        if piece := _piece(event):
+            now = time.perf_counter()
+            self.first = self.first if self.first is not None else now
+            self.last = now
+            self.text += piece
+            self.pieces += 1
+        for c in cast("list[dict[str, Any]]", event.get("choices") or []):
+            self.finish = c.get("finish_reason") or self.finish
+        self.timings = Timings.parse(event.get("timings")) or self.timings
+        usage = cast("dict[str, Any]", event.get("usage") or {})
+        self.tokens = int(usage.get("completion_tokens") or self.tokens)
+        self.fronde = cast("dict[str, Any] | None", event.get("fronde")) or self.fronde
+        return False
+
+    def done(self, url: str) -> Sample:
+        """Check the stream ended with ``[DONE]``; fill ``tokens`` from ``timings`` if unset.
+
+        Raises:
+            FrondeError: no ``[DONE]`` (a broken stream never counts as an answer).
+        """
+        if self.end is None:
+            raise FrondeError(f"{url}: the stream ended without [DONE]")
+        if not self.tokens:
+            self.tokens = self.timings.predicted_n if self.timings else self.pieces
+        return self
+
+    @property
+    def mode(self) -> str | None:
+        """The ``x-fronde-mode`` response header (None from a plain llama-server)."""
+        return self.headers.get("x-fronde-mode")
+
+    @property
+    def route(self) -> str | None:
+        """The ``x-fronde-class`` response header (forced, edit, cache, probe or fallback)."""
+        return self.headers.get("x-fronde-class")
+
+    @property
+    def request_id(self) -> str | None:
+        """The ``x-fronde-request-id`` response header (its row in ``/fronde/v1/router``)."""
+        return self.headers.get("x-fronde-request-id")
+
+    @property
+    def alpha(self) -> float | None:
+        """α from llama-server's ``timings``, None when nothing was drafted."""
+        return self.timings.alpha if self.timings else None
+
+    def decode_tok_s(self) -> float:
+        """(pieces − 1) ÷ (last − first text arrival): decode tok/s as received, 0 before two."""
+        n = self.tokens or self.pieces
+        if self.first is None or self.last is None or self.last <= self.first or n < 2:
+            return 0.0
+        return (n - 1) / (self.last - self.first)
 
     def record(self) -> dict[str, Any]:
         """The JSON-ready measurement (see the module docstring for each figure)."""
         t = self.timings
-        decode = (
-            (self.tokens - 1) / (self.last - self.first)
-            if self.first is not None and self.last is not None and self.last > self.first
-            else None
-        )
+        decode = self.decode_tok_s()
         return {
             "wall_s": round((self.end or time.perf_counter()) - self.sent, 4),
             "ttft_s": round(self.first - self.sent, 4) if self.first is not None else None,
@@ -139,24 +197,30 @@ async def send(
             raise FrondeError(f"{url} answered {resp.status_code}: {(await resp.aread())[:300]!r}")
         s.headers = {k.lower(): v for k, v in resp.headers.items()}
         async for line in resp.aiter_lines():
-            if line == "data: [DONE]":
-                s.end = time.perf_counter()
+            if s.feed(line):
                 break
-            if not line.startswith("data: {"):
-                continue
-            event: dict[str, Any] = json.loads(line[6:])
-            if "error" in event:
-                raise FrondeError(f"{url} streamed an error: {event['error']}")
-            if piece := _piece(event):
-                s.arrived(piece)
-            for c in cast("list[dict[str, Any]]", event.get("choices") or []):
-                s.finish = c.get("finish_reason") or s.finish
-            s.timings = Timings.parse(event.get("timings")) or s.timings
-            usage = cast("dict[str, Any]", event.get("usage") or {})
-            s.tokens = int(usage.get("completion_tokens") or s.tokens)
-            s.fronde = cast("dict[str, Any] | None", event.get("fronde")) or s.fronde
-    if s.end is None:
-        raise FrondeError(f"{url}: the stream ended without [DONE]")
-    if not s.tokens and s.timings is not None:
-        s.tokens = s.timings.predicted_n
-    return s
+    return s.done(url)
+
+
+def stream(
+    http: httpx.Client, base_url: str, form: str, body: dict[str, Any], headers: dict[str, str]
+) -> Iterator[Sample]:
+    """:func:`send`, synchronous, yielding the same :class:`Sample` after every line.
+
+    For a live display (``demo.py``): the caller redraws as text arrives.
+
+    Raises:
+        FrondeError: as :func:`send`.
+    """
+    s = Sample(sent=time.perf_counter())
+    url = base_url + PATHS[form]
+    with http.stream("POST", url, json=body, headers=headers) as resp:
+        if resp.status_code != 200:
+            raise FrondeError(f"{url} answered {resp.status_code}: {resp.read()[:300]!r}")
+        s.headers = {k.lower(): v for k, v in resp.headers.items()}
+        for line in resp.iter_lines():
+            done = s.feed(line)
+            yield s
+            if done:
+                break
+    yield s.done(url)

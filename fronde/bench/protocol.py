@@ -47,7 +47,10 @@ class Plan:
     Attributes:
         workloads: the workloads, each run in its own blocks.
         arms: the arms, in table order.
-        reps: repetitions (each block once per repetition).
+        session_arms: the arms of a session workload (``agent-sessions``); a session
+            is long, and a warm arm's priming would not be new to it.
+        reps: repetitions of a first-encounter workload (each block once per repetition).
+        session_reps: repetitions of a session workload.
         form: ``completion`` (base model) or ``chat`` (instruct model).
         max_tokens: token budget per request (an item may set its own).
         priming: the workload a warm arm is sent first (not recorded as samples).
@@ -55,7 +58,9 @@ class Plan:
 
     workloads: tuple[Workload, ...]
     arms: tuple[Arm, ...]
+    session_arms: tuple[Arm, ...]
     reps: int
+    session_reps: int
     form: Form
     max_tokens: int
     priming: Workload
@@ -63,13 +68,13 @@ class Plan:
 
 def schedule(plan: Plan) -> list[tuple[int, Workload, Arm]]:
     """Blocks in run order: per repetition and workload, the arms rotated by the repetition."""
-    n = len(plan.arms)
-    return [
-        (rep, w, plan.arms[(rep + i) % n])
-        for rep in range(plan.reps)
-        for w in plan.workloads
-        for i in range(n)
-    ]
+    out: list[tuple[int, Workload, Arm]] = []
+    for rep in range(max(plan.reps, plan.session_reps)):
+        for w in plan.workloads:
+            arms = plan.session_arms if w.sessions else plan.arms
+            if rep < (plan.session_reps if w.sessions else plan.reps) and arms:
+                out += [(rep, w, arms[(rep + i) % len(arms)]) for i in range(len(arms))]
+    return out
 
 
 def block_key(rep: int, workload: Workload, arm: Arm) -> str:
@@ -144,11 +149,16 @@ async def run_plan(
                     arm, settings, config_file, log_dir / key.replace("|", "-")
                 ) as t:
                     await _block(http, plan, t, arm, workload, emit, progress)
+                    # The router's own account (EMAs, quarantines, decisions) as it ended.
+                    state: dict[str, Any] | None = None
+                    if arm.routed:
+                        state = (await http.get(f"{t.base_url}/fronde/v1/router")).json()
             except (FrondeError, httpx.HTTPError, OSError) as exc:
                 store.append({"type": "block", **head, "ok": False, "error": str(exc)[:500]})
                 progress(f"{key}: FAILED ({exc})", 0)
                 continue
-            store.append({"type": "block", **head, "ok": True, "s": round(time.monotonic() - t0)})
+            end = {"type": "block", **head, "ok": True, "s": round(time.monotonic() - t0)}
+            store.append(end | ({"router": state} if state else {}))
             progress(f"{key}: {time.monotonic() - t0:.0f} s", 0)
 
 

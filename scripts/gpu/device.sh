@@ -75,11 +75,13 @@ case "${1:?step}" in
     name="verdict-gpu-h200-$profile-$STAMP"
     out="/root/fronde-results/$name"
     mkdir -p "$out"
+    # A GPU runs a session in seconds: workload B gets every arm but the warm router.
+    GPU_SESSION_ARMS=$(printf -- '--session-arm %s ' base simple mod default cascade mod12 short router)
     # The verdict exits 2 on FAIL and 124 when cut short: keep going, so that what was
     # measured still comes back (a resumed call skips the blocks already done).
     # shellcheck disable=SC2086  # VERDICT_ARGS is a list of options
     FRONDE_PROFILE=$profile timeout "${VERDICT_TIMEOUT_S:-540}" \
-      python3 -m fronde bench verdict --out "$out" ${VERDICT_ARGS:-} \
+      python3 -m fronde bench verdict --out "$out" ${VERDICT_ARGS:-} $GPU_SESSION_ARMS \
       >> "$out/console.log" 2>&1 || echo "verdict exited with $?"
     grep -v "^requests" "$out/console.log" | tail -45
     find "$out/logs" -name '*.log' 2>/dev/null | head -1 | xargs -r grep -m1 "fronde: starting" \

@@ -78,10 +78,11 @@ class Item:
 
 @dataclass(frozen=True)
 class Workload:
-    """A named, ordered list of items."""
+    """A named, ordered list of items; ``sessions``: each domain is one agent session."""
 
     name: str
     items: tuple[Item, ...]
+    sessions: bool = False
 
     def first(self, per_group: int | None) -> Workload:
         """The first ``per_group`` items of each domain (session), in file order; None: all."""
@@ -93,14 +94,14 @@ class Workload:
             seen[item.domain] = seen.get(item.domain, 0) + 1
             if seen[item.domain] <= per_group:
                 kept.append(item)
-        return Workload(self.name, tuple(kept))
+        return Workload(self.name, tuple(kept), self.sessions)
 
     def groups(self, n: int | None) -> Workload:
         """The items of the first ``n`` domains (sessions) in file order; None: all."""
         if n is None:
             return self
         names = list(dict.fromkeys(i.domain for i in self.items))[:n]
-        return Workload(self.name, tuple(i for i in self.items if i.domain in names))
+        return Workload(self.name, tuple(i for i in self.items if i.domain in names), self.sessions)
 
 
 def _item(raw: dict[str, Any], domain: str, system: str | None) -> Item:
@@ -143,4 +144,4 @@ def load_workload(name_or_path: str) -> Workload:
     ids = [i.id for i in items]
     if len(set(ids)) != len(ids):
         raise FrondeError(f"{path}: item ids repeat")
-    return Workload(str(raw.get("name") or path.stem), tuple(items))
+    return Workload(str(raw.get("name") or path.stem), tuple(items), "sessions" in raw)

@@ -7,6 +7,7 @@ what to fix, and exit status 1; a traceback means a bug.
 from __future__ import annotations
 
 import errno
+import os
 import socket
 import sys
 from collections.abc import Callable, Generator
@@ -18,7 +19,13 @@ import typer
 import uvicorn
 from pydantic import BaseModel
 from rich.console import Console
-from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import (
+    BarColumn,
+    DownloadColumn,
+    Progress,
+    TextColumn,
+    TimeElapsedColumn,
+)
 from rich.table import Table
 
 from fronde.config import Settings, load_settings
@@ -53,7 +60,8 @@ def _console(stderr: bool = False) -> Console:
 err = _console(stderr=True)
 
 ConfigOpt = Annotated[
-    Path | None, typer.Option("--config", "-c", help="TOML settings file (see config.example.toml)")
+    Path | None,
+    typer.Option("--config", "-c", help="TOML settings file (see config.example.toml)"),
 ]
 
 
@@ -95,7 +103,8 @@ def serve(
         str | None, typer.Option(help="model profile [default: cpu-smollm2-135m]")
     ] = None,
     mode: Annotated[
-        list[Mode] | None, typer.Option("--mode", help="run only these modes (repeatable)")
+        list[Mode] | None,
+        typer.Option("--mode", help="run only these modes (repeatable)"),
     ] = None,
     model: Annotated[
         Path | None,
@@ -160,13 +169,16 @@ def serve(
 @app.command("batch")
 def batch_cmd(
     prompts: Annotated[
-        Path, typer.Argument(help="JSONL: one OpenAI request body per line (messages or prompt)")
+        Path,
+        typer.Argument(help="JSONL: one OpenAI request body per line (messages or prompt)"),
     ],
     url: Annotated[
-        str | None, typer.Option(help="a running Fronde (default: the configured host and port)")
+        str | None,
+        typer.Option(help="a running Fronde (default: the configured host and port)"),
     ] = None,
     api_key: Annotated[
-        str | None, typer.Option(envvar="FRONDE_API_KEY", help="sent as Authorization: Bearer")
+        str | None,
+        typer.Option(envvar="FRONDE_API_KEY", help="sent as Authorization: Bearer"),
     ] = None,
     config: ConfigOpt = None,
 ) -> None:
@@ -271,7 +283,8 @@ def install(
         str | None, typer.Option(help="CUDA architectures, e.g. 90 for H100/H200")
     ] = None,
     cmake_flag: Annotated[
-        list[str] | None, typer.Option("--cmake-flag", help="extra CMake flag (repeatable)")
+        list[str] | None,
+        typer.Option("--cmake-flag", help="extra CMake flag (repeatable)"),
     ] = None,
     jobs: Annotated[
         int | None, typer.Option(help="parallel compile jobs [default: all CPUs]")
@@ -301,7 +314,8 @@ def install(
 def models_list(
     config: ConfigOpt = None,
     model: Annotated[
-        Path | None, typer.Option(help="also show this local GGUF, as `serve --model` sees it")
+        Path | None,
+        typer.Option(help="also show this local GGUF, as `serve --model` sees it"),
     ] = None,
 ) -> None:
     """List the profiles, the local GGUFs served with --model, and what is on disk."""
@@ -366,7 +380,10 @@ def models_fetch(
         try:
 
             def on_bytes(
-                done: int, total: int | None, bar: Progress = progress, task_id: Any = task
+                done: int,
+                total: int | None,
+                bar: Progress = progress,
+                task_id: Any = task,
             ) -> None:
                 if not bar.live.is_started:
                     bar.start()
@@ -413,139 +430,96 @@ def bench_shadow(
 @bench_app.command("atlas")
 def bench_atlas(
     config: ConfigOpt = None,
-    out: Annotated[
-        Path, typer.Option(help="folder for atlas.jsonl, verify-cost.json, the PNGs and atlas.md")
-    ] = Path("runs/atlas"),
-    tag: Annotated[str, typer.Option(help="machine name in file names: cpu, gpu-h200…")] = "cpu",
-    reps: Annotated[int, typer.Option(help="rotations of the modes per prompt", min=1)] = 2,
-    max_tokens: Annotated[int, typer.Option(help="tokens per answer, at most", min=8)] = 64,
-    domain: Annotated[list[str] | None, typer.Option(help="only these domains")] = None,
+    out: Annotated[Path, typer.Option(help="folder for the records, charts and atlas.md")] = Path(
+        "runs/atlas"
+    ),
+    reps: Annotated[int, typer.Option(help="repetitions of every block", min=1)] = 2,
+    max_tokens: Annotated[int, typer.Option(help="tokens per answer", min=8)] = 64,
     per_domain: Annotated[
-        int | None, typer.Option(help="prompts per domain (default: all 5)", min=1, max=5)
+        int | None,
+        typer.Option(help="prompts per domain [default: all 5]", min=1, max=5),
     ] = None,
-    variants: Annotated[
-        str,
+    quant: Annotated[
+        list[str] | None,
         typer.Option(
-            help="llama-quantize types derived from the shipped Q4_K_M (comma-separated; "
-            "empty: none)"
+            "--quant",
+            help="llama-quantize types derived from the shipped model (repeatable)",
         ),
-    ] = ",".join(("Q3_K_M", "Q2_K", "Q4_0")),
-    variant_per_domain: Annotated[
-        int, typer.Option(help="prompts per domain for each variant", min=1, max=5)
-    ] = 2,
+    ] = None,
     verify: Annotated[bool, typer.Option(help="measure verify costs with llama-bench")] = True,
     verify_reps: Annotated[int, typer.Option(help="llama-bench repetitions per k", min=1)] = 3,
     max_k: Annotated[
         int, typer.Option(help="verify batches of k = 1…MAX_K tokens", min=2, max=512)
     ] = 64,
-    campaign: Annotated[
-        bool, typer.Option(help="run the mode × prompt campaigns (off: verify cost only)")
-    ] = True,
     verify_depth: Annotated[
         int, typer.Option(help="context tokens before each batch", min=0)
     ] = 256,
     ngl: Annotated[
-        int | None, typer.Option(help="llama-bench -ngl (GPU offload); default: the backend's")
+        int | None,
+        typer.Option(help="llama-bench -ngl (GPU offload) [default: the backend's]"),
     ] = None,
-    resume: Annotated[bool, typer.Option(help="skip prompts already in atlas.jsonl")] = False,
-    report_only: Annotated[
-        bool, typer.Option(help="redraw atlas.md and the PNGs from the files only")
-    ] = False,
 ) -> None:
-    """The speculation atlas: α, τ, speedup by domain and quantization; the break-even map."""
+    """Where does speculation pay? α, τ and speed by domain and quantization (resumable)."""
     import asyncio
-    import json as jsonlib
-    import shlex
+    import json
 
-    from fronde.bench.atlas import QUANTIZE_TYPES, SHIPPED, AtlasOptions, requantize, run_campaign
-    from fronde.bench.atlas_report import write_atlas_report as write_report
-    from fronde.bench.breakeven import measure_verify_costs
-    from fronde.bench.domains import prompts_by_domain
+    from fronde.bench.atlas import SHIPPED, check_quants, requantize, run_atlas, write_atlas_page
+    from fronde.bench.breakeven import VerifyCosts, measure_verify_costs
     from fronde.bench.serve import machine_line
     from fronde.runtime.install import find_llama_binary
-    from fronde.runtime.models import load_profile, model_path
+    from fronde.runtime.local import profile_of
+    from fronde.runtime.models import model_path
 
+    check_quants(quant or ())
+    settings = _settings(config)
     console = _console()
-    history = out / "commands.txt"  # every command that completed into this folder, in order
-    if not report_only:
-        settings = _settings(config)
-        qtypes = tuple(v.strip() for v in variants.split(",") if v.strip())
-        unknown = [q for q in qtypes if q not in QUANTIZE_TYPES]
-        if unknown:
-            raise FrondeError(
-                f"--variants: {unknown[0]} is not a llama-quantize type; "
-                f"use some of {', '.join(QUANTIZE_TYPES)}"
-            )
-        try:
-            options = AtlasOptions(
-                reps=reps, max_tokens=max_tokens, domains=tuple(domain or ()), per_domain=per_domain
-            )
-            prompts_by_domain(options.domains)
-        except ValueError as exc:
-            raise FrondeError(f"--domain: {exc}") from exc
-        jsonl = out / "atlas.jsonl"
-        if campaign and jsonl.exists() and not resume:
-            raise FrondeError(
-                f"{jsonl} exists: pass --resume to carry it on, or choose another --out"
-            )
-        out.mkdir(parents=True, exist_ok=True)
-
-        def show(line: str) -> None:
-            console.print(line, markup=False, highlight=False)
-
-        target = model_path(
-            settings.models_dir, load_profile(settings.models_dir, settings.profile).target
+    target = model_path(settings.models_dir, profile_of(settings).target)
+    costs_file = out / "verify-cost.json"
+    if verify and not costs_file.is_file():
+        console.print(f"verify cost: llama-bench, k = 1…{max_k} at depth {verify_depth}")
+        costs = measure_verify_costs(
+            find_llama_binary(settings.cache_dir, name="llama-bench"),
+            target,
+            ks=tuple(range(1, max_k + 1)),
+            depth=verify_depth,
+            reps=verify_reps,
+            threads=settings.backend.threads,
+            n_gpu_layers=ngl if ngl is not None else settings.backend.n_gpu_layers,
+            machine=machine_line(),
         )
-        if verify and resume and (out / "verify-cost.json").is_file():
-            show("verify cost: kept from the earlier run (--resume)")
-        elif verify:
-            show(f"verify cost: llama-bench, k = 1…{max_k} at depth {verify_depth}")
-            costs = measure_verify_costs(
-                find_llama_binary(settings.cache_dir, name="llama-bench"),
-                target,
-                ks=tuple(range(1, max_k + 1)),
-                depth=verify_depth,
-                reps=verify_reps,
-                threads=settings.backend.threads,
-                n_gpu_layers=ngl if ngl is not None else settings.backend.n_gpu_layers,
-                machine=machine_line(),
+        out.mkdir(parents=True, exist_ok=True)
+        costs_file.write_text(json.dumps(costs.to_json(), indent=2))
+    variants: list[tuple[str, Path | None]] = [(SHIPPED, None)]
+    if quant:
+        quantize = find_llama_binary(settings.cache_dir, name="llama-quantize")
+        variants += [
+            (q, requantize(quantize, target, q, settings.cache_dir / "atlas")) for q in quant
+        ]
+    per_variant = 10 * (per_domain or 5) * 3 * reps
+    with _bench_progress(console, per_variant * len(variants)) as advance:
+        asyncio.run(
+            run_atlas(
+                settings,
+                config,
+                out,
+                variants,
+                reps=reps,
+                max_tokens=max_tokens,
+                per_domain=per_domain,
+                progress=advance,
             )
-            (out / "verify-cost.json").write_text(jsonlib.dumps(costs.to_json(), indent=2))
-            show(f"r(2) {costs.ratio(2):.2f}, r({max_k}) {costs.ratio(max_k):.2f} decode steps")
-        if campaign:
-            show(f"campaign {SHIPPED}: {options.reps} rotations, ≤ {options.max_tokens} tokens")
-            asyncio.run(run_campaign(settings, jsonl, options, resume=resume, progress=show))
-        if qtypes and campaign:
-            quantize = find_llama_binary(settings.cache_dir, name="llama-quantize")
-            for qtype in qtypes:
-                variant = requantize(quantize, target, qtype, settings.cache_dir / "atlas")
-                show(f"campaign {qtype} (requantized from {SHIPPED}): {variant.name}")
-                sub = AtlasOptions(
-                    reps=max(1, reps - 1),
-                    max_tokens=max_tokens,
-                    domains=options.domains,
-                    per_domain=variant_per_domain,
-                )
-                asyncio.run(
-                    run_campaign(
-                        settings,
-                        jsonl,
-                        sub,
-                        variant=qtype,
-                        model=variant,
-                        derived_from=SHIPPED,
-                        resume=resume,
-                        progress=show,
-                    )
-                )
-        with history.open("a") as fh:
-            fh.write(shlex.join(["fronde", "bench", "atlas", *sys.argv[3:]]) + "\n")
-    commands = history.read_text().splitlines() if history.is_file() else []
-    for path in write_report(out, tag, commands=commands):
-        console.print(f"wrote {path}", markup=False)
+        )
+    costs = (
+        VerifyCosts.from_json(json.loads(costs_file.read_text())) if costs_file.is_file() else None
+    )
+    page = write_atlas_page(out, [name for name, _ in variants], costs)
+    console.print(f"atlas: {page}", markup=False, highlight=False)
 
 
-SESSION_ARMS = {False: ("base", "default", "cascade", "router"), True: ("default", "router")}
+SESSION_ARMS = {
+    False: ("base", "default", "cascade", "router"),
+    True: ("default", "router"),
+}
 """Workload B's default arms (full, quick): a session takes minutes per arm on a CPU
 (SmolLM2-135M on 2 cores: 2 minutes for one 8-step session)."""
 
@@ -557,12 +531,14 @@ def bench_verdict(
         Path, typer.Option(help="folder for records.jsonl, the charts, summary.md")
     ] = Path("runs/verdict"),
     quick: Annotated[
-        bool, typer.Option(help="2 prompts per domain, 48 tokens, one session (CPU: ~20 min)")
+        bool,
+        typer.Option(help="2 prompts per domain, 48 tokens, one session (CPU: ~20 min)"),
     ] = False,
     reps: Annotated[int, typer.Option(help="workload A: repetitions", min=1)] = 2,
     session_reps: Annotated[int, typer.Option(help="workload B: repetitions", min=1)] = 1,
     max_tokens: Annotated[
-        int | None, typer.Option(help="tokens per request [default: 64, quick 48]", min=4)
+        int | None,
+        typer.Option(help="tokens per request [default: 64, quick 48]", min=4),
     ] = None,
     per_domain: Annotated[
         int | None,
@@ -689,7 +665,7 @@ def _report(out: Path, console: Console) -> None:
     report.show(console)
     report.write(out)
     console.print(f"summary: {out / 'summary.md'}", markup=False, highlight=False)
-    if not report.passed:
+    if report.verdict == "FAIL":
         raise typer.Exit(2)
 
 
@@ -736,9 +712,13 @@ def bench_swap(
 @bench_app.command("overhead")
 def bench_overhead(
     config: ConfigOpt = None,
-    backend: Annotated[
-        str, typer.Option(help="fake: the proxy's own cost; real: decode tok/s on gemma")
-    ] = "fake",
+    llama_server: Annotated[
+        Path | None,
+        typer.Option(
+            help="a fake llama-server executable that takes --fake-tps, instead of the built one "
+            "(scripts/overhead-fake.sh passes the test suite's fake, to measure the proxy alone)"
+        ),
+    ] = None,
     requests: Annotated[int, typer.Option(help="requests per cell", min=10)] = 200,
     max_tokens: Annotated[int, typer.Option(help="tokens per answer", min=2)] = 16,
     reps: Annotated[int, typer.Option(help="repetitions of the grid", min=1)] = 3,
@@ -753,31 +733,20 @@ def bench_overhead(
     out: Annotated[Path | None, typer.Option(help="write the records (JSON) and OUT.md")] = None,
 ) -> None:
     """Latency and throughput: direct to llama-server, through Fronde, through LiteLLM."""
-    import stat
-    import tempfile
-
     from fronde.bench.overhead import markdown, run_overhead_bench
 
-    if backend not in ("fake", "real"):
-        raise FrondeError(f"--backend {backend}: give fake or real")
     wanted = tuple(c.strip() for c in clients.split(",") if c.strip())
     for c in wanted:
         if c not in ("aiohttp", "httpx"):
             raise FrondeError(f"--clients {clients}: each one is aiohttp or httpx")
     settings = _settings(config)
-    fake: Path | None = None
-    if backend == "fake":
-        script = Path(__file__).resolve().parents[1] / "tests" / "fakes" / "fake_llama_server.py"
-        if not script.is_file():
-            raise FrondeError(f"{script} is missing: the fake backend needs a source checkout")
-        fake = Path(tempfile.mkdtemp(prefix="fronde-fake-")) / "llama-server"
-        fake.write_text(f'#!/bin/sh\nexec "{sys.executable}" "{script}" "$@"\n')
-        fake.chmod(fake.stat().st_mode | stat.S_IXUSR)
+    if llama_server is not None and not os.access(llama_server, os.X_OK):
+        raise FrondeError(f"--llama-server {llama_server}: not an executable file")
     report = run_overhead_bench(
         cache_dir=settings.cache_dir,
-        fake_binary=fake,
+        fake_binary=llama_server,
         requests=requests,
-        max_tokens=max_tokens if backend == "fake" else max(max_tokens, 64),
+        max_tokens=max_tokens if llama_server is not None else max(max_tokens, 64),
         reps=reps,
         with_litellm=litellm,
         clients=wanted,
@@ -796,7 +765,12 @@ def main() -> None:
     try:
         app()
     except FrondeError as exc:
-        err.print(f"fronde: error: {exc.message}", markup=False, highlight=False, soft_wrap=True)
+        err.print(
+            f"fronde: error: {exc.message}",
+            markup=False,
+            highlight=False,
+            soft_wrap=True,
+        )
         sys.exit(1)
     except KeyboardInterrupt:
         sys.exit(130)

@@ -14,6 +14,7 @@ Aggregate throughput = all generated tokens ÷ wall time of the batch (tok/s).
 from __future__ import annotations
 
 import time
+from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -21,8 +22,8 @@ import httpx
 from pydantic import BaseModel
 from rich.table import Table
 
+from fronde.bench.client import stream
 from fronde.bench.serve import RunInfo, run_info, running_serve
-from fronde.bench.stream import collect_completion
 from fronde.config import Settings
 
 __all__ = ["LoadReport", "format_load_table", "run_load_bench"]
@@ -76,8 +77,8 @@ def _batch(
                     "stream": True,
                 }
                 headers = {"x-fronde-mode": forced} if forced else {}
-                r = collect_completion(http, f"{base}/v1/completions", body, headers)
-                out.append((int(r.timings.get("predicted_n", 0)), r.route or ""))
+                r = deque(stream(http, base, "completion", body, headers), maxlen=1)[0]
+                out.append((r.tokens, r.route or ""))
         return out
 
     t0 = time.perf_counter()

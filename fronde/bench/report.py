@@ -9,6 +9,7 @@ are counted per domain.
 
 from __future__ import annotations
 
+import io
 import math
 from collections import Counter, defaultdict
 from collections.abc import Sequence
@@ -47,6 +48,11 @@ class Report:
     def passed(self) -> bool:
         """Whether there is a check and every one passed."""
         return bool(self.checks) and all(c.passed for c in self.checks)
+
+    @property
+    def verdict(self) -> str | None:
+        """``PASS`` or ``FAIL``; None without a routed arm and a baseline (nothing to judge)."""
+        return None if not self.checks else "PASS" if self.passed else "FAIL"
 
     def _left_out(self, t: Table) -> str:
         loops = ", ".join(f"{i} ({'/'.join(a)})" for i, a in t.looping.items())
@@ -173,11 +179,14 @@ class Report:
         if self.b.arms:
             console.print(self.session_table())
             console.print(self._left_out(self.b), style="dim")
-        console.print(f"VERDICT: {'PASS' if self.passed else 'FAIL'}", style="bold")
+        if self.verdict is None:
+            console.print("no routed arm: no verdict", style="bold")
+        else:
+            console.print(f"VERDICT: {self.verdict}", style="bold")
 
     def write(self, folder: Path) -> None:
         """Write ``summary.md`` (the tables as text, the arms' legend) and the charts."""
-        console = Console(record=True, width=100, file=open("/dev/null", "w"))  # noqa: SIM115
+        console = Console(record=True, width=100, file=io.StringIO())
         self.show(console)
         legend = "\n".join(f"- `{a}`: {_ABOUT.get(a, '')}" for a in self.a.arms or self.b.arms)
         text = console.export_text()

@@ -1,6 +1,6 @@
-"""How well shadow acceptance tracks the real α, over the battery.
+"""How well shadow acceptance tracks the real α, over the priming workload.
 
-For each battery prompt, every model-free mode's llama-server generates the same
+For each of its prompts (completion form), every model-free mode's llama-server generates the same
 greedy completion (native ``/completion`` on token ids, ``return_tokens``), and its
 real α comes from ``timings``. Three shadow estimates are made from token ids
 (:mod:`fronde.router.shadow`):
@@ -27,8 +27,8 @@ import numpy as np
 from pydantic import BaseModel
 from rich.table import Table
 
-from fronde.bench.battery import BATTERY
 from fronde.bench.serve import RunInfo, run_info, running_serve
+from fronde.bench.workloads import load_workload
 from fronde.config import Settings
 from fronde.errors import FrondeError
 from fronde.router.shadow import NgramModTable, ShadowStats, shadow_ngram_mod, shadow_ngram_simple
@@ -107,7 +107,7 @@ def _alpha(t: dict[str, Any]) -> float | None:
 def run_shadow_bench(
     settings: Settings, config_file: Path | None, *, max_tokens: int = 256, probe_tokens: int = 48
 ) -> ShadowReport:
-    """Measure real and shadow α for ngram-simple and ngram-mod over :data:`BATTERY`.
+    """Measure real and shadow α for ngram-simple and ngram-mod over the priming workload.
 
     Raises:
         FrondeError: `fronde serve` did not come up, a mode is missing, or a request failed.
@@ -136,14 +136,15 @@ def run_shadow_bench(
             out = _complete(http, urls[m], warm, 8, None)
             if m == "ngram-mod":
                 shadow_ngram_mod(warm, out["tokens"], table=mirror, n_predict=8)
-        for p in BATTERY:
+        for p in load_workload("priming").items:
             ids = tokenize(p.prompt)
-            base = _complete(http, urls["baseline"], ids, max_tokens, p.stop)
+            stop = p.stop[0] if p.stop else None
+            base = _complete(http, urls["baseline"], ids, max_tokens, stop)
             base_ids = [int(t) for t in base["tokens"]]
             base_tps = float(base["timings"]["predicted_per_second"])
             window = base_ids[:probe_tokens]
             for m in _MODES:
-                out = _complete(http, urls[m], ids, max_tokens, p.stop)
+                out = _complete(http, urls[m], ids, max_tokens, stop)
                 got = [int(t) for t in out["tokens"]]
                 t = out["timings"]
                 own: ShadowStats
@@ -162,7 +163,7 @@ def run_shadow_bench(
                 tps = float(t["predicted_per_second"])
                 rows.append(
                     ShadowRow(
-                        prompt=p.name,
+                        prompt=p.id,
                         mode=m,
                         tokens=n_pred,
                         real_alpha=real_alpha,

@@ -1,19 +1,19 @@
-"""The speculation atlas: prompt set, break-even formulas, campaign over fakes, report."""
+"""The speculation atlas on the harness: break-even formulas, a campaign over fakes, the page."""
 
 from __future__ import annotations
 
 import json
-import math
 import shutil
 import stat
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
 
-from fronde.bench.atlas import AtlasOptions, load_atlas, run_campaign
-from fronde.bench.atlas_report import bootstrap_ci, domain_rows, write_atlas_report
+from fronde.bench.atlas import run_atlas, write_atlas_page
 from fronde.bench.breakeven import (
     VerifyCosts,
     acceptance_rate,
@@ -21,41 +21,15 @@ from fronde.bench.breakeven import (
     measure_verify_costs,
     speedup,
 )
-from fronde.bench.domains import DOMAIN_PROMPTS, DOMAINS, prompts_by_domain
+from fronde.bench.store import Store
 from fronde.config import load_settings
 from fronde.errors import FrondeError
-from fronde.modes import Mode
 from fronde.runtime.models import load_profile
 
 REPO_MODELS = Path(__file__).resolve().parents[2] / "models"
 
 
-# --- the prompt set -----------------------------------------------------------------------
-
-
-def test_ten_domains_of_five_distinct_prompts() -> None:
-    assert len(DOMAINS) == 10
-    for d in DOMAINS:
-        mine = [p for p in DOMAIN_PROMPTS if p.domain == d]
-        assert len(mine) == 5, d
-        assert len({p.prompt for p in mine}) == 5, d
-    assert len({p.name for p in DOMAIN_PROMPTS}) == 50
-
-
-def test_subsets_and_an_unknown_domain() -> None:
-    two = prompts_by_domain(("math", "chat"), per_domain=2)
-    assert [p.name for p in two] == ["math-1", "math-2", "chat-1", "chat-2"]
-    with pytest.raises(ValueError, match="unknown domain 'poetry'"):
-        prompts_by_domain(("poetry",))
-
-
-def test_edit_prompts_end_inside_a_fence_and_stop_at_its_close() -> None:
-    for p in prompts_by_domain(("code-editing",)):
-        assert p.prompt.rstrip().endswith(("```python", "```javascript"))
-        assert p.stop == "\n```\n"
-
-
-# --- Leviathan et al. 2023 with measured verify costs --------------------------------------
+# --- break-even formulas and verify costs --------------------------------------------------
 
 
 def flat_costs(max_k: int = 64) -> VerifyCosts:
@@ -132,51 +106,7 @@ def test_verify_costs_failures_are_one_line(tmp_path: Path) -> None:
         measure_verify_costs(fake_bench(tmp_path, "[]"), Path("m"), ks=(2, 4))
 
 
-# --- aggregation --------------------------------------------------------------------------
-
-
-def rec(
-    domain: str, prompt: str, mode: str, speed: float, acc: int, drafted: int
-) -> dict[str, Any]:
-    return {
-        "status": "ok",
-        "variant": "Q4_K_M",
-        "domain": domain,
-        "prompt": prompt,
-        "mode": mode,
-        "speedup": speed,
-        "accepted": acc,
-        "draft_n": drafted,
-        "tau": 64 / (64 - acc) if drafted else None,
-        "same_as_baseline": speed == 1.0,
-        "degenerate": False,
-        "decode_tok_s": 40.0 * speed,
-    }
-
-
-def test_domain_rows_pool_alpha_and_take_the_geomean() -> None:
-    records = [
-        rec("math", "math-1", "baseline", 1.0, 0, 0),
-        rec("math", "math-2", "baseline", 1.0, 0, 0),
-        rec("math", "math-1", "ngram-mod", 2.0, 30, 40),
-        rec("math", "math-2", "ngram-mod", 0.5, 1, 10),
-    ]
-    rows = {r.mode: r for r in domain_rows(records) if r.domain == "math"}
-    assert rows["baseline"].alpha is None and rows["baseline"].speedup == pytest.approx(1.0)
-    mod = rows["ngram-mod"]
-    assert mod.alpha == pytest.approx(31 / 50)  # pooled, not the mean of 0.75 and 0.1
-    assert mod.speedup == pytest.approx(1.0)  # geomean of 2 and 0.5
-    assert mod.speedup_ci[0] <= mod.speedup <= mod.speedup_ci[1]
-    assert mod.identical == 0.0 and mod.prompts == 2
-
-
-def test_bootstrap_ci_brackets_the_estimate_and_needs_two_values() -> None:
-    lo, hi = bootstrap_ci([1.0, 2.0, 3.0, 4.0, 5.0], lambda a: float(np.mean(a)))
-    assert lo <= 3.0 <= hi and lo < hi
-    assert all(math.isnan(v) for v in bootstrap_ci([1.0], lambda a: float(np.mean(a))))
-
-
-# --- a campaign over fake llama-servers, then the report ----------------------------------
+# --- a campaign over fake llama-servers, then the page ----------------------------------
 
 
 @pytest.fixture
@@ -195,94 +125,66 @@ def fake_settings(tmp_path: Path, fake_binary: Path) -> Any:
 
 
 @pytest.mark.anyio
-async def test_campaign_writes_a_record_per_mode_and_prompt_and_resumes(
+async def test_campaign_measures_every_mode_on_every_prompt_and_resumes(
     tmp_path: Path, fake_settings: Any
 ) -> None:
-    out = tmp_path / "atlas" / "atlas.jsonl"
-    options = AtlasOptions(reps=2, max_tokens=12, domains=("math", "chat"), per_domain=2)
-    lines: list[str] = []
-    await run_campaign(fake_settings, out, options, progress=lines.append)
-    records = load_atlas(out)
-    assert len(records) == 4 * 3 and len(lines) == 4
-    assert {r["mode"] for r in records} == {
-        str(m) for m in (Mode.BASELINE, Mode.NGRAM_SIMPLE, Mode.NGRAM_MOD)
-    }
-    for r in records:
-        assert r["status"] == "ok" and r["variant"] == "Q4_K_M" and r["tokens"] == 12
-        assert len(r["runs_tok_s"]) == 2 and r["decode_tok_s"] > 0
-        if r["mode"] == "baseline":
-            assert r["alpha"] is None and r["speedup"] == pytest.approx(1.0)
-        else:
-            assert r["alpha"] == pytest.approx(0.5)  # the fake's --fake-accept-rate
-        # The fake continues the same deterministic chain in every mode.
-        assert r["same_as_baseline"] is True
+    out = tmp_path / "atlas"
+    lines: list[tuple[str, int]] = []
 
-    await run_campaign(fake_settings, out, options, resume=True)
-    assert len(load_atlas(out)) == 12  # nothing measured twice
+    async def campaign() -> None:
+        await run_atlas(
+            fake_settings,
+            None,
+            out,
+            [("Q4_K_M", None)],
+            reps=2,
+            max_tokens=12,
+            per_domain=1,
+            progress=lambda line, n: lines.append((line, n)),
+        )
+
+    await campaign()
+    samples = Store(out / "Q4_K_M" / "records.jsonl").samples()
+    # Ten domains, one prompt each, three arms, two repetitions, on fresh servers per block.
+    assert len(samples) == 10 * 3 * 2
+    assert {s["arm"] for s in samples} == {"base", "simple", "mod"}
+    for s in samples:
+        assert s["ok"] and s["tokens"] == 12 and s["wall_s"] > 0
+        # The fake accepts half of what is drafted; baseline drafts nothing.
+        assert s["alpha"] == (None if s["arm"] == "base" else pytest.approx(0.5))
+    assert sum(n for _, n in lines) == 60
+
+    lines.clear()
+    await campaign()
+    assert len(Store(out / "Q4_K_M" / "records.jsonl").samples()) == 60  # nothing twice
+    assert sum(n for _, n in lines) == 60 and not [x for x, _ in lines if x]  # all skipped
 
     ks = tuple(range(1, 65))
     costs = VerifyCosts(
         ks, tuple(0.02 + 0.001 * k for k in ks), tuple(0.0 for _ in ks), 256, "t", "x"
     )
-    (out.parent / "verify-cost.json").write_text(json.dumps(costs.to_json()))
-    written = write_atlas_report(out.parent, "test", commands=["fronde bench atlas"])
-    names = {p.name for p in written}
-    assert names == {"atlas-domains-test.png", "break-even-test.png", "atlas.md"}
-    page = (out.parent / "atlas.md").read_text()
-    assert "| math | ngram-mod | 2 |" in page and "Leviathan" in page
-    assert (out.parent / "break-even-test.png").stat().st_size > 10_000
+    page = write_atlas_page(out, ["Q4_K_M"], costs)
+    text = page.read_text()
+    assert "[Q4_K_M](Q4_K_M/summary.md)" in text and "break-even α" in text
+    assert (out / "break-even.png").stat().st_size > 10_000
+    summary = (out / "Q4_K_M" / "summary.md").read_text()
+    assert "simple" in summary and "mod" in summary
 
 
-def test_report_without_records_says_what_to_run(tmp_path: Path) -> None:
-    with pytest.raises(FrondeError, match="run the campaign"):
-        write_atlas_report(tmp_path, "cpu")
-
-
-def test_cli_unknown_domain_is_one_line(tmp_path: Path) -> None:
-    import subprocess
-    import sys
-
-    done = subprocess.run(
-        [sys.executable, "-m", "fronde", "bench", "atlas", "--out", str(tmp_path), "--domain", "x"],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
+def test_cli_refuses_an_unknown_quantization_before_measuring(tmp_path: Path) -> None:
+    argv = [sys.executable, "-m", "fronde", "bench", "atlas", "--out", str(tmp_path)]
+    done = subprocess.run([*argv, "--quant", "Q9_X"], capture_output=True, text=True)
     assert done.returncode == 1
     [line] = done.stderr.strip().splitlines()
-    assert line.startswith("fronde: error: --domain: unknown domain 'x'; known: code-generation")
+    assert line.startswith("fronde: error: --quant Q9_X is not a llama-quantize type")
+    assert list(tmp_path.iterdir()) == []
 
 
-def test_cli_refuses_before_measuring(tmp_path: Path) -> None:
-    import subprocess
-    import sys
+def test_a_failed_requantization_names_the_type(tmp_path: Path) -> None:
+    from fronde.bench.atlas import requantize
 
-    def atlas(*args: str) -> subprocess.CompletedProcess[str]:
-        argv = [sys.executable, "-m", "fronde", "bench", "atlas", "--out", str(tmp_path), *args]
-        return subprocess.run(argv, capture_output=True, text=True, check=False)
-
-    bad = atlas("--variants", "Q4_0,Q9_X")
-    assert bad.returncode == 1
-    [line] = bad.stderr.strip().splitlines()
-    assert line.startswith("fronde: error: --variants: Q9_X is not a llama-quantize type")
-    (tmp_path / "atlas.jsonl").write_text('{"key": "Q4_K_M|baseline|chat-1"}\n')
-    again = atlas("--domain", "chat")
-    assert again.returncode == 1
-    assert "exists: pass --resume" in again.stderr
-    # Nothing was written by the refused commands.
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["atlas.jsonl"]
-
-
-def test_load_atlas_keeps_the_last_record_per_key(tmp_path: Path) -> None:
-    path = tmp_path / "atlas.jsonl"
-    lines = [
-        {"key": "Q4_K_M|baseline|chat-1", "status": "failed"},
-        {"key": "Q4_K_M|baseline|chat-2", "status": "ok"},
-        {"key": "Q4_K_M|baseline|chat-1", "status": "ok"},
-    ]
-    path.write_text("".join(json.dumps(x) + "\n" for x in lines) + '{"torn')
-    got = load_atlas(path)
-    assert [(r["key"], r["status"]) for r in got] == [
-        ("Q4_K_M|baseline|chat-2", "ok"),
-        ("Q4_K_M|baseline|chat-1", "ok"),
-    ]
+    tool = tmp_path / "llama-quantize"
+    tool.write_text("#!/bin/sh\necho 'invalid model file' >&2\nexit 3\n")
+    tool.chmod(0o755)
+    with pytest.raises(FrondeError, match=r"llama-quantize Q4_0 failed \(3\): invalid model"):
+        requantize(tool, tmp_path / "m.gguf", "Q4_0", tmp_path / "out")

@@ -1,20 +1,24 @@
 #!/usr/bin/env bash
-# The main job, on a fresh machine: install llama-server and the model (cached),
-# run the battery (8 prompts × every config, bracketed by baseline, the router
-# through `fronde serve`), the five-edit agent loop, then print the invariant
-# verdict and write the JSONL, charts and summary.md under runs/battery-<time>/.
+# The main job, on a fresh machine: is Fronde faster than the one llama-server a user
+# would run instead? Installs llama-server and the models (cached), then runs
+# `fronde bench verdict`: workload A (40 prompts in 10 domains, each arm on fresh
+# servers, arm order rotated over 2 repetitions) and workload B (three scripted agent
+# sessions of 8 steps), for every arm: Fronde with each mode forced, the router cold
+# and warm, and static llama-servers (--spec-default, the cascade
+# --spec-type ngram-simple,ngram-mod, ngram-mod n_match 12, short drafts). It prints
+# the tables and the verdict, and writes records.jsonl, charts and summary.md under
+# runs/verdict-<profile>-<time>/.
 #
-#   ./reproduce.sh            full CPU run (3 reps, 128/256 tokens; about 50 min on 2 cores)
-#   ./reproduce.sh --quick    1 rep, 64/128 tokens (about 15 min)
+#   ./reproduce.sh            full run (about 55 min on 2 CPU cores)
+#   ./reproduce.sh --quick    20 prompts, 48 tokens, one session (about 20 min)
 #
-# Every figure comes from the gemma-3-270m profile (cpu-gemma-270m): the battery's prompts
-# are completion-style, written for a base model. FRONDE_PROFILE picks another profile.
-# Other `fronde bench battery` options pass through (see --help).
-# Exit status: 0 VERDICT: PASS, 2 VERDICT: FAIL, 1 error.
+# FRONDE_PROFILE picks the model: cpu-gemma-270m (default; a base model, prompted
+# completion-style) or cpu-smollm2-135m (an instruct model, prompted as chat).
+# Other `fronde bench verdict` options pass through (see --help); a run resumes
+# with the same --out. Exit status: 0 VERDICT: PASS, 2 VERDICT: FAIL, 1 error.
 set -euo pipefail
 cd "$(dirname "$0")"
 scripts/bootstrap.sh
-out="runs/battery-$(date -u +%Y%m%dT%H%M%SZ)"
 export FRONDE_PROFILE="${FRONDE_PROFILE:-cpu-gemma-270m}"
-echo "== profile: $FRONDE_PROFILE (the battery's prompts are completion-style, for a base model)" >&2
-exec .venv/bin/fronde bench battery --out "$out" "$@"
+out="runs/verdict-$FRONDE_PROFILE-$(date -u +%Y%m%dT%H%M%SZ)"
+exec .venv/bin/fronde bench verdict --out "$out" "$@"

@@ -723,22 +723,11 @@ def bench_overhead(
     max_tokens: Annotated[int, typer.Option(help="tokens per answer", min=2)] = 16,
     reps: Annotated[int, typer.Option(help="repetitions of the grid", min=1)] = 3,
     litellm: Annotated[bool, typer.Option(help="include LiteLLM's proxy")] = True,
-    clients: Annotated[
-        str,
-        typer.Option(
-            help="comma-separated upstream transports to compare side by side "
-            "(aiohttp,httpx); empty: one Fronde arm with the configured one"
-        ),
-    ] = "",
     out: Annotated[Path | None, typer.Option(help="write the records (JSON) and OUT.md")] = None,
 ) -> None:
     """Latency and throughput: direct to llama-server, through Fronde, through LiteLLM."""
     from fronde.bench.overhead import markdown, run_overhead_bench
 
-    wanted = tuple(c.strip() for c in clients.split(",") if c.strip())
-    for c in wanted:
-        if c not in ("aiohttp", "httpx"):
-            raise FrondeError(f"--clients {clients}: each one is aiohttp or httpx")
     settings = _settings(config)
     if llama_server is not None and not os.access(llama_server, os.X_OK):
         raise FrondeError(f"--llama-server {llama_server}: not an executable file")
@@ -749,7 +738,6 @@ def bench_overhead(
         max_tokens=max_tokens if llama_server is not None else max(max_tokens, 64),
         reps=reps,
         with_litellm=litellm,
-        clients=wanted,
         progress=lambda line: err.print(line, highlight=False, markup=False),
     )
     text = markdown(report)

@@ -122,7 +122,11 @@ class Sample:
         return self.timings.alpha if self.timings else None
 
     def decode_tok_s(self) -> float:
-        """(pieces − 1) ÷ (last − first text arrival): decode tok/s as received, 0 before two."""
+        """(tokens − 1) ÷ (last − first text arrival), decode tok/s as received; 0 before two.
+
+        Until the usage event arrives, tokens are counted as text pieces (llama-server
+        sends one per token).
+        """
         n = self.tokens or self.pieces
         if self.first is None or self.last is None or self.last <= self.first or n < 2:
             return 0.0
@@ -219,8 +223,7 @@ def stream(
             raise FrondeError(f"{url} answered {resp.status_code}: {resp.read()[:300]!r}")
         s.headers = {k.lower(): v for k, v in resp.headers.items()}
         for line in resp.iter_lines():
-            done = s.feed(line)
-            yield s
-            if done:
+            if s.feed(line):
                 break
+            yield s
     yield s.done(url)

@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import os
 import shutil
 import statistics
@@ -320,7 +319,6 @@ def run_overhead_bench(
     reps: int = 3,
     concurrency: tuple[int, ...] = CONCURRENCY,
     with_litellm: bool = True,
-    clients: tuple[str, ...] = (),
     progress: Callable[[str], None] | None = None,
 ) -> OverheadReport:
     """Run the grid (see the module docstring) against one backend.
@@ -335,10 +333,6 @@ def run_overhead_bench(
         reps: repetitions of the grid.
         concurrency: the concurrency levels.
         with_litellm: include the LiteLLM arm.
-        clients: upstream transports to compare (``upstream.client``), each in its own
-            `fronde serve` whose only mode is remote, the backend of the first serve;
-            the arms are then named ``fronde-<client>``. Empty: one ``fronde`` arm with
-            the configured client.
         progress: called with one line per finished cell, or None.
 
     Raises:
@@ -364,16 +358,8 @@ def run_overhead_bench(
     with running_serve(None, 240.0, env=env) as serve:
         direct = serve.backend_urls["baseline"]
         arms: dict[str, tuple[str, str]] = {"direct": (direct, "fronde")}
+        arms["fronde"] = (serve.base_url, "fronde")
         with contextlib.ExitStack() as stack:
-            if not clients:
-                arms["fronde"] = (serve.base_url, "fronde")
-            for client in clients:
-                remote_env = {
-                    "FRONDE_UPSTREAM__CLIENT": client,
-                    "FRONDE_REMOTE": json.dumps({"baseline": [direct]}),
-                }
-                other = stack.enter_context(running_serve(None, 60.0, env=env | remote_env))
-                arms[f"fronde-{client}"] = (other.base_url, "fronde")
             if python is not None:
                 arms["litellm"] = (
                     stack.enter_context(litellm_proxy(python, direct)),

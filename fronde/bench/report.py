@@ -20,7 +20,16 @@ from rich.console import Console
 from rich.table import Table as RichTable
 
 from fronde.bench.arms import ARMS
-from fronde.bench.verdict import Check, Table, bootstrap, checks, first_difference, geomean, table
+from fronde.bench.verdict import (
+    Check,
+    Table,
+    bootstrap,
+    checks,
+    first_difference,
+    geomean,
+    table,
+    verdict_of,
+)
 
 __all__ = ["Report", "build_report"]
 
@@ -45,14 +54,9 @@ class Report:
                 self.checks += checks(self.a, r, "base", reachable)
 
     @property
-    def passed(self) -> bool:
-        """Whether there is a check and every one passed."""
-        return bool(self.checks) and all(c.passed for c in self.checks)
-
-    @property
     def verdict(self) -> str | None:
         """``PASS`` or ``FAIL``; None without a routed arm and a baseline (nothing to judge)."""
-        return None if not self.checks else "PASS" if self.passed else "FAIL"
+        return verdict_of(self.checks)
 
     def _left_out(self, t: Table) -> str:
         loops = ", ".join(f"{i} ({'/'.join(a)})" for i, a in t.looping.items())
@@ -104,9 +108,10 @@ class Report:
     def domain_table(self) -> RichTable:
         """Per domain: each routed arm and the best static arm ÷ baseline (geomean)."""
         t = self.a
+        if not t.items or "base" not in t.arms:
+            return RichTable(title="A, per domain: no valid item or no base arm")
         cols = [a for a in t.arms if a.startswith("router")]
-        if t.items and "base" in t.arms:
-            cols.append(max((a for a in t.arms if not a.startswith("router")), key=t.total))
+        cols.append(max((a for a in t.arms if not a.startswith("router")), key=t.total))
         tab = RichTable(title="A, per domain: × base (geomean, 95 % CI)", title_justify="left")
         tab.add_column("domain")
         tab.add_column("n", justify="right")
@@ -163,9 +168,8 @@ class Report:
             tab.add_column(col, justify="left" if col == "check" else "right")
         for c in self.checks:
             ci = f"{_f(c.low)}–{_f(c.high)}" if not math.isnan(c.low) else ""
-            tab.add_row(
-                c.name, _f(c.value, 3), ci, f"≥ {c.bound:.2f}", "ok" if c.passed else "FAIL"
-            )
+            result = "ok" if c.passed else "FAIL" if c.measured else "n/a"
+            tab.add_row(c.name, _f(c.value, 3), ci, f"≥ {c.bound:.2f}", result)
         return tab
 
     def show(self, console: Console) -> None:
@@ -179,8 +183,14 @@ class Report:
         if self.b.arms:
             console.print(self.session_table())
             console.print(self._left_out(self.b), style="dim")
+        skipped = [c for c in self.checks if not c.measured and c.name.startswith("(b)")]
+        if skipped:
+            console.print(
+                f"n/a: {len(skipped)} domain check(s) with fewer than 2 valid items, not counted",
+                style="dim",
+            )
         if self.verdict is None:
-            console.print("no routed arm: no verdict", style="bold")
+            console.print("no verdict: it needs a routed arm and the base arm", style="bold")
         else:
             console.print(f"VERDICT: {self.verdict}", style="bold")
 

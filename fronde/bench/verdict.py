@@ -42,6 +42,7 @@ __all__ = [
     "checks",
     "geomean",
     "table",
+    "verdict_of",
 ]
 
 LOOP_SCORE = 0.5
@@ -162,10 +163,19 @@ class Check:
     bound: float
 
     @property
+    def judged(self) -> float:
+        """The figure held against the bound: for (b) the interval's lower end, else the value."""
+        return self.low if self.name.startswith("(b)") else self.value
+
+    @property
+    def measured(self) -> bool:
+        """Whether there was enough data (a (b) domain with one valid item has no interval)."""
+        return not math.isnan(self.judged)
+
+    @property
     def passed(self) -> bool:
-        """Measured and at or above the bound (for (b), the interval's lower end is)."""
-        shown = self.low if self.name.startswith("(b)") else self.value
-        return not math.isnan(shown) and shown >= self.bound
+        """Measured and at or above the bound."""
+        return self.measured and self.judged >= self.bound
 
 
 def best_static(t: Table) -> str:
@@ -198,7 +208,7 @@ def checks(t: Table, router: str, baseline: str, reachable: Sequence[str]) -> li
 
     Returns:
         The checks; a figure that cannot be measured (no valid item, one repetition
-        for the oracle) is NaN and fails.
+        for the oracle, one valid item in a domain) is NaN: see :func:`verdict_of`.
     """
     if not t.items:
         return [Check(f"(a) {router} ÷ best static", math.nan, math.nan, math.nan, BOUNDS["a"])]
@@ -251,6 +261,18 @@ def checks(t: Table, router: str, baseline: str, reachable: Sequence[str]) -> li
             )
         )
     return out
+
+
+def verdict_of(checks: Sequence[Check]) -> str | None:
+    """``PASS``, ``FAIL``, or None when there is no check.
+
+    A (b) domain that could not be measured (fewer than two valid items) is left out
+    and counted by the report, not failed; (a) and (c) must be measured to pass.
+    """
+    if not checks:
+        return None
+    counted = [c for c in checks if c.measured or not c.name.startswith("(b)")]
+    return "PASS" if all(c.passed for c in counted) else "FAIL"
 
 
 def first_difference(a: str, b: str) -> int | None:

@@ -98,6 +98,6 @@ def test_the_command_runs_one_arm_and_says_there_is_no_verdict(tmp_path: Path) -
     ]  # fmt: skip
     done = subprocess.run(argv, capture_output=True, text=True, timeout=600, check=False)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
-    assert "no routed arm: no verdict" in done.stdout
+    assert "no verdict: it needs a routed arm and the base arm" in done.stdout
     samples = Store(tmp_path / "records.jsonl").samples()
     assert len(samples) == 10 and {s["arm"] for s in samples} == {"default"}

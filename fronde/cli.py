@@ -17,7 +17,6 @@ from typing import Annotated, Any
 
 import typer
 import uvicorn
-from pydantic import BaseModel
 from rich.console import Console
 from rich.progress import (
     BarColumn,
@@ -26,7 +25,6 @@ from rich.progress import (
     TextColumn,
     TimeElapsedColumn,
 )
-from rich.table import Table
 
 from fronde.config import Settings, load_settings
 from fronde.errors import FrondeError
@@ -46,7 +44,11 @@ app = typer.Typer(
 models_app = typer.Typer(
     help="List and fetch model profiles (models/*.toml).", no_args_is_help=True
 )
-bench_app = typer.Typer(help="Measure decode speed.", no_args_is_help=True)
+bench_app = typer.Typer(
+    help="Benchmarks on one harness: is Fronde faster than one llama-server (verdict), where"
+    " speculation pays (atlas), what the proxy costs (overhead), load, swap, shadow.",
+    no_args_is_help=True,
+)
 app.add_typer(models_app, name="models")
 app.add_typer(bench_app, name="bench")
 
@@ -401,30 +403,46 @@ def models_fetch(
         err.print(f"{path}: {how}", markup=False, highlight=False)
 
 
-def _emit(table: Table, report: BaseModel, out: Path | None) -> Console:
-    """Print a benchmark's table and, if asked, write its records as JSON to ``out``."""
-    console = _console()
-    console.print(table)
-    if out is not None:
-        out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(report.model_dump_json(indent=2))
-        console.print(f"records: {out}")
-    return console
-
-
 @bench_app.command("shadow")
 def bench_shadow(
     config: ConfigOpt = None,
+    out: Annotated[Path, typer.Option(help="folder for records.jsonl")] = Path("runs/shadow"),
     max_tokens: Annotated[int, typer.Option(help="tokens generated per request", min=8)] = 256,
     probe_tokens: Annotated[int, typer.Option(help="tokens a probe leaves", min=8)] = 48,
-    out: Annotated[Path | None, typer.Option(help="also write the records as JSON here")] = None,
 ) -> None:
-    """Shadow acceptance against the real α of ngram-simple and ngram-mod, on the battery."""
-    from fronde.bench.shadow import format_shadow_table, run_shadow_bench
+    """Does shadow acceptance track the real α? Replayed against real, per prompt and mode."""
+    import asyncio
+
+    import httpx
+
+    from fronde.bench.arms import Arm, started
+    from fronde.bench.shadow import shadow_plan, shadow_rows, shadow_table
+    from fronde.bench.store import Store
 
     settings = _settings(config)
-    report = run_shadow_bench(settings, config, max_tokens=max_tokens, probe_tokens=probe_tokens)
-    _emit(format_shadow_table(report), report, out)
+    plan = shadow_plan(settings, max_tokens)
+    _experiment(plan, settings, config, out, "shadow: speed", {"max_tokens": max_tokens})
+    [workload] = plan.workloads
+
+    async def tokenized() -> dict[str, list[int]]:
+        async with (
+            started(Arm("tokenizer", "static"), settings, config, out / "logs") as t,
+            httpx.AsyncClient(timeout=60) as http,
+        ):
+            ids: dict[str, list[int]] = {}
+            for item in workload.items:
+                body = {"content": item.prompt, "add_special": True, "parse_special": True}
+                r = await http.post(f"{t.base_url}/tokenize", json=body)
+                ids[item.prompt] = [int(x) for x in r.json()["tokens"]]
+            return ids
+
+    ids = asyncio.run(tokenized())
+    samples = Store(out / "records.jsonl").samples()
+    n_match = settings.speculation.ngram_mod_n_match
+    rows = shadow_rows(
+        samples, workload, ids.__getitem__, n_match=n_match, probe_tokens=probe_tokens
+    )
+    _console().print(shadow_table(rows))
 
 
 @bench_app.command("atlas")
@@ -463,7 +481,13 @@ def bench_atlas(
     import asyncio
     import json
 
-    from fronde.bench.atlas import SHIPPED, check_quants, requantize, run_atlas, write_atlas_page
+    from fronde.bench.atlas import (
+        SHIPPED,
+        check_quants,
+        requantize,
+        run_atlas,
+        write_atlas_page,
+    )
     from fronde.bench.breakeven import VerifyCosts, measure_verify_costs
     from fronde.bench.serve import machine_line
     from fronde.runtime.install import find_llama_binary
@@ -631,9 +655,20 @@ def bench_report(
 
 @contextmanager
 def _bench_progress(console: Console, total: int) -> Generator[Callable[[str, int], None]]:
-    """A progress bar over ``total`` requests; yields ``advance(line, n)``."""
+    """A progress bar over ``total`` requests; yields ``advance(line, n)``.
+
+    Each line printed (a block ended) also says how many requests are done and an
+    estimate of the time left, so a log that is no terminal shows progress too. The
+    benchmark's own servers log at warning and above only.
+    """
+    import time
+
     from rich.progress import MofNCompleteColumn, TimeRemainingColumn
 
+    from fronde.bench.protocol import RESUMED
+
+    configure_logging(level="warning")
+    t0, done = time.monotonic(), [0, 0]  # requests sent, of which skipped (resumed)
     bar = Progress(
         TextColumn("requests"),
         BarColumn(bar_width=20),
@@ -646,7 +681,14 @@ def _bench_progress(console: Console, total: int) -> Generator[Callable[[str, in
     task = bar.add_task("run", total=total)
 
     def advance(line: str, n: int) -> None:
+        done[0] += n
+        if line.endswith(RESUMED):
+            done[1] += n  # sent in an earlier run: no time spent on them here
         if line:
+            spent = time.monotonic() - t0
+            measured = done[0] - done[1]
+            eta = spent / measured * (total - done[0]) if measured else 0.0
+            line += f"  [{done[0]}/{total} requests, ~{eta / 60:.0f} min left]"
             bar.console.print(line, markup=False, highlight=False)
         bar.advance(task, n)
 
@@ -661,7 +703,7 @@ def _report(out: Path, console: Console) -> None:
     store = Store(out / "records.jsonl")
     if not store.path.exists():
         raise FrondeError(f"{store.path} does not exist: run `fronde bench verdict --out {out}`")
-    report = build_report(store.samples())
+    report = build_report(store)
     report.show(console)
     report.write(out)
     console.print(f"summary: {out / 'summary.md'}", markup=False, highlight=False)
@@ -669,83 +711,107 @@ def _report(out: Path, console: Console) -> None:
         raise typer.Exit(2)
 
 
+def _experiment(
+    plan: Any,
+    settings: Settings,
+    config: Path | None,
+    out: Path,
+    title: str,
+    identity: dict[str, Any],
+) -> list[dict[str, Any]]:
+    """Run an experiment's plan into ``out/records.jsonl`` (resumable); print its table."""
+    import asyncio
+
+    from fronde.bench.experiments import latency_table
+    from fronde.bench.protocol import planned_requests, run_plan
+    from fronde.bench.serve import run_info
+    from fronde.bench.store import Store
+
+    store = Store(out / "records.jsonl")
+    info = run_info()
+    store.begin(
+        {**info, "arms": [a.name for a in plan.arms]},
+        {"machine": info["machine"], **identity},
+    )
+    console = _console()
+    with _bench_progress(console, planned_requests(plan)) as advance:
+        asyncio.run(run_plan(plan, settings, config, store, out / "logs", advance))
+    console.print(latency_table(store.samples(), title))
+    console.print(f"records: {store.path}", markup=False, highlight=False)
+    return [r for r in store.records() if r["type"] == "block" and r["ok"]]
+
+
 @bench_app.command("load")
 def bench_load(
     config: ConfigOpt = None,
-    max_tokens: Annotated[int, typer.Option(help="tokens generated per request", min=8)] = 96,
-    per_client: Annotated[int, typer.Option(help="requests per client", min=1)] = 2,
-    out: Annotated[Path | None, typer.Option(help="also write the records as JSON here")] = None,
+    out: Annotated[Path, typer.Option(help="folder for records.jsonl")] = Path("runs/load"),
+    max_tokens: Annotated[int, typer.Option(help="tokens generated per request", min=8)] = 64,
+    reps: Annotated[int, typer.Option(help="repetitions", min=1)] = 1,
+    clients: Annotated[
+        list[int] | None,
+        typer.Option("--clients", help="closed-loop clients [default: 1 2 4]"),
+    ] = None,
 ) -> None:
-    """Aggregate throughput with 1, 2 and 4 clients: router with/without the load rule, static."""
-    from fronde.bench.load import format_load_table, run_load_bench
+    """Does the router keep its speed under load? Aggregate tok/s and latency, c clients."""
+    from fronde.bench.experiments import load_plan
+    from fronde.runtime.local import profile_of
 
     settings = _settings(config)
-    report = run_load_bench(settings, config, max_tokens=max_tokens, per_client=per_client)
-    _emit(format_load_table(report), report, out)
+    form = profile_of(settings).prompt_form
+    plan = load_plan(form, max_tokens, reps, clients or (1, 2, 4))
+    _experiment(plan, settings, config, out, "load", {"max_tokens": max_tokens})
 
 
 @bench_app.command("swap")
 def bench_swap(
     config: ConfigOpt = None,
+    out: Annotated[Path, typer.Option(help="folder for records.jsonl")] = Path("runs/swap"),
     requests: Annotated[int, typer.Option(help="requests in the mixed workload", min=3)] = 24,
     max_tokens: Annotated[int, typer.Option(help="tokens generated per request", min=1)] = 32,
     gap_s: Annotated[float, typer.Option(help="seconds between two arrivals", min=0)] = 0.25,
     reps: Annotated[int, typer.Option(help="runs of each policy", min=1)] = 2,
-    out: Annotated[Path | None, typer.Option(help="also write the records as JSON here")] = None,
+    max_epoch_s: Annotated[
+        float, typer.Option(help="the epoch arm's swap.max_epoch_s", min=1)
+    ] = 30,
 ) -> None:
     """Swap residency (one llama-server up): epochs against a swap at every mode change."""
-    from fronde.bench.swap import format_swap_table, run_swap_bench
+    from fronde.bench.experiments import swap_plan, swap_table
 
     settings = _settings(config)
-    report = run_swap_bench(
-        settings,
-        config,
-        requests=requests,
-        max_tokens=max_tokens,
-        gap_s=gap_s,
-        reps=reps,
-        progress=lambda line: err.print(line, highlight=False),
-    )
-    _emit(format_swap_table(report), report, out)
+    plan = swap_plan(requests, max_tokens, gap_s, reps, max_epoch_s)
+    blocks = _experiment(plan, settings, config, out, "swap", {"max_tokens": max_tokens})
+    _console().print(swap_table(blocks))
 
 
 @bench_app.command("overhead")
 def bench_overhead(
     config: ConfigOpt = None,
+    out: Annotated[Path, typer.Option(help="folder for records.jsonl")] = Path("runs/overhead"),
     llama_server: Annotated[
         Path | None,
         typer.Option(
             help="a fake llama-server executable that takes --fake-tps, instead of the built one "
-            "(scripts/overhead-fake.sh passes the test suite's fake, to measure the proxy alone)"
+            "(scripts/overhead-fake.sh passes the test suite's, to measure the proxies alone)"
         ),
     ] = None,
-    requests: Annotated[int, typer.Option(help="requests per cell", min=10)] = 200,
+    requests: Annotated[int, typer.Option(help="requests per level", min=10)] = 200,
     max_tokens: Annotated[int, typer.Option(help="tokens per answer", min=2)] = 16,
-    reps: Annotated[int, typer.Option(help="repetitions of the grid", min=1)] = 3,
+    reps: Annotated[int, typer.Option(help="repetitions", min=1)] = 3,
     litellm: Annotated[bool, typer.Option(help="include LiteLLM's proxy")] = True,
-    out: Annotated[Path | None, typer.Option(help="write the records (JSON) and OUT.md")] = None,
 ) -> None:
-    """Latency and throughput: direct to llama-server, through Fronde, through LiteLLM."""
-    from fronde.bench.overhead import markdown, run_overhead_bench
+    """What does the proxy cost? Latency direct, through Fronde, through LiteLLM."""
+    from fronde.bench.experiments import overhead_plan
 
     settings = _settings(config)
-    if llama_server is not None and not os.access(llama_server, os.X_OK):
-        raise FrondeError(f"--llama-server {llama_server}: not an executable file")
-    report = run_overhead_bench(
-        cache_dir=settings.cache_dir,
-        fake_binary=llama_server,
-        requests=requests,
-        max_tokens=max_tokens if llama_server is not None else max(max_tokens, 64),
-        reps=reps,
-        with_litellm=litellm,
-        progress=lambda line: err.print(line, highlight=False, markup=False),
-    )
-    text = markdown(report)
-    _console().print(text, markup=False, highlight=False)
-    if out is not None:
-        out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(report.model_dump_json(indent=2))
-        out.with_suffix(".md").write_text(text)
+    if llama_server is not None:
+        if not os.access(llama_server, os.X_OK):
+            raise FrondeError(f"--llama-server {llama_server}: not an executable file")
+        backend = settings.backend.model_copy(update={"extra_args": ["--fake-tps", "100000"]})
+        settings = settings.model_copy(update={"llama_server": llama_server, "backend": backend})
+    fake = str(llama_server) if llama_server is not None else None
+    plan = overhead_plan(fake, requests, max_tokens, reps, litellm)
+    identity = {"max_tokens": max_tokens, "backend": "fake" if fake else "llama-server"}
+    _experiment(plan, settings, config, out, "overhead (ms)", identity)
 
 
 def main() -> None:

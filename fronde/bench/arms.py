@@ -27,11 +27,13 @@ import tempfile
 from collections.abc import AsyncGenerator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from fronde.backends.pool import plan_pool
 from fronde.backends.process import LaunchSpec, LlamaServerProcess
+from fronde.bench.litellm import LITELLM_MODEL, litellm_proxy, litellm_python
 from fronde.bench.serve import running_serve
+from fronde.bench.workloads import Form, Item
 from fronde.config import Settings
 from fronde.errors import FrondeError
 from fronde.modes import Mode
@@ -47,19 +49,23 @@ class Arm:
 
     Attributes:
         name: short key in records and tables (at most 9 characters, for 80 columns).
-        kind: ``fronde`` (through `fronde serve`) or ``static`` (one llama-server).
+        kind: ``fronde`` (through `fronde serve`), ``static`` (one llama-server), or
+            ``litellm`` (LiteLLM's proxy in front of one plain llama-server).
         force: Fronde arms: the mode every request names; None routes.
         flags: static arms: llama-server speculation flags added to baseline's argv.
         priming: Fronde arms: send the priming workload before measuring (router warm).
         about: one line for the report's legend.
+        env: Fronde arms: environment for `fronde serve` (settings such as
+            ``FRONDE_RESIDENCY``), as (name, value) pairs.
     """
 
     name: str
-    kind: Literal["fronde", "static"]
+    kind: Literal["fronde", "static", "litellm"]
     force: Mode | None = None
     flags: tuple[str, ...] = ()
     priming: bool = False
     about: str = ""
+    env: tuple[tuple[str, str], ...] = ()
 
     @property
     def routed(self) -> bool:
@@ -73,7 +79,12 @@ class Arm:
 
 
 ARMS: tuple[Arm, ...] = (
-    Arm("base", "fronde", Mode.BASELINE, about="Fronde, baseline forced (plain decoding)"),
+    Arm(
+        "base",
+        "fronde",
+        Mode.BASELINE,
+        about="Fronde, baseline forced (plain decoding)",
+    ),
     Arm("simple", "fronde", Mode.NGRAM_SIMPLE, about="Fronde, ngram-simple forced"),
     Arm("mod", "fronde", Mode.NGRAM_MOD, about="Fronde, ngram-mod (n_match 12) forced"),
     Arm("draft", "fronde", Mode.DRAFT, about="Fronde, draft model forced"),
@@ -105,7 +116,12 @@ ARMS: tuple[Arm, ...] = (
         about="llama-server ngram-mod, short drafts (n_min 16, n_max 32)",
     ),
     Arm("router", "fronde", about="Fronde routing, cold (fresh servers)"),
-    Arm("router-w", "fronde", priming=True, about="Fronde routing, warm (after the priming set)"),
+    Arm(
+        "router-w",
+        "fronde",
+        priming=True,
+        about="Fronde routing, warm (after the priming set)",
+    ),
 )
 """Every arm, in table order."""
 
@@ -130,10 +146,16 @@ def arms_named(names: Sequence[str], *, draft: bool) -> list[Arm]:
 
 @dataclass(frozen=True)
 class Target:
-    """A started arm: where to send requests, and the headers to send with them."""
+    """A started arm: where to send requests, with which headers and model name."""
 
     base_url: str
     headers: dict[str, str]
+    model: str | None = None
+
+    def body(self, item: Item, form: Form, max_tokens: int) -> dict[str, Any]:
+        """``item``'s request body for this target (its model name when it needs one)."""
+        body = item.body(form, max_tokens)
+        return body | {"model": self.model} if self.model else body
 
 
 @contextlib.asynccontextmanager
@@ -149,12 +171,21 @@ async def started(
         async with _static(arm, settings, log_dir) as url:
             yield Target(url, {})
         return
+    if arm.kind == "litellm":
+        async with _static(arm, settings, log_dir) as url:
+            proxy = litellm_proxy(litellm_python(settings.cache_dir), url)
+            base = await asyncio.to_thread(proxy.__enter__)
+            try:
+                yield Target(base, {}, LITELLM_MODEL)
+            finally:
+                await asyncio.to_thread(proxy.__exit__, None, None, None)
+        return
     extra: tuple[str, ...] = ("--profile", settings.profile) if settings.model is None else ()
     if arm.force is not None:
         extra += ("--mode", str(arm.force))
     timeout_s = settings.backend.start_timeout_s + 30
     # running_serve polls synchronously; a thread keeps the event loop free.
-    cm = running_serve(config_file, timeout_s, extra)
+    cm = running_serve(config_file, timeout_s, extra, env=dict(arm.env))
     serve = await asyncio.to_thread(cm.__enter__)
     try:
         yield Target(serve.base_url, {"x-fronde-mode": str(arm.force)} if arm.force else {})

@@ -30,8 +30,8 @@ from fronde.timings import Timings
 
 __all__ = ["Sample", "bench_http", "repetition_score", "send", "stream"]
 
-PATHS = {"completion": "/v1/completions", "chat": "/v1/chat/completions"}
-"""The OpenAI endpoint of each request form."""
+PATHS = {"completion": "/v1/completions", "chat": "/v1/chat/completions", "native": "/completion"}
+"""The endpoint of each request form (``native``: llama-server's own)."""
 
 
 def repetition_score(text: str, n: int = 4) -> float:
@@ -54,6 +54,7 @@ class Sample:
     last: float | None = None
     end: float | None = None
     text: str = ""
+    ids: list[int] = field(default_factory=list[int])
     pieces: int = 0
     tokens: int = 0
     finish: str | None = None
@@ -75,6 +76,7 @@ class Sample:
         event: dict[str, Any] = json.loads(line[6:])
         if "error" in event:
             raise FrondeError(f"the stream carried an error: {event['error']}")
+        self.ids += [int(t) for t in cast("list[int]", event.get("tokens") or [])]
         if piece := _piece(event):
             now = time.perf_counter()
             self.first = self.first if self.first is not None else now
@@ -87,6 +89,9 @@ class Sample:
         usage = cast("dict[str, Any]", event.get("usage") or {})
         self.tokens = int(usage.get("completion_tokens") or self.tokens)
         self.fronde = cast("dict[str, Any] | None", event.get("fronde")) or self.fronde
+        if event.get("stop") is True:  # llama-server's own stream ends so, without [DONE]
+            self.end = time.perf_counter()
+            return True
         return False
 
     def done(self, url: str) -> Sample:
@@ -150,7 +155,7 @@ class Sample:
             "text": self.text,
             "route": {k[9:]: v for k, v in self.headers.items() if k.startswith("x-fronde-")},
             "fronde": self.fronde,
-        }
+        } | ({"ids": self.ids} if self.ids else {})
 
 
 def bench_http() -> httpx.AsyncClient:
@@ -168,26 +173,34 @@ def bench_http() -> httpx.AsyncClient:
 
 
 def _piece(event: dict[str, Any]) -> str:
+    if "choices" not in event:  # llama-server's own /completion
+        content = event.get("content")
+        return content if isinstance(content, str) else ""
     choices = cast("list[dict[str, Any]]", event.get("choices") or [])
     parts: list[str] = []
     for c in choices:
         delta = cast("dict[str, Any]", c.get("delta") or {})
-        text = c.get("text") if "text" in c else delta.get("content")
+        message = cast("dict[str, Any]", c.get("message") or delta)
+        text = c.get("text") if "text" in c else message.get("content")
         if isinstance(text, str):
             parts.append(text)
     return "".join(parts)
 
 
 async def send(
-    http: httpx.AsyncClient, base_url: str, form: str, body: dict[str, Any], headers: dict[str, str]
+    http: httpx.AsyncClient,
+    base_url: str,
+    form: str,
+    body: dict[str, Any],
+    headers: dict[str, str],
 ) -> Sample:
-    """POST one streamed request and time it to the last event.
+    """POST one request and time it to the last event (streamed) or the answer (not).
 
     Args:
         http: from :func:`bench_http`.
         base_url: the arm's URL (Fronde's or a llama-server's), no ``/v1``.
         form: ``completion`` or ``chat`` (which endpoint).
-        body: the OpenAI body; ``stream`` must be true.
+        body: the OpenAI body; without ``stream`` the whole answer is one event.
         headers: extra request headers (``x-fronde-mode``).
 
     Raises:
@@ -196,6 +209,14 @@ async def send(
     """
     s = Sample(sent=time.perf_counter())
     url = base_url + PATHS[form]
+    if not body.get("stream"):
+        resp = await http.post(url, json=body, headers=headers)
+        if resp.status_code != 200:
+            raise FrondeError(f"{url} answered {resp.status_code}: {resp.text[:300]!r}")
+        s.headers = {k.lower(): v for k, v in resp.headers.items()}
+        s.feed("data: " + resp.text.replace("\n", " "))
+        s.first = s.last = s.end = time.perf_counter()
+        return s.done(url)
     async with http.stream("POST", url, json=body, headers=headers) as resp:
         if resp.status_code != 200:
             raise FrondeError(f"{url} answered {resp.status_code}: {(await resp.aread())[:300]!r}")
@@ -207,7 +228,11 @@ async def send(
 
 
 def stream(
-    http: httpx.Client, base_url: str, form: str, body: dict[str, Any], headers: dict[str, str]
+    http: httpx.Client,
+    base_url: str,
+    form: str,
+    body: dict[str, Any],
+    headers: dict[str, str],
 ) -> Iterator[Sample]:
     """:func:`send`, synchronous, yielding the same :class:`Sample` after every line.
 

@@ -13,6 +13,7 @@ block's one set of servers.
 
 from __future__ import annotations
 
+import asyncio
 import time
 import uuid
 from collections.abc import Callable
@@ -29,7 +30,15 @@ from fronde.bench.workloads import Form, Item, Workload
 from fronde.config import Settings
 from fronde.errors import FrondeError
 
-__all__ = ["Plan", "block_key", "planned_requests", "run_plan", "schedule"]
+__all__ = [
+    "RESUMED",
+    "Level",
+    "Plan",
+    "block_key",
+    "planned_requests",
+    "run_plan",
+    "schedule",
+]
 
 WARM_ITEM = Item(
     id="warm-up",
@@ -38,6 +47,27 @@ WARM_ITEM = Item(
     messages=({"role": "user", "content": "Say hello."},),
 )
 """A neutral request that pages in the model and starts the threads, any vocabulary."""
+
+
+@dataclass(frozen=True)
+class Level:
+    """How a block sends its items.
+
+    At most ``concurrency`` in flight, launches at least ``gap_s`` seconds apart,
+    streamed or not. The default sends one after the other, streamed.
+    """
+
+    concurrency: int = 1
+    gap_s: float = 0.0
+    stream: bool = True
+
+    @property
+    def tag(self) -> str:
+        """e.g. ``c8``, ``c24-gap0.25-plain``; empty for the default."""
+        parts = [f"c{self.concurrency}"] if self != Level() else []
+        parts += [f"gap{self.gap_s:g}"] if self.gap_s else []
+        parts += [] if self.stream else ["plain"]
+        return "-".join(parts)
 
 
 @dataclass(frozen=True)
@@ -54,6 +84,8 @@ class Plan:
         form: ``completion`` (base model) or ``chat`` (instruct model).
         max_tokens: token budget per request (an item may set its own).
         priming: the workload a warm arm is sent first (not recorded as samples).
+        levels: how each block sends its items, one pass per level on the same servers
+            (a load or latency experiment); the default sends them one at a time.
     """
 
     workloads: tuple[Workload, ...]
@@ -64,6 +96,7 @@ class Plan:
     form: Form
     max_tokens: int
     priming: Workload
+    levels: tuple[Level, ...] = (Level(),)
 
 
 def schedule(plan: Plan) -> list[tuple[int, Workload, Arm]]:
@@ -82,6 +115,9 @@ def block_key(rep: int, workload: Workload, arm: Arm) -> str:
     return f"{workload.name}|{arm.name}|{rep}"
 
 
+RESUMED = "done in an earlier run"
+"""How a block that a resumed run skips is reported."""
+
 Progress = Callable[[str, int], None]
 """Called with a line to show (or "") and how many requests just ended."""
 
@@ -95,25 +131,56 @@ async def _block(
     emit: Callable[[dict[str, Any]], None],
     progress: Progress,
 ) -> None:
-    await send(http, target.base_url, plan.form, WARM_ITEM.body(plan.form, 4), target.headers)
+    await send(
+        http,
+        target.base_url,
+        plan.form,
+        target.body(WARM_ITEM, plan.form, 4),
+        target.headers,
+    )
     if arm.priming:
         for item in plan.priming.items:
-            body = item.body(plan.form, plan.max_tokens)
+            body = target.body(item, plan.form, plan.max_tokens)
             await send(http, target.base_url, plan.form, body, target.headers)
-    for order, item in enumerate(workload.items):
+    for level in plan.levels:
+        await _pass(http, plan, target, workload, level, emit, progress)
+
+
+async def _pass(
+    http: httpx.AsyncClient,
+    plan: Plan,
+    target: Target,
+    workload: Workload,
+    level: Level,
+    emit: Callable[[dict[str, Any]], None],
+    progress: Progress,
+) -> None:
+    """Send every item of ``workload`` as ``level`` says; one record per request."""
+    gate = asyncio.Semaphore(level.concurrency)
+    t_start = time.perf_counter()
+
+    async def one(order: int, item: Item) -> None:
         rec: dict[str, Any] = {"item": item.id, "domain": item.domain, "order": order}
+        rec |= {"level": level.tag, "t0": round(time.perf_counter() - t_start, 4)}
+        body = target.body(item, plan.form, plan.max_tokens) | {"stream": level.stream}
+        if not level.stream:
+            body.pop("stream_options")
         try:
-            sample = await send(
-                http,
-                target.base_url,
-                plan.form,
-                item.body(plan.form, plan.max_tokens),
-                target.headers,
-            )
+            sample = await send(http, target.base_url, plan.form, body, target.headers)
             emit({**rec, "ok": True, **sample.record()})
         except (FrondeError, httpx.HTTPError) as exc:
             emit({**rec, "ok": False, "error": f"{type(exc).__name__}: {exc}"[:500]})
+        finally:
+            gate.release()
         progress("", 1)
+
+    tasks: list[asyncio.Task[None]] = []
+    for order, item in enumerate(workload.items):
+        await gate.acquire()
+        tasks.append(asyncio.create_task(one(order, item)))
+        if level.gap_s:
+            await asyncio.sleep(level.gap_s)
+    await asyncio.gather(*tasks)
 
 
 async def run_plan(
@@ -134,7 +201,7 @@ async def run_plan(
         for rep, workload, arm in schedule(plan):
             key = block_key(rep, workload, arm)
             if key in done:
-                progress("", len(workload.items))
+                progress(f"{key}: {RESUMED}", len(workload.items) * len(plan.levels))
                 continue
             block_id = uuid.uuid4().hex[:12]
             head = {"block": key, "block_id": block_id, "workload": workload.name}
@@ -157,11 +224,16 @@ async def run_plan(
                 store.append({"type": "block", **head, "ok": False, "error": str(exc)[:500]})
                 progress(f"{key}: FAILED ({exc})", 0)
                 continue
-            end = {"type": "block", **head, "ok": True, "s": round(time.monotonic() - t0)}
+            end = {
+                "type": "block",
+                **head,
+                "ok": True,
+                "s": round(time.monotonic() - t0),
+            }
             store.append(end | ({"router": state} if state else {}))
             progress(f"{key}: {time.monotonic() - t0:.0f} s", 0)
 
 
 def planned_requests(plan: Plan) -> int:
     """Requests the plan sends, for a progress bar (priming and warm-up not counted)."""
-    return sum(len(w.items) for _, w, _ in schedule(plan))
+    return sum(len(w.items) for _, w, _ in schedule(plan)) * len(plan.levels)

@@ -20,9 +20,11 @@ from rich.console import Console
 from rich.table import Table as RichTable
 
 from fronde.bench.arms import ARMS
+from fronde.bench.store import Store
 from fronde.bench.verdict import (
     Check,
     Table,
+    best_static,
     bootstrap,
     checks,
     first_difference,
@@ -43,7 +45,14 @@ def _f(x: float, digits: int = 2) -> str:
 class Report:
     """Tables, checks and charts of one store's samples (workload A, and B if present)."""
 
-    def __init__(self, samples: Sequence[dict[str, Any]], first: str, session: str) -> None:
+    def __init__(
+        self,
+        samples: Sequence[dict[str, Any]],
+        first: str,
+        session: str,
+        blocks: Sequence[dict[str, Any]] = (),
+    ) -> None:
+        self.blocks = [b for b in blocks if b.get("workload") == first and b.get("router")]
         self.a = table(samples, first)
         self.b = table(samples, session)
         routers = [x for x in self.a.arms if x.startswith("router")]
@@ -59,7 +68,10 @@ class Report:
         return verdict_of(self.checks)
 
     def _left_out(self, t: Table) -> str:
-        loops = ", ".join(f"{i} ({'/'.join(a)})" for i, a in t.looping.items())
+        loops = ", ".join(
+            f"{i} ({'all arms' if len(a) == len(t.arms) else '/'.join(a)})"
+            for i, a in t.looping.items()
+        )
         return (
             f"{len(t.items)} items counted; invalid {len(t.invalid)}"
             + (f" ({', '.join(t.invalid)})" if t.invalid else "")
@@ -70,7 +82,7 @@ class Report:
     def arms_table(self, t: Table, title: str) -> RichTable:
         """Per arm: total rate, ×baseline (geomean, 95 % CI), α, share of texts equal to base's."""
         tab = RichTable(title=title, title_justify="left")
-        for col in ("arm", "tok/s", "× base", "95 % CI", "α", "same"):
+        for col in ("arm", "tok/s", "× base", "95 % CI", "α", "same", "differs at"):
             tab.add_column(col, justify="left" if col == "arm" else "right")
         for arm in t.arms:
             if not t.items:
@@ -89,44 +101,42 @@ class Report:
                 _f(geomean(r)) if r else "-",
                 f"{_f(lo)}–{_f(hi)}",
                 _f(sum(alphas) / len(alphas)) if alphas else "-",
-                self._same(t, arm),
+                *self._same(t, arm),
             )
         return tab
 
-    def _same(self, t: Table, arm: str) -> str:
+    def _same(self, t: Table, arm: str) -> tuple[str, str]:
+        """Texts equal to base's (same item and repetition); median first differing character."""
         if "base" not in t.arms:
-            return "-"
-        pairs = [
-            (s["text"], t.runs["base"][i][rep]["text"])
+            return "-", "-"
+        firsts = [
+            first_difference(s["text"], t.runs["base"][i][rep]["text"])
             for i in t.items
             for rep, s in t.runs[arm][i].items()
             if rep in t.runs["base"][i]
         ]
-        same = sum(first_difference(x, y) is None for x, y in pairs)
-        return f"{same}/{len(pairs)}"
+        differ = sorted(x for x in firsts if x is not None)
+        at = str(differ[len(differ) // 2]) if differ else "-"
+        return f"{len(firsts) - len(differ)}/{len(firsts)}", at
 
     def domain_table(self) -> RichTable:
         """Per domain: each routed arm and the best static arm ÷ baseline (geomean)."""
         t = self.a
         if not t.items or "base" not in t.arms:
             return RichTable(title="A, per domain: no valid item or no base arm")
-        cols = [a for a in t.arms if a.startswith("router")]
-        cols.append(max((a for a in t.arms if not a.startswith("router")), key=t.total))
+        cols = [*(a for a in t.arms if a.startswith("router")), best_static(t)]
         tab = RichTable(title="A, per domain: × base (geomean, 95 % CI)", title_justify="left")
         tab.add_column("domain")
         tab.add_column("n", justify="right")
         for c in cols:
             tab.add_column(c, justify="right")
-        by_domain: dict[str, list[str]] = defaultdict(list)
-        for item, d in t.items.items():
-            by_domain[d].append(item)
-        for d, items in by_domain.items():
+        ratios = {c: t.by_domain(c, "base") for c in cols}
+        for d, first in ratios[cols[0]].items():
             cells: list[str] = []
             for c in cols:
-                r = [t.speed(c, i) / t.speed("base", i) for i in items]
-                lo, hi = bootstrap([[x] for x in r])
-                cells.append(f"{geomean(r):.2f} {_f(lo)}–{_f(hi)}")
-            tab.add_row(d, str(len(items)), *cells)
+                lo, hi = bootstrap([[x] for x in ratios[c][d]])
+                cells.append(f"{geomean(ratios[c][d]):.2f} {_f(lo)}–{_f(hi)}")
+            tab.add_row(d, str(len(first)), *cells)
         return tab
 
     def routes_table(self) -> RichTable:
@@ -144,6 +154,19 @@ class Report:
                     by_domain[s["domain"]][f"{route.get('class')}→{route.get('mode')}"] += 1
             for d, counts in by_domain.items():
                 tab.add_row(d, arm, ", ".join(f"{k}: {v}" for k, v in counts.most_common()))
+        for arm in dict.fromkeys(b["arm"] for b in self.blocks):
+            collapses: Counter[str] = Counter()
+            held: list[str] = []
+            for b in (b for b in self.blocks if b["arm"] == arm):
+                for mode, m in b["router"]["modes"].items():
+                    collapses[mode] += m.get("collapses") or 0
+                    held += [mode] if m.get("quarantined_for_s") else []
+            text = ", ".join(f"{m} {n}" for m, n in collapses.items()) or "none"
+            tab.add_row(
+                "(all)",
+                arm,
+                f"collapses: {text}; quarantined at a block's end: " + (", ".join(held) or "none"),
+            )
         return tab
 
     def session_table(self) -> RichTable:
@@ -214,14 +237,11 @@ def _charts(rep: Report, folder: Path) -> None:
 
     t = rep.a
     if t.items and "base" in t.arms:
-        domains = sorted(set(t.items.values()))
+        domains = list(t.by_domain("base", "base"))
         fig, ax = plt.subplots(figsize=(10, 4.5))
         width = 0.8 / len(t.arms)
         for k, arm in enumerate(t.arms):
-            ys: list[float] = []
-            for d in domains:
-                items = [i for i, dd in t.items.items() if dd == d]
-                ys.append(geomean([t.speed(arm, i) / t.speed("base", i) for i in items]))
+            ys = [geomean(r) for r in t.by_domain(arm, "base").values()]
             ax.bar([x + k * width for x in range(len(domains))], ys, width, label=arm)
         ax.axhline(1.0, color="black", linewidth=0.8)
         ax.set_xticks([x + 0.4 for x in range(len(domains))], domains, rotation=30, ha="right")
@@ -246,6 +266,7 @@ def _charts(rep: Report, folder: Path) -> None:
         plt.close(fig)
 
 
-def build_report(samples: Sequence[dict[str, Any]]) -> Report:
-    """The report of the shipped workloads' samples."""
-    return Report(samples, "first-encounter", "agent-sessions")
+def build_report(store: Store) -> Report:
+    """The report of a store holding the shipped workloads' samples and blocks."""
+    blocks = [r for r in store.records() if r["type"] == "block" and r["ok"]]
+    return Report(store.samples(), "first-encounter", "agent-sessions", blocks)

@@ -17,13 +17,11 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-from pydantic import BaseModel
 
 from fronde.backends.process import die_with_parent, free_port, log_tail
 from fronde.errors import FrondeError
 
 __all__ = [
-    "RunInfo",
     "RunningServe",
     "git_state",
     "machine_info",
@@ -33,18 +31,8 @@ __all__ = [
 ]
 
 
-class RunInfo(BaseModel):
-    """What every benchmark record carries: when, where, and which code (commit, dirty)."""
-
-    schema_version: int = 1
-    started_at: str
-    machine: dict[str, Any]
-    commit: str | None
-    dirty: bool | None
-
-
 def run_info() -> dict[str, Any]:
-    """The :class:`RunInfo` fields for a run starting now."""
+    """What every run records: when, the machine, and which code (commit, dirty flag)."""
     commit, dirty = git_state()
     return {
         "started_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),

@@ -38,8 +38,10 @@ __all__ = [
     "LOOP_SCORE",
     "Check",
     "Table",
+    "best_static",
     "bootstrap",
     "checks",
+    "first_difference",
     "geomean",
     "table",
     "verdict_of",
@@ -122,6 +124,13 @@ class Table:
     def ratios(self, arm: str, other: str) -> list[float]:
         """Per valid item: ``arm``'s speed ÷ ``other``'s."""
         return [self.speed(arm, i) / self.speed(other, i) for i in self.items]
+
+    def by_domain(self, arm: str, other: str) -> dict[str, list[float]]:
+        """:meth:`ratios`, grouped by the items' domain (in first-seen order)."""
+        out: dict[str, list[float]] = defaultdict(list)
+        for item, r in zip(self.items, self.ratios(arm, other), strict=True):
+            out[self.items[item]].append(r)
+        return dict(out)
 
 
 def table(samples: Sequence[dict[str, Any]], workload: str) -> Table:
@@ -231,10 +240,7 @@ def checks(t: Table, router: str, baseline: str, reachable: Sequence[str]) -> li
             1.0,
         )
     )
-    by_domain: dict[str, list[float]] = defaultdict(list)
-    for item, r in zip(t.items, t.ratios(router, baseline), strict=True):
-        by_domain[t.items[item]].append(r)
-    for domain, rs in by_domain.items():
+    for domain, rs in t.by_domain(router, baseline).items():
         out.append(
             Check(
                 f"(b) {router} ÷ {baseline}, {domain}",

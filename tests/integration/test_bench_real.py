@@ -13,7 +13,7 @@ import pytest
 from rich.console import Console
 
 from fronde.bench.arms import arms_named
-from fronde.bench.protocol import Plan, run_plan
+from fronde.bench.protocol import RESUMED, Plan, run_plan
 from fronde.bench.report import build_report
 from fronde.bench.store import Store
 from fronde.bench.workloads import Workload, load_workload
@@ -74,7 +74,7 @@ def test_every_kind_of_arm_runs_on_fresh_servers_and_the_report_reads_it(
     assert first_rep[:4] == ["base", "mod", "cascade", "router"]
     assert first_rep[4:] == ["mod", "cascade", "router", "base"]
 
-    report = build_report(samples)
+    report = build_report(store)
     console = Console(record=True, width=80, file=io.StringIO())
     report.show(console)
     text = console.export_text()
@@ -86,7 +86,8 @@ def test_every_kind_of_arm_runs_on_fresh_servers_and_the_report_reads_it(
     # Resumed: every block ended ok, so nothing is sent again.
     lines.clear()
     asyncio.run(run_plan(plan, settings, None, store, tmp_path / "logs", progress))
-    assert len(store.samples()) == len(samples) and not [x for x in lines if x]
+    assert len(store.samples()) == len(samples)
+    assert lines and all(x.endswith(RESUMED) for x in lines)
 
 
 def test_the_command_runs_one_arm_and_says_there_is_no_verdict(tmp_path: Path) -> None:

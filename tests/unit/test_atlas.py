@@ -21,6 +21,7 @@ from fronde.bench.breakeven import (
     measure_verify_costs,
     speedup,
 )
+from fronde.bench.protocol import RESUMED
 from fronde.bench.store import Store
 from fronde.config import load_settings
 from fronde.errors import FrondeError
@@ -157,7 +158,8 @@ async def test_campaign_measures_every_mode_on_every_prompt_and_resumes(
     lines.clear()
     await campaign()
     assert len(Store(out / "Q4_K_M" / "records.jsonl").samples()) == 60  # nothing twice
-    assert sum(n for _, n in lines) == 60 and not [x for x, _ in lines if x]  # all skipped
+    assert sum(n for _, n in lines) == 60  # all counted, none sent again:
+    assert len(lines) == 3 * 2 and all(x.endswith(RESUMED) for x, _ in lines)
 
     ks = tuple(range(1, 65))
     costs = VerifyCosts(

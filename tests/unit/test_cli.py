@@ -78,9 +78,9 @@ def test_a_port_in_use_is_one_line_before_any_backend_starts(tmp_path: Path) -> 
     ]
 
 
-def test_bench_battery_reads_its_settings_file_from_config(tmp_path: Path) -> None:
-    """--config is the settings file, as on every command (it was also the config filter)."""
+def test_bench_verdict_reads_its_settings_file_from_config(tmp_path: Path) -> None:
+    """--config is the settings file, as on every command (the old battery made it a filter)."""
     missing = tmp_path / "nope.toml"
-    r = fronde("bench", "battery", "--config", str(missing), "--out", str(tmp_path / "out"))
+    r = fronde("bench", "verdict", "--config", str(missing), "--out", str(tmp_path / "out"))
     assert r.returncode == 1
     assert r.stderr.strip().splitlines() == [f"fronde: error: config file not found: {missing}"]

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
-from fronde.bench.shadow import pearson
+from fronde.bench.shadow import pearson, shadow_rows
+from fronde.bench.workloads import Item, Workload
 from fronde.router.shadow import (
     NgramModTable,
     ngram_simple_drafter,
@@ -114,3 +117,36 @@ def test_pearson_treats_no_draft_as_zero_and_needs_three_points() -> None:
     assert pearson([0.1, 0.5], [0.1, 0.5]) is None
     assert pearson([None, 0.5, 0.9], [0.0, 0.5, 0.9]) == pytest.approx(1.0)
     assert pearson([0.2, 0.2, 0.2], [0.1, 0.5, 0.9]) is None
+
+
+def _run(arm: str, item: str, ids: list[int], tok_s: float, alpha: float | None) -> dict[str, Any]:
+    return {
+        "arm": arm,
+        "item": item,
+        "ok": True,
+        "ids": ids,
+        "alpha": alpha,
+        "timings": {"predicted_per_second": tok_s},
+    }
+
+
+def test_shadow_rows_mirror_ngram_mods_pool_across_the_servers_requests() -> None:
+    chain = list(range(100, 200))  # 100 tokens that repeat nowhere in either prompt
+    prompts = {"first": list(range(1, 30)), "second": list(range(30, 60))}
+    workload = Workload("w", tuple(Item(k, "d", k, ()) for k in prompts))
+    samples = [
+        _run("base", "first", chain, 40.0, None),
+        _run("mod", "first", chain, 40.0, None),
+        _run("base", "second", chain, 40.0, None),
+        _run("mod", "second", chain, 80.0, 0.9),
+    ]
+    rows = shadow_rows(samples, workload, prompts.__getitem__, n_match=12, probe_tokens=48)
+    assert [(r["prompt"], r["mode"]) for r in rows] == [("first", "mod"), ("second", "mod")]
+    first, second = rows
+    # Its first sight of the chain: nothing to draft, from its own output or from base's.
+    assert first["own"] is None and first["from_base"] is None
+    # The second request repeats the first's answer: the mirrored pool drafts it, a
+    # fresh table (what Fronde sees of one request) does not.
+    assert second["own"] is not None and second["own"] > 0.5
+    assert second["from_base"] is None
+    assert second["real"] == 0.9 and second["speed"] == pytest.approx(2.0)

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import os
 import shutil
-from collections.abc import Generator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, cast
 
@@ -16,8 +14,7 @@ from fastapi.testclient import TestClient
 
 from fronde.backends.client import BackendClient
 from fronde.backends.pool import BackendPool
-from fronde.bench import load
-from fronde.bench.serve import RunningServe, running_serve, settled
+from fronde.bench.serve import running_serve, settled
 from fronde.config import load_settings
 from fronde.errors import BackendUnavailableError
 from fronde.modes import Mode
@@ -69,35 +66,6 @@ def test_a_bench_server_with_swap_set_in_a_config_file_settles(
         monkeypatch.delenv(name)  # the file alone says swap
     with running_serve(cfg, timeout_s=30) as serve:
         assert set(serve.backend_urls) == {"baseline"}  # the other mode waits, stopped
-
-
-def test_the_load_bench_leaves_the_environment_alone(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    seen: list[dict[str, str] | None] = []
-
-    @contextmanager
-    def fake_serve(
-        config_file: Path | None, timeout_s: float = 0, env: dict[str, str] | None = None
-    ) -> Generator[RunningServe]:
-        seen.append(env)
-        yield RunningServe("http://fake", {}, Path("/dev/null"))
-
-    def fake_batch(base: str, arm: str, clients: int, *_: Any) -> load.LoadRow:
-        return load.LoadRow(
-            arm=arm, clients=clients, requests=0, tokens=0, wall_s=1, aggregate_tok_s=0, classes={}
-        )
-
-    monkeypatch.setattr(load, "running_serve", fake_serve)
-    monkeypatch.setattr(load, "_batch", fake_batch)
-    before = dict(os.environ)
-    load.run_load_bench(load_settings(), None, concurrency=(1,))
-    assert dict(os.environ) == before
-    assert seen == [
-        None,
-        {"FRONDE_ROUTER__LOAD_RULE": "spread"},
-        {"FRONDE_ROUTER__LOAD_RULE": "off"},
-    ]
 
 
 class BrokenPool:

@@ -27,7 +27,9 @@ __all__ = ["FOLDER", "Item", "Workload", "load_workload"]
 FOLDER = Path(__file__).parent
 """Where the shipped workload files are."""
 
-Form = Literal["completion", "chat"]
+Form = Literal["completion", "chat", "native"]
+"""How an item is sent: OpenAI completions (base models), chat (instruct models), or
+llama-server's own ``/completion`` with the output's token ids (``return_tokens``)."""
 
 
 @dataclass(frozen=True)
@@ -42,6 +44,7 @@ class Item:
         stop: stop strings of the completion form.
         chat_stop: stop strings of the chat form.
         max_tokens: the item's own token budget, or None (the run's default).
+        model: the ``model`` field to send (``fronde:MODE`` names a mode), or None.
     """
 
     id: str
@@ -51,9 +54,10 @@ class Item:
     stop: tuple[str, ...] = ()
     chat_stop: tuple[str, ...] = ()
     max_tokens: int | None = None
+    model: str | None = None
 
     def body(self, form: Form, max_tokens: int) -> dict[str, Any]:
-        """The OpenAI request body for ``form``: greedy, streamed, with usage.
+        """The request body for ``form``: greedy, streamed, with usage (OpenAI forms).
 
         ``max_tokens`` applies unless the item has its own budget (an agent step's
         whole-file answer needs more than a first-encounter prompt's).
@@ -65,7 +69,11 @@ class Item:
             "stream": True,
             "stream_options": {"include_usage": True},
         }
-        if form == "completion":
+        if form == "native":
+            body = {"prompt": self.prompt, "n_predict": n, "temperature": 0.0, "stream": True}
+            body |= {"return_tokens": True}
+            stop = self.stop
+        elif form == "completion":
             body["prompt"] = self.prompt
             stop = self.stop
         else:
@@ -73,6 +81,8 @@ class Item:
             stop = self.chat_stop
         if stop:
             body["stop"] = list(stop)
+        if self.model:
+            body["model"] = self.model
         return body
 
 

@@ -1,0 +1,196 @@
+"""Experiments on the harness (load, overhead, swap) over fake llama-servers."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import shutil
+from collections import Counter
+from collections.abc import Generator
+from contextlib import contextmanager
+from itertools import pairwise
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from rich.console import Console
+
+from fronde.bench import arms as arms_module
+from fronde.bench.arms import Arm, started
+from fronde.bench.client import send
+from fronde.bench.experiments import latency_table, overhead_plan, swap_plan
+from fronde.bench.protocol import Level, Plan, run_plan
+from fronde.bench.serve import RunningServe
+from fronde.bench.store import Store
+from fronde.bench.workloads import Item, Workload
+from fronde.config import Settings, load_settings
+from fronde.runtime.models import load_profile
+
+REPO_MODELS = Path(__file__).resolve().parents[2] / "models"
+
+
+@pytest.fixture
+def fake_settings(tmp_path: Path, fake_binary: Path) -> Settings:
+    shutil.copy(REPO_MODELS / "cpu-gemma-270m.toml", tmp_path)
+    profile = load_profile(tmp_path, "cpu-gemma-270m")
+    with (tmp_path / profile.target.file).open("wb") as f:
+        f.truncate(profile.target.size or 1)
+    return load_settings(
+        models_dir=tmp_path,
+        cache_dir=tmp_path,
+        profile="cpu-gemma-270m",
+        llama_server=fake_binary,
+        backend={"extra_args": ["--fake-tps", "400"]},
+    )
+
+
+def _quiet(line: str, n: int) -> None:
+    """A progress callback that shows nothing."""
+
+
+def _items(n: int) -> tuple[Item, ...]:
+    return tuple(Item(f"i{k}", "d", f"Prompt {k}.", ()) for k in range(n))
+
+
+@pytest.mark.anyio
+async def test_levels_run_on_the_same_servers_with_their_concurrency(
+    tmp_path: Path, fake_settings: Settings
+) -> None:
+    plan = Plan(
+        workloads=(Workload("w", _items(8)),),
+        arms=(Arm("direct", "static"),),
+        session_arms=(),
+        reps=1,
+        session_reps=0,
+        form="completion",
+        max_tokens=20,
+        priming=Workload("none", ()),
+        levels=(Level(), Level(concurrency=4, stream=False)),
+    )
+    store = Store(tmp_path / "records.jsonl")
+    await run_plan(plan, fake_settings, None, store, tmp_path / "logs", _quiet)
+    samples = store.samples()
+    assert Counter(s["level"] for s in samples) == {"": 8, "c4-plain": 8}
+    assert all(s["ok"] and s["tokens"] == 20 for s in samples)
+    # One block: both levels ran on the servers it started once.
+    assert [r["block"] for r in store.records() if r["type"] == "block"] == ["w|direct|0"]
+
+    def overlapping(level: str) -> int:
+        rows = sorted((s["t0"], s["t0"] + s["wall_s"]) for s in samples if s["level"] == level)
+        return sum(b[0] < a[1] for a, b in pairwise(rows))
+
+    # One at a time: no request starts before the previous ended; four at once overlap.
+    assert overlapping("") == 0 and overlapping("c4-plain") >= 3
+    # Not streamed: the first text arrives with the answer.
+    plain = [s for s in samples if s["level"] == "c4-plain"]
+    assert all(s["ttft_s"] == pytest.approx(s["wall_s"], abs=0.01) for s in plain)
+
+    console = Console(record=True, width=80, file=io.StringIO())
+    console.print(latency_table(samples, "t"))
+    text = console.export_text()
+    assert "c4-plain" in text and "c1" in text
+    assert max(len(line) for line in text.splitlines()) <= 80
+
+
+@pytest.mark.anyio
+async def test_a_fronde_arm_gets_its_env_and_the_bench_keeps_its_own(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    seen: list[tuple[tuple[str, ...], dict[str, str] | None]] = []
+
+    @contextmanager
+    def fake_serve(
+        config_file: Path | None,
+        timeout_s: float = 0,
+        extra_args: tuple[str, ...] = (),
+        env: dict[str, str] | None = None,
+    ) -> Generator[RunningServe]:
+        seen.append((extra_args, env))
+        yield RunningServe("http://fake", {}, Path("/dev/null"))
+
+    monkeypatch.setattr(arms_module, "running_serve", fake_serve)
+    before = dict(os.environ)
+    settings = load_settings()
+    arm = Arm("spread", "fronde", env=(("FRONDE_ROUTER__LOAD_RULE", "spread"),))
+    async with started(arm, settings, None, tmp_path) as target:
+        assert target.base_url == "http://fake" and target.headers == {}
+    profile = ("--profile", settings.profile)
+    assert seen == [(profile, {"FRONDE_ROUTER__LOAD_RULE": "spread"})]
+    assert dict(os.environ) == before
+
+
+def test_the_swap_workload_names_each_mode_equally_in_a_seeded_order() -> None:
+    plan = swap_plan(requests=24, max_tokens=8, gap_s=0.25, reps=2, max_epoch_s=30)
+    [w] = plan.workloads
+    models = [str(i.model) for i in w.items]
+    assert Counter(models) == {
+        "fronde:baseline": 8,
+        "fronde:ngram-simple": 8,
+        "fronde:ngram-mod": 8,
+    }
+    assert models == [str(i.model) for i in swap_plan(24, 8, 0.25, 2, 30).workloads[0].items]
+    assert models != sorted(models)  # interleaved, as from several agents
+    body = w.items[0].body("completion", 8)
+    assert body["model"] == models[0]
+    # Open loop: every request may be in flight, one arriving every gap_s.
+    assert plan.levels == (Level(concurrency=24, gap_s=0.25, stream=False),)
+    assert [dict(a.env)["FRONDE_SWAP__POLICY"] for a in plan.arms] == ["fifo", "epoch"]
+
+
+def test_the_overhead_plan_points_fronde_at_the_fake_and_opens_the_gate() -> None:
+    plan = overhead_plan("/x/fake", requests=10, max_tokens=4, reps=1, litellm=False)
+    names = [a.name for a in plan.arms]
+    assert names == ["direct", "fronde"]
+    env = dict(plan.arms[1].env)
+    assert env["FRONDE_LLAMA_SERVER"] == "/x/fake"
+    assert env["FRONDE_ROUTER__MAX_PARALLEL_DECODES"] == "1024"
+    assert {(lv.concurrency, lv.stream) for lv in plan.levels} == {
+        (c, s) for c in (1, 8, 32, 128) for s in (False, True)
+    }
+    real = overhead_plan(None, requests=10, max_tokens=64, reps=1, litellm=True)
+    assert [a.name for a in real.arms] == ["direct", "fronde", "litellm"]
+    assert {lv.concurrency for lv in real.levels} == {1}
+
+
+@pytest.mark.anyio
+async def test_a_non_streamed_answer_is_read_whole() -> None:
+    answer = {
+        "choices": [{"index": 0, "message": {"content": "Hello\nthere"}, "finish_reason": "stop"}],
+        "usage": {"completion_tokens": 3},
+        "timings": {"predicted_n": 3, "predicted_per_second": 50.0, "draft_n": 4},
+    }
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(200, json=answer, headers={"x-fronde-mode": "baseline"})
+
+    async with httpx.AsyncClient(transport=httpx.MockTransport(handler)) as http:
+        body: dict[str, Any] = {"messages": [], "stream": False}
+        s = await send(http, "http://x", "chat", body, {})
+    assert s.text == "Hello\nthere" and s.tokens == 3 and s.finish == "stop"
+    assert s.alpha == 0.0 and s.mode == "baseline"
+    assert s.first == s.last == s.end
+
+
+@pytest.mark.anyio
+async def test_llama_servers_own_stream_gives_token_ids_and_ends_without_done() -> None:
+    events: list[dict[str, Any]] = [
+        {"content": "Hel", "tokens": [9, 10], "stop": False},
+        {"content": "lo", "tokens": [11], "stop": False},
+        {"content": "", "tokens": [], "stop": True, "timings": {
+            "predicted_n": 3, "predicted_per_second": 30.0, "draft_n": 2, "draft_n_accepted": 1,
+        }},
+    ]  # fmt: skip
+    payload = "".join(f"data: {json.dumps(e)}\n\n" for e in events).encode()
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        assert request.url.path == "/completion"
+        assert json.loads(request.content)["return_tokens"] is True
+        return httpx.Response(200, content=payload, headers={"content-type": "text/event-stream"})
+
+    body = Item("i", "d", "Say hello.", ()).body("native", 3)
+    async with httpx.AsyncClient(transport=httpx.MockTransport(handler)) as http:
+        s = await send(http, "http://x", "native", body, {})
+    assert (s.text, s.ids, s.tokens, s.alpha) == ("Hello", [9, 10, 11], 3, 0.5)
+    assert s.record()["ids"] == [9, 10, 11]

@@ -42,6 +42,20 @@ def _f(x: float, digits: int = 2) -> str:
     return "-" if math.isnan(x) else f"{x:.{digits}f}"
 
 
+def _decision(sample: dict[str, Any]) -> str:
+    """``class→mode`` of a routed sample; a probe that lost names both modes.
+
+    The ``x-fronde-mode`` header is sent before a probe ends, so it names the probed
+    mode; the answer's ``fronde`` report names the mode that finished it.
+    """
+    route: dict[str, str] = sample.get("route") or {}
+    report: dict[str, Any] = sample.get("fronde") or {}
+    mode = report.get("mode") or route.get("mode")
+    probed = report.get("probed")
+    lost = f" ({probed} lost)" if probed and probed != mode else ""
+    return f"{route.get('class')}→{mode}{lost}"
+
+
 class Report:
     """Tables, checks and charts of one store's samples (workload A, and B if present)."""
 
@@ -140,7 +154,7 @@ class Report:
         return tab
 
     def routes_table(self) -> RichTable:
-        """Per domain and routed arm: class → mode counts over every repetition."""
+        """Per domain and routed arm: class → mode counts over all reps; lost probes named."""
         tab = RichTable(title="A, routing decisions (class→mode: count)", title_justify="left")
         tab.add_column("domain")
         tab.add_column("arm")
@@ -150,8 +164,7 @@ class Report:
             by_domain: dict[str, Counter[str]] = defaultdict(Counter)
             for runs in t.runs[arm].values():
                 for s in runs.values():
-                    route: dict[str, str] = s.get("route") or {}
-                    by_domain[s["domain"]][f"{route.get('class')}→{route.get('mode')}"] += 1
+                    by_domain[s["domain"]][_decision(s)] += 1
             for d, counts in by_domain.items():
                 tab.add_row(d, arm, ", ".join(f"{k}: {v}" for k, v in counts.most_common()))
         for arm in dict.fromkeys(b["arm"] for b in self.blocks):
@@ -219,7 +232,7 @@ class Report:
 
     def write(self, folder: Path) -> None:
         """Write ``summary.md`` (the tables as text, the arms' legend) and the charts."""
-        console = Console(record=True, width=100, file=io.StringIO())
+        console = Console(record=True, width=80, file=io.StringIO())
         self.show(console)
         legend = "\n".join(f"- `{a}`: {_ABOUT.get(a, '')}" for a in self.a.arms or self.b.arms)
         text = console.export_text()

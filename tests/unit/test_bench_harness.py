@@ -660,3 +660,19 @@ def test_a_domain_with_one_valid_item_is_shown_but_not_judged() -> None:
     # The router is 1.2× every arm everywhere: every measured check passes, d2 is n/a.
     assert report.verdict == "PASS"
     assert "n/a: 1 domain check(s) with fewer than 2 valid items" in text
+
+
+def test_routing_decisions_name_the_mode_that_finished_a_probe() -> None:
+    """The header names the probed mode (sent before the probe ends); the report, the winner."""
+    samples = report_samples(0.8)
+    routed = [s for s in samples if s["arm"] == "router" and s["workload"] == "first-encounter"]
+    lost, won = routed[0], routed[1]
+    for s in (lost, won):
+        s["route"] = {"class": "probe", "mode": "ngram-mod"}
+    lost["fronde"] = {"class": "probe", "probed": "ngram-mod", "mode": "baseline"}
+    won["fronde"] = {"class": "probe", "probed": "ngram-mod", "mode": "ngram-mod"}
+    console = Console(record=True, width=200, file=io.StringIO())
+    console.print(Report(samples, "first-encounter", "agent-sessions").routes_table())
+    text = console.export_text()
+    assert "probe→baseline (ngram-mod lost): 1" in text
+    assert "probe→ngram-mod: 1" in text

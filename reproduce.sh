@@ -9,7 +9,7 @@
 # the tables and the verdict, and writes records.jsonl, charts and summary.md under
 # runs/verdict-<profile>-<time>/.
 #
-#   ./reproduce.sh            full run (about 55 min on 2 CPU cores)
+#   ./reproduce.sh            full run (about 25 min on 2 CPU cores: 24 measured for gemma)
 #   ./reproduce.sh --quick    20 prompts, 48 tokens, one session (about 20 min)
 #
 # FRONDE_PROFILE picks the model: cpu-gemma-270m (default; a base model, prompted

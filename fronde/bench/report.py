@@ -250,8 +250,9 @@ def _charts(rep: Report, folder: Path) -> None:
 
     t = rep.a
     if t.items and "base" in t.arms:
-        domains = list(t.by_domain("base", "base"))
-        fig, ax = plt.subplots(figsize=(10, 4.5))
+        counts = {d: len(r) for d, r in t.by_domain("base", "base").items()}
+        domains = [f"{d} (n={n})" for d, n in counts.items()]
+        fig, ax = plt.subplots(figsize=(11, 4.5))
         width = 0.8 / len(t.arms)
         for k, arm in enumerate(t.arms):
             ys = [geomean(r) for r in t.by_domain(arm, "base").values()]
@@ -262,7 +263,8 @@ def _charts(rep: Report, folder: Path) -> None:
         ax.set_title(
             f"A: {len(t.items)} items; {len(t.invalid)} invalid, {len(t.looping)} looping left out"
         )
-        ax.legend(fontsize=7, ncol=2)
+        # Outside the axes: every bar reaches about 1.0, so any corner inside hides some.
+        ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
         fig.tight_layout()
         fig.savefig(folder / "first-encounter.png", dpi=120)
         plt.close(fig)

@@ -1,12 +1,17 @@
-"""Shared fixtures: a fake llama-server executable for unit tests."""
+"""Shared fixtures: a fake llama-server executable, and settings that serve gemma through it."""
 
 from __future__ import annotations
 
+import shutil
 import stat
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+
+from fronde.config import Settings, load_settings
+from fronde.runtime.models import load_profile
 
 FAKE_SERVER = Path(__file__).parent / "fakes" / "fake_llama_server.py"
 
@@ -18,3 +23,30 @@ def fake_binary(tmp_path_factory: pytest.TempPathFactory) -> Path:
     exe.write_text(f'#!/bin/sh\nexec "{sys.executable}" "{FAKE_SERVER}" "$@"\n')
     exe.chmod(exe.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
     return exe
+
+
+REPO_MODELS = Path(__file__).resolve().parents[1] / "models"
+
+
+@pytest.fixture
+def fake_gemma(tmp_path: Path, fake_binary: Path) -> Callable[[int], Settings]:
+    """Settings for the gemma profile served by the fake at ``tps`` tokens a second.
+
+    The GGUF is a sparse file of the manifest's size in ``tmp_path`` (the fake reads
+    nothing of it), so no model is needed.
+    """
+
+    def settings(tps: int) -> Settings:
+        shutil.copy(REPO_MODELS / "cpu-gemma-270m.toml", tmp_path)
+        profile = load_profile(tmp_path, "cpu-gemma-270m")
+        with (tmp_path / profile.target.file).open("wb") as f:
+            f.truncate(profile.target.size or 1)
+        return load_settings(
+            models_dir=tmp_path,
+            cache_dir=tmp_path,
+            profile="cpu-gemma-270m",
+            llama_server=fake_binary,
+            backend={"extra_args": ["--fake-tps", str(tps)]},
+        )
+
+    return settings

@@ -138,16 +138,7 @@ async def run_atlas(
     workload: Workload = load_workload(WORKLOAD).first(per_domain)
     for name, model in variants:
         s = settings if model is None else settings.model_copy(update={"model": model})
-        plan = Plan(
-            workloads=(workload,),
-            arms=atlas_arms(settings),
-            session_arms=(),
-            reps=reps,
-            session_reps=0,
-            form="completion",
-            max_tokens=max_tokens,
-            priming=Workload("none", ()),
-        )
+        plan = Plan.single(workload, atlas_arms(settings), reps, "completion", max_tokens)
         store = Store(out / name / "records.jsonl")
         store.begin({**run_info(), "variant": name}, {"variant": name, "max_tokens": max_tokens})
         await run_plan(plan, s, config_file, store, out / name / "logs", progress)

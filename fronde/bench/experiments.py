@@ -39,23 +39,12 @@ from fronde.modes import Mode
 
 __all__ = ["latency_table", "load_plan", "overhead_plan", "swap_plan", "swap_table"]
 
-_NONE = Workload("none", ())
-
 
 def load_plan(form: Any, max_tokens: int, reps: int, clients: Sequence[int]) -> Plan:
     """C closed-loop clients over the first prompt of each domain, per arm."""
     first = load_workload("first-encounter").first(1)
-    return Plan(
-        workloads=(first,),
-        arms=tuple(arms_named(["base", "mod", "default", "router"], draft=False)),
-        session_arms=(),
-        reps=reps,
-        session_reps=0,
-        form=form,
-        max_tokens=max_tokens,
-        priming=_NONE,
-        levels=tuple(Level(concurrency=c) for c in clients),
-    )
+    arms = arms_named(["base", "mod", "default", "router"], draft=False)
+    return Plan.single(first, arms, reps, form, max_tokens, tuple(Level(c) for c in clients))
 
 
 def overhead_plan(
@@ -92,17 +81,8 @@ def overhead_plan(
         for i in range(requests)
     )
     clients = (1, 8, 32, 128) if fake is not None else (1,)
-    return Plan(
-        workloads=(Workload("overhead", items),),
-        arms=tuple(arms),
-        session_arms=(),
-        reps=reps,
-        session_reps=0,
-        form="completion",
-        max_tokens=max_tokens,
-        priming=_NONE,
-        levels=tuple(Level(c, 0.0, s) for s in (False, True) for c in clients),
-    )
+    levels = tuple(Level(c, 0.0, s) for s in (False, True) for c in clients)
+    return Plan.single(Workload("overhead", items), arms, reps, "completion", max_tokens, levels)
 
 
 def swap_plan(requests: int, max_tokens: int, gap_s: float, reps: int, max_epoch_s: float) -> Plan:
@@ -135,17 +115,8 @@ def swap_plan(requests: int, max_tokens: int, gap_s: float, reps: int, max_epoch
         )
         for p in ("fifo", "epoch")
     )
-    return Plan(
-        workloads=(Workload("swap", items),),
-        arms=arms,
-        session_arms=(),
-        reps=reps,
-        session_reps=0,
-        form="completion",
-        max_tokens=max_tokens,
-        priming=_NONE,
-        levels=(Level(concurrency=requests, gap_s=gap_s, stream=False),),
-    )
+    level = Level(concurrency=requests, gap_s=gap_s, stream=False)
+    return Plan.single(Workload("swap", items), arms, reps, "completion", max_tokens, (level,))
 
 
 def _ms(values: Sequence[float], q: float) -> str:

@@ -16,7 +16,7 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -97,6 +97,21 @@ class Plan:
     max_tokens: int
     priming: Workload
     levels: tuple[Level, ...] = (Level(),)
+
+    @classmethod
+    def single(
+        cls,
+        workload: Workload,
+        arms: Sequence[Arm],
+        reps: int,
+        form: Form,
+        max_tokens: int,
+        levels: tuple[Level, ...] = (Level(),),
+    ) -> Plan:
+        """One workload, no session, no priming: every experiment but the verdict."""
+        return cls(
+            (workload,), tuple(arms), (), reps, 0, form, max_tokens, Workload("none", ()), levels
+        )
 
 
 def schedule(plan: Plan) -> list[tuple[int, Workload, Arm]]:

@@ -38,16 +38,7 @@ __all__ = ["pearson", "shadow_plan", "shadow_rows", "shadow_table"]
 
 def shadow_plan(settings: Settings, max_tokens: int) -> Plan:
     """Every model-free mode on the priming workload, natively, once."""
-    return Plan(
-        workloads=(load_workload("priming"),),
-        arms=atlas_arms(settings),
-        session_arms=(),
-        reps=1,
-        session_reps=0,
-        form="native",
-        max_tokens=max_tokens,
-        priming=Workload("none", ()),
-    )
+    return Plan.single(load_workload("priming"), atlas_arms(settings), 1, "native", max_tokens)
 
 
 def pearson(xs: Sequence[float | None], ys: Sequence[float | None]) -> float | None:

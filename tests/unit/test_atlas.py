@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import json
-import shutil
 import stat
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -23,12 +23,8 @@ from fronde.bench.breakeven import (
 )
 from fronde.bench.protocol import RESUMED
 from fronde.bench.store import Store
-from fronde.config import load_settings
+from fronde.config import Settings
 from fronde.errors import FrondeError
-from fronde.runtime.models import load_profile
-
-REPO_MODELS = Path(__file__).resolve().parents[2] / "models"
-
 
 # --- break-even formulas and verify costs --------------------------------------------------
 
@@ -111,18 +107,8 @@ def test_verify_costs_failures_are_one_line(tmp_path: Path) -> None:
 
 
 @pytest.fixture
-def fake_settings(tmp_path: Path, fake_binary: Path) -> Any:
-    shutil.copy(REPO_MODELS / "cpu-gemma-270m.toml", tmp_path)
-    profile = load_profile(tmp_path, "cpu-gemma-270m")
-    with (tmp_path / profile.target.file).open("wb") as f:
-        f.truncate(profile.target.size or 1)
-    return load_settings(
-        models_dir=tmp_path,
-        cache_dir=tmp_path,
-        profile="cpu-gemma-270m",
-        llama_server=fake_binary,
-        backend={"extra_args": ["--fake-tps", "3000"]},
-    )
+def fake_settings(fake_gemma: Callable[[int], Settings]) -> Settings:
+    return fake_gemma(3000)
 
 
 @pytest.mark.anyio

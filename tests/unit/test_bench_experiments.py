@@ -5,9 +5,8 @@ from __future__ import annotations
 import io
 import json
 import os
-import shutil
 from collections import Counter
-from collections.abc import Generator
+from collections.abc import Callable, Generator
 from contextlib import contextmanager
 from itertools import pairwise
 from pathlib import Path
@@ -26,24 +25,11 @@ from fronde.bench.serve import RunningServe
 from fronde.bench.store import Store
 from fronde.bench.workloads import Item, Workload
 from fronde.config import Settings, load_settings
-from fronde.runtime.models import load_profile
-
-REPO_MODELS = Path(__file__).resolve().parents[2] / "models"
 
 
 @pytest.fixture
-def fake_settings(tmp_path: Path, fake_binary: Path) -> Settings:
-    shutil.copy(REPO_MODELS / "cpu-gemma-270m.toml", tmp_path)
-    profile = load_profile(tmp_path, "cpu-gemma-270m")
-    with (tmp_path / profile.target.file).open("wb") as f:
-        f.truncate(profile.target.size or 1)
-    return load_settings(
-        models_dir=tmp_path,
-        cache_dir=tmp_path,
-        profile="cpu-gemma-270m",
-        llama_server=fake_binary,
-        backend={"extra_args": ["--fake-tps", "400"]},
-    )
+def fake_settings(fake_gemma: Callable[[int], Settings]) -> Settings:
+    return fake_gemma(400)
 
 
 def _quiet(line: str, n: int) -> None:

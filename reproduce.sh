@@ -10,7 +10,7 @@
 # runs/verdict-<profile>-<time>/.
 #
 #   ./reproduce.sh            full run (about 25 min on 2 CPU cores: 24 measured for gemma)
-#   ./reproduce.sh --quick    20 prompts, 48 tokens, one session (about 20 min)
+#   ./reproduce.sh --quick    20 prompts, 48 tokens, one session (about 10 min)
 #
 # FRONDE_PROFILE picks the model: cpu-gemma-270m (default; a base model, prompted
 # completion-style) or cpu-smollm2-135m (an instruct model, prompted as chat).

@@ -59,6 +59,16 @@ def _console(stderr: bool = False) -> Console:
     return probe if probe.is_terminal else Console(stderr=stderr, width=160)
 
 
+def _bench_console() -> Console:
+    """A console for benchmark tables: 80 columns when writing to a file or pipe.
+
+    The tables are laid out for an 80-column terminal; at 160 a piped run drew them
+    wider and broke the long "looping" lists mid-word.
+    """
+    probe = Console()
+    return probe if probe.is_terminal else Console(width=80)
+
+
 err = _console(stderr=True)
 
 ConfigOpt = Annotated[
@@ -442,7 +452,7 @@ def bench_shadow(
     rows = shadow_rows(
         samples, workload, ids.__getitem__, n_match=n_match, probe_tokens=probe_tokens
     )
-    _console().print(shadow_table(rows))
+    _bench_console().print(shadow_table(rows))
 
 
 @bench_app.command("atlas")
@@ -496,7 +506,7 @@ def bench_atlas(
 
     check_quants(quant or ())
     settings = _settings(config)
-    console = _console()
+    console = _bench_console()
     target = model_path(settings.models_dir, profile_of(settings).target)
     costs_file = out / "verify-cost.json"
     if verify and not costs_file.is_file():
@@ -556,7 +566,7 @@ def bench_verdict(
     ] = Path("runs/verdict"),
     quick: Annotated[
         bool,
-        typer.Option(help="2 prompts per domain, 48 tokens, one session (CPU: ~20 min)"),
+        typer.Option(help="2 prompts per domain, 48 tokens, one session (CPU: ~10 min)"),
     ] = False,
     reps: Annotated[int, typer.Option(help="workload A: repetitions", min=1)] = 2,
     session_reps: Annotated[int, typer.Option(help="workload B: repetitions", min=1)] = 1,
@@ -629,7 +639,7 @@ def bench_verdict(
         "session_arms": [a.name for a in plan.session_arms],
     }
     store.begin({**info, **arms, "reps": reps, "session_reps": session_reps}, identity)
-    console = _console()
+    console = _bench_console()
     console.print(
         f"{profile.name} ({plan.form}): A {len(first.items)} prompts × {len(plan.arms)} arms × "
         f"{reps} reps, {plan.max_tokens} tokens; B {len(session.items)} steps × "
@@ -645,12 +655,23 @@ def bench_verdict(
 
 @bench_app.command("report")
 def bench_report(
-    out: Annotated[Path, typer.Argument(help="a folder `fronde bench verdict` wrote")] = Path(
-        "runs/verdict"
-    ),
+    out: Annotated[
+        Path | None,
+        typer.Argument(
+            help="a folder `fronde bench verdict` wrote [default: the newest runs/verdict*]"
+        ),
+    ] = None,
 ) -> None:
-    """Print the verdict of a finished or partial run again; redraw its charts."""
-    _report(out, _console())
+    """Print the verdict of a finished or partial run again; redraw its charts.
+
+    Exit status 0 on PASS, 2 on FAIL (as the run itself).
+    """
+    if out is None:
+        runs = sorted(Path("runs").glob("verdict*/records.jsonl"), key=lambda p: p.stat().st_mtime)
+        if not runs:
+            raise FrondeError("no runs/verdict*/ folder here: run ./reproduce.sh, or name a folder")
+        out = runs[-1].parent
+    _report(out, _bench_console())
 
 
 @contextmanager
@@ -733,7 +754,7 @@ def _experiment(
         {**info, "arms": [a.name for a in plan.arms]},
         {"machine": info["machine"], **identity},
     )
-    console = _console()
+    console = _bench_console()
     with _bench_progress(console, planned_requests(plan)) as advance:
         asyncio.run(run_plan(plan, settings, config, store, out / "logs", advance))
     console.print(latency_table(store.samples(), title))
@@ -780,7 +801,7 @@ def bench_swap(
     settings = _settings(config)
     plan = swap_plan(requests, max_tokens, gap_s, reps, max_epoch_s)
     blocks = _experiment(plan, settings, config, out, "swap", {"max_tokens": max_tokens})
-    _console().print(swap_table(blocks))
+    _bench_console().print(swap_table(blocks))
 
 
 @bench_app.command("overhead")

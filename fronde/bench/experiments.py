@@ -131,34 +131,31 @@ def latency_table(samples: Sequence[dict[str, Any]], title: str) -> RichTable:
     for s in samples:
         cells[(s["arm"], s["level"])][s["rep"]].append(s)
     tab = RichTable(title=title, title_justify="left")
-    for col in (
-        "arm",
-        "level",
-        "n",
-        "err",
-        "tok/s",
-        "p50",
-        "p99",
-        "ttft",
-        "+p50",
-        "+p99",
-    ):
+    cols = ("arm", "level", "n", "err", "tok/s", "p50", "p99", "ttft", "+p50", "+p99")
+    for col in cols:
         tab.add_column(col, justify="left" if col in ("arm", "level") else "right")
+    tab.caption = (
+        "level: c = requests in flight, gap = s between launches, stream or plain (one"
+        " answer); tok/s: aggregate, Σ tokens ÷ span; p50, p99, ttft (first text), +p50,"
+        " +p99 (added to the first arm's): ms"
+    )
+    tab.caption_justify = "left"
     ref = next(iter(cells), ("", ""))[0]
     for (arm, level), reps in cells.items():
         ok = [s for r in reps.values() for s in r if s["ok"]]
         walls = [s["wall_s"] for s in ok]
         rates = [_rate([s for s in r if s["ok"]]) for r in reps.values()]
         added = [_added(reps[r], cells[(ref, level)].get(r, [])) for r in reps]
+        plain = level.endswith("plain")
         tab.add_row(
             arm,
-            level or "c1",
+            level if plain else f"{level or 'c1'}-stream",
             str(sum(len(r) for r in reps.values())),
             str(sum(not s["ok"] for r in reps.values() for s in r)),
             f"{median(rates):.1f}",
             _ms(walls, 50),
             _ms(walls, 99),
-            _ms([s["ttft_s"] for s in ok if s.get("ttft_s") is not None], 50),
+            "-" if plain else _ms([s["ttft_s"] for s in ok if s.get("ttft_s") is not None], 50),
             f"{median(a[0] for a in added):+.1f}" if arm != ref else "",
             f"{median(a[1] for a in added):+.1f}" if arm != ref else "",
         )

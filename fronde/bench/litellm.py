@@ -46,6 +46,7 @@ def litellm_python(cache_dir: Path) -> Path:
     venv = cache_dir / "litellm-venv"
     python = venv / "bin" / "python"
     if not (venv / "bin" / "litellm").is_file():
+        print(f"installing {LITELLM_SPEC} into {venv} (first use, about a minute)", file=sys.stderr)
         subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
         out = subprocess.run(
             [str(python), "-m", "pip", "install", "--quiet", LITELLM_SPEC],

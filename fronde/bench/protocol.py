@@ -1,9 +1,10 @@
 """The protocol: every arm on fresh servers, the whole workload in one order, arms rotated.
 
-A **block** is one arm × repetition × workload: the arm is started on fresh
-servers, warmed with one neutral 4-token request (pages and threads, not n-gram
-pools), primed if it is a warm arm, sent every item of the workload in file order,
-one at a time, and stopped. Arm order rotates across repetitions (rep r starts at
+A **block** is one arm × repetition × workload (× level, for an experiment with
+several): the arm is started on fresh servers, warmed with one neutral 4-token
+request (pages and threads, not n-gram pools), primed if it is a warm arm, sent
+every item of the workload in file order (one at a time, or as the level says), and
+stopped. Arm order rotates across repetitions (rep r starts at
 arm r mod n), so a slow drift of a shared machine falls on every arm alike.
 
 Workload A measures a first encounter: no server has seen any prompt. Workload B is
@@ -84,8 +85,8 @@ class Plan:
         form: ``completion`` (base model) or ``chat`` (instruct model).
         max_tokens: token budget per request (an item may set its own).
         priming: the workload a warm arm is sent first (not recorded as samples).
-        levels: how each block sends its items, one pass per level on the same servers
-            (a load or latency experiment); the default sends them one at a time.
+        levels: how a block sends its items, each level a block of its own on fresh
+            servers (a load or latency experiment); the default sends them one at a time.
     """
 
     workloads: tuple[Workload, ...]
@@ -125,9 +126,9 @@ def schedule(plan: Plan) -> list[tuple[int, Workload, Arm]]:
     return out
 
 
-def block_key(rep: int, workload: Workload, arm: Arm) -> str:
-    """The block's key in the store, e.g. ``first-encounter|router|2``."""
-    return f"{workload.name}|{arm.name}|{rep}"
+def block_key(rep: int, workload: Workload, arm: Arm, level: Level = Level()) -> str:
+    """The block's key in the store, e.g. ``first-encounter|router|2``, ``load|mod|0|c2``."""
+    return f"{workload.name}|{arm.name}|{rep}" + (f"|{level.tag}" if level.tag else "")
 
 
 RESUMED = "done in an earlier run"
@@ -143,6 +144,7 @@ async def _block(
     target: Target,
     arm: Arm,
     workload: Workload,
+    level: Level,
     emit: Callable[[dict[str, Any]], None],
     progress: Progress,
 ) -> None:
@@ -157,8 +159,7 @@ async def _block(
         for item in plan.priming.items:
             body = target.body(item, plan.form, plan.max_tokens)
             await send(http, target.base_url, plan.form, body, target.headers)
-    for level in plan.levels:
-        await _pass(http, plan, target, workload, level, emit, progress)
+    await _pass(http, plan, target, workload, level, emit, progress)
 
 
 async def _pass(
@@ -208,45 +209,67 @@ async def run_plan(
 ) -> None:
     """Run every block of ``plan`` not already done in ``store``; append its records.
 
-    A block whose arm fails to start, or whose requests fail, is recorded with the
-    error and the run goes on (its samples count only if the block ended ok).
+    Each level of a plan is a block of its own, on fresh servers: a level sent to
+    servers that had answered the same prompts at another level found them in the
+    prompt cache and in ngram-mod's pool (a trial measured c = 2 at twice c = 1's
+    aggregate speed that way). A block whose arm fails to start, or whose requests
+    fail, is recorded with the error and the run goes on (its samples count only if
+    the block ended ok).
     """
     done = store.done_blocks()
     async with bench_http() as http:
         for rep, workload, arm in schedule(plan):
-            key = block_key(rep, workload, arm)
-            if key in done:
-                progress(f"{key}: {RESUMED}", len(workload.items) * len(plan.levels))
-                continue
-            block_id = uuid.uuid4().hex[:12]
-            head = {"block": key, "block_id": block_id, "workload": workload.name}
-            head |= {"arm": arm.name, "rep": rep}
+            for level in plan.levels:
+                key = block_key(rep, workload, arm, level)
+                if key in done:
+                    progress(f"{key}: {RESUMED}", len(workload.items))
+                    continue
+                await _run_block(
+                    http,
+                    plan,
+                    settings,
+                    config_file,
+                    store,
+                    log_dir,
+                    progress,
+                    (rep, workload, arm, level),
+                )
 
-            def emit(rec: dict[str, Any], head: dict[str, Any] = head) -> None:
-                store.append({"type": "sample", **head, **rec})
 
-            t0 = time.monotonic()
-            try:
-                async with started(
-                    arm, settings, config_file, log_dir / key.replace("|", "-")
-                ) as t:
-                    await _block(http, plan, t, arm, workload, emit, progress)
-                    # The router's own account (EMAs, quarantines, decisions) as it ended.
-                    state: dict[str, Any] | None = None
-                    if arm.routed:
-                        state = (await http.get(f"{t.base_url}/fronde/v1/router")).json()
-            except (FrondeError, httpx.HTTPError, OSError) as exc:
-                store.append({"type": "block", **head, "ok": False, "error": str(exc)[:500]})
-                progress(f"{key}: FAILED ({exc})", 0)
-                continue
-            end = {
-                "type": "block",
-                **head,
-                "ok": True,
-                "s": round(time.monotonic() - t0),
-            }
-            store.append(end | ({"router": state} if state else {}))
-            progress(f"{key}: {time.monotonic() - t0:.0f} s", 0)
+async def _run_block(
+    http: httpx.AsyncClient,
+    plan: Plan,
+    settings: Settings,
+    config_file: Path | None,
+    store: Store,
+    log_dir: Path,
+    progress: Progress,
+    where: tuple[int, Workload, Arm, Level],
+) -> None:
+    """Start the arm on fresh servers, run one level of the workload on it, record the block."""
+    rep, workload, arm, level = where
+    key = block_key(rep, workload, arm, level)
+    head = {"block": key, "block_id": uuid.uuid4().hex[:12], "workload": workload.name}
+    head |= {"arm": arm.name, "rep": rep}
+
+    def emit(rec: dict[str, Any]) -> None:
+        store.append({"type": "sample", **head, **rec})
+
+    t0 = time.monotonic()
+    try:
+        async with started(arm, settings, config_file, log_dir / key.replace("|", "-")) as t:
+            await _block(http, plan, t, arm, workload, level, emit, progress)
+            # The router's own account (EMAs, quarantines, decisions) as it ended.
+            state: dict[str, Any] | None = None
+            if arm.routed:
+                state = (await http.get(f"{t.base_url}/fronde/v1/router")).json()
+    except (FrondeError, httpx.HTTPError, OSError) as exc:
+        store.append({"type": "block", **head, "ok": False, "error": str(exc)[:500]})
+        progress(f"{key}: FAILED ({exc})", 0)
+        return
+    end = {"type": "block", **head, "ok": True, "s": round(time.monotonic() - t0)}
+    store.append(end | ({"router": state} if state else {}))
+    progress(f"{key}: {time.monotonic() - t0:.0f} s", 0)
 
 
 def planned_requests(plan: Plan) -> int:

@@ -22,6 +22,7 @@ from rich.table import Table as RichTable
 from fronde.bench.arms import ARMS
 from fronde.bench.store import Store
 from fronde.bench.verdict import (
+    DRIFT_WARN,
     Check,
     Table,
     best_static,
@@ -93,11 +94,31 @@ class Report:
             + (f": {loops}" if loops else "")
         )
 
+    def _drift(self, t: Table) -> str:
+        """One line: each arm's drift between repetitions, the suspect ones marked."""
+        drifts = {a: t.drift(a) for a in t.arms}
+        bad = [a for a, d in drifts.items() if abs(d - 1.0) > DRIFT_WARN]
+        line = "drift, total rate of a later ÷ the first repetition: " + ", ".join(
+            f"{a} {d:.2f}{'!' if a in bad else ''}" for a, d in drifts.items()
+        )
+        if bad:
+            line += (
+                f". ! beyond ±{DRIFT_WARN:.0%}: the machine's speed changed during the run;"
+                " figures with those arms are suspect (rerun on a quiet machine)"
+            )
+        return line
+
     def arms_table(self, t: Table, title: str) -> RichTable:
         """Per arm: total rate, ×baseline (geomean, 95 % CI), α, share of texts equal to base's."""
         tab = RichTable(title=title, title_justify="left")
-        for col in ("arm", "tok/s", "× base", "95 % CI", "α", "same", "differs at"):
+        for col in ("arm", "Σ tok/s", "× base", "95 % CI", "α", "same", "differs at"):
             tab.add_column(col, justify="left" if col == "arm" else "right")
+        tab.caption = (
+            "Σ tok/s: all tokens ÷ all seconds; × base: geometric mean over prompts of the"
+            " per-prompt ratio; same: answers identical to base's; differs at: median first"
+            " differing character"
+        )
+        tab.caption_justify = "left"
         for arm in t.arms:
             if not t.items:
                 break
@@ -149,7 +170,8 @@ class Report:
             cells: list[str] = []
             for c in cols:
                 lo, hi = bootstrap([[x] for x in ratios[c][d]])
-                cells.append(f"{geomean(ratios[c][d]):.2f} {_f(lo)}–{_f(hi)}")
+                ci = f"{_f(lo)}–{_f(hi)}" if not math.isnan(lo) else "(n=1)"
+                cells.append(f"{geomean(ratios[c][d]):.2f} {ci}")
             tab.add_row(d, str(len(first)), *cells)
         return tab
 
@@ -186,7 +208,7 @@ class Report:
         """Workload B per arm: wall seconds per repetition (median), ms per generated token."""
         t = self.b
         tab = RichTable(title="B, agent sessions", title_justify="left")
-        for col in ("arm", "wall s", "ms/tok", "÷ router"):
+        for col in ("arm", "wall s", "ms/tok", "time ÷ router"):
             tab.add_column(col, justify="left" if col == "arm" else "right")
         ref = 1000.0 / t.total("router") if "router" in t.arms and t.items else math.nan
         for arm in t.arms:
@@ -213,6 +235,8 @@ class Report:
         if self.a.arms:
             console.print(self.arms_table(self.a, "A, first encounter: arms"))
             console.print(self._left_out(self.a), style="dim")
+            if len(self.a.reps) > 1 and self.a.items:
+                console.print(self._drift(self.a))
             console.print(self.domain_table())
             console.print(self.routes_table())
             console.print(self.checks_table())

@@ -132,5 +132,11 @@ def shadow_table(rows: Sequence[dict[str, Any]]) -> Table:
         rs = {k: pearson([r[k] for r in mine], real) for k in ("own", "from_base", "window")}
         rs["tau~speed"] = pearson([r["tau"] for r in mine], [r["speed"] for r in mine])
         notes.append(f"{arm}: " + ", ".join(f"{k} {_f(v)}" for k, v in rs.items()))
-    table.caption = "Pearson r against the real α — " + "; ".join(notes)
+    table.caption = (
+        "real: α measured; own: α replayed on the mode's own output; from_base: replayed"
+        " on plain decoding's output; window: on its first probe_tokens only; tau: τ of"
+        " that replay; speed: decode tok/s ÷ base's. Pearson r against the real α — "
+        + "; ".join(notes)
+    )
+    table.caption_justify = "left"
     return table

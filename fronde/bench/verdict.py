@@ -35,6 +35,7 @@ from typing import Any
 import numpy as np
 
 __all__ = [
+    "DRIFT_WARN",
     "LOOP_SCORE",
     "Check",
     "Table",
@@ -49,6 +50,9 @@ __all__ = [
 
 LOOP_SCORE = 0.5
 """Repetition score above which an output is a loop (share of repeated word 4-grams)."""
+
+DRIFT_WARN = 0.10
+"""Drift beyond ±10 % between repetitions of one arm is reported as suspect."""
 
 RESAMPLES = 2000
 """Bootstrap resamples per interval."""
@@ -124,6 +128,26 @@ class Table:
     def ratios(self, arm: str, other: str) -> list[float]:
         """Per valid item: ``arm``'s speed ÷ ``other``'s."""
         return [self.speed(arm, i) / self.speed(other, i) for i in self.items]
+
+    def drift(self, arm: str) -> float:
+        """How far ``arm``'s speed moved between repetitions (1.0: not at all).
+
+        Each later repetition's total rate (Σ tokens ÷ Σ wall over the valid items) ÷
+        the first's, the one farthest from 1 (1.0 with one repetition or no valid
+        item). An A/A check: the same arm on the same prompts should give 1.0, so a
+        shared machine whose load changed during the run shows here, a few very slow
+        requests included.
+        """
+
+        def rate(rep: int) -> float:
+            samples = [self.runs[arm][i][rep] for i in self.items]
+            return sum(s["tokens"] for s in samples) / sum(s["wall_s"] for s in samples)
+
+        if not self.items:
+            return 1.0
+        first, *later = self.reps
+        ratios = [rate(r) / rate(first) for r in later]
+        return max(ratios, key=lambda x: abs(math.log(x)), default=1.0)
 
     def by_domain(self, arm: str, other: str) -> dict[str, list[float]]:
         """:meth:`ratios`, grouped by the items' domain (in first-seen order)."""

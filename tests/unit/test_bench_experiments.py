@@ -41,7 +41,7 @@ def _items(n: int) -> tuple[Item, ...]:
 
 
 @pytest.mark.anyio
-async def test_levels_run_on_the_same_servers_with_their_concurrency(
+async def test_each_level_is_a_block_on_fresh_servers_with_its_concurrency(
     tmp_path: Path, fake_settings: Settings
 ) -> None:
     plan = Plan(
@@ -60,8 +60,13 @@ async def test_levels_run_on_the_same_servers_with_their_concurrency(
     samples = store.samples()
     assert Counter(s["level"] for s in samples) == {"": 8, "c4-plain": 8}
     assert all(s["ok"] and s["tokens"] == 20 for s in samples)
-    # One block: both levels ran on the servers it started once.
-    assert [r["block"] for r in store.records() if r["type"] == "block"] == ["w|direct|0"]
+    # One block per level, each on servers of its own (a level must not find the
+    # prompts of another in the prompt cache or ngram-mod's pool).
+    blocks = [r for r in store.records() if r["type"] == "block"]
+    assert [b["block"] for b in blocks] == ["w|direct|0", "w|direct|0|c4-plain"]
+    assert all(b["ok"] for b in blocks)
+    started_logs = sorted(p.parent.name for p in (tmp_path / "logs").glob("*/direct.log"))
+    assert started_logs == ["w-direct-0", "w-direct-0-c4-plain"]
 
     def overlapping(level: str) -> int:
         rows = sorted((s["t0"], s["t0"] + s["wall_s"]) for s in samples if s["level"] == level)
@@ -76,7 +81,7 @@ async def test_levels_run_on_the_same_servers_with_their_concurrency(
     console = Console(record=True, width=80, file=io.StringIO())
     console.print(latency_table(samples, "t"))
     text = console.export_text()
-    assert "c4-plain" in text and "c1" in text
+    assert "c4-plain" in text and "c1-stream" in text
     assert max(len(line) for line in text.splitlines()) <= 80
 
 

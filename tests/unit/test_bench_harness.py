@@ -7,6 +7,7 @@ import hashlib
 import io
 import json
 import math
+import os
 import re
 import subprocess
 import sys
@@ -617,13 +618,14 @@ def test_report_without_a_base_arm_still_shows() -> None:
 # --- cli -------------------------------------------------------------------------------
 
 
-def fronde(*args: str) -> subprocess.CompletedProcess[str]:
+def fronde(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "fronde", *args],
         capture_output=True,
         text=True,
         timeout=120,
         check=False,
+        cwd=cwd,
     )
 
 
@@ -635,13 +637,17 @@ def test_bench_report_without_records_is_one_line(tmp_path: Path) -> None:
     assert not (tmp_path / "summary.md").exists()
 
 
-def test_bench_report_of_a_failing_run_exits_2_and_writes_the_summary(tmp_path: Path) -> None:
-    store = Store(tmp_path / "records.jsonl")
+def _finished_run(folder: Path) -> None:
+    store = Store(folder / "records.jsonl")
     for s in report_samples(0.8):
         key = f"{s['workload']}|{s['arm']}|{s['rep']}"
         store.append({"type": "sample", "block": key, "block_id": key, **s})
     for key in {r["block"] for r in store.records()}:
         store.append({"type": "block", "block": key, "block_id": key, "ok": True})
+
+
+def test_bench_report_of_a_failing_run_exits_2_and_writes_the_summary(tmp_path: Path) -> None:
+    _finished_run(tmp_path)
     r = fronde("bench", "report", str(tmp_path))
     assert r.returncode == 2, r.stderr
     assert "VERDICT: FAIL" in r.stdout
@@ -676,3 +682,37 @@ def test_routing_decisions_name_the_mode_that_finished_a_probe() -> None:
     text = console.export_text()
     assert "probe→baseline (ngram-mod lost): 1" in text
     assert "probe→ngram-mod: 1" in text
+
+
+def test_bench_report_reads_the_newest_run_that_reproduce_wrote(tmp_path: Path) -> None:
+    """reproduce.sh writes runs/verdict-<profile>-<time>/: with no folder, report the newest."""
+    old, new = tmp_path / "runs" / "verdict-a-1", tmp_path / "runs" / "verdict-a-2"
+    _finished_run(old)
+    _finished_run(new)
+    os.utime(old / "records.jsonl", (1, 1))
+    r = fronde("bench", "report", cwd=tmp_path)
+    assert r.returncode == 2, r.stderr
+    assert "VERDICT: FAIL" in r.stdout
+    assert (new / "summary.md").exists() and not (old / "summary.md").exists()
+    # Nothing to report: one line that says what to run.
+    r = fronde("bench", "report", cwd=tmp_path / "runs")
+    assert r.returncode == 1
+    assert r.stderr.strip().splitlines() == [
+        "fronde: error: no runs/verdict*/ folder here: run ./reproduce.sh, or name a folder"
+    ]
+
+
+def test_drift_between_repetitions_is_measured_and_marked() -> None:
+    """An A/A check: the same arm twice on the same prompts; one slow block shows."""
+    items = {"a": "d", "b": "d", "c": "d"}
+
+    def rate(a: str, i: str, r: int) -> float:
+        return 10.0 if (a == "base" and r == 0) else 20.0
+
+    samples = grid(ARMS4, items, 2, rate)
+    t = table(samples, "first-encounter")
+    assert t.drift("base") == pytest.approx(2.0)
+    assert t.drift("mod") == pytest.approx(1.0)
+    assert table(grid(ARMS4, items, 1, rate), "first-encounter").drift("base") == 1.0
+    text = rendered(Report(samples, "first-encounter", "agent-sessions"))
+    assert "base 2.00!" in text and "mod 1.00," in text and "suspect" in text

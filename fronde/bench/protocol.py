@@ -217,6 +217,32 @@ async def run_plan(
     the block ended ok).
     """
     done = store.done_blocks()
+
+    async def run_block(rep: int, workload: Workload, arm: Arm, level: Level) -> None:
+        """Start the arm on fresh servers, run one level of the workload, record the block."""
+        key = block_key(rep, workload, arm, level)
+        head = {"block": key, "block_id": uuid.uuid4().hex[:12], "workload": workload.name}
+        head |= {"arm": arm.name, "rep": rep}
+
+        def emit(rec: dict[str, Any]) -> None:
+            store.append({"type": "sample", **head, **rec})
+
+        t0 = time.monotonic()
+        try:
+            async with started(arm, settings, config_file, log_dir / key.replace("|", "-")) as t:
+                await _block(http, plan, t, arm, workload, level, emit, progress)
+                # The router's own account (EMAs, quarantines, decisions) as it ended.
+                state: dict[str, Any] | None = None
+                if arm.routed:
+                    state = (await http.get(f"{t.base_url}/fronde/v1/router")).json()
+        except (FrondeError, httpx.HTTPError, OSError) as exc:
+            store.append({"type": "block", **head, "ok": False, "error": str(exc)[:500]})
+            progress(f"{key}: FAILED ({exc})", 0)
+            return
+        end = {"type": "block", **head, "ok": True, "s": round(time.monotonic() - t0)}
+        store.append(end | ({"router": state} if state else {}))
+        progress(f"{key}: {time.monotonic() - t0:.0f} s", 0)
+
     async with bench_http() as http:
         for rep, workload, arm in schedule(plan):
             for level in plan.levels:
@@ -224,52 +250,7 @@ async def run_plan(
                 if key in done:
                     progress(f"{key}: {RESUMED}", len(workload.items))
                     continue
-                await _run_block(
-                    http,
-                    plan,
-                    settings,
-                    config_file,
-                    store,
-                    log_dir,
-                    progress,
-                    (rep, workload, arm, level),
-                )
-
-
-async def _run_block(
-    http: httpx.AsyncClient,
-    plan: Plan,
-    settings: Settings,
-    config_file: Path | None,
-    store: Store,
-    log_dir: Path,
-    progress: Progress,
-    where: tuple[int, Workload, Arm, Level],
-) -> None:
-    """Start the arm on fresh servers, run one level of the workload on it, record the block."""
-    rep, workload, arm, level = where
-    key = block_key(rep, workload, arm, level)
-    head = {"block": key, "block_id": uuid.uuid4().hex[:12], "workload": workload.name}
-    head |= {"arm": arm.name, "rep": rep}
-
-    def emit(rec: dict[str, Any]) -> None:
-        store.append({"type": "sample", **head, **rec})
-
-    t0 = time.monotonic()
-    try:
-        async with started(arm, settings, config_file, log_dir / key.replace("|", "-")) as t:
-            await _block(http, plan, t, arm, workload, level, emit, progress)
-            # The router's own account (EMAs, quarantines, decisions) as it ended.
-            state: dict[str, Any] | None = None
-            if arm.routed:
-                state = (await http.get(f"{t.base_url}/fronde/v1/router")).json()
-    except (FrondeError, httpx.HTTPError, OSError) as exc:
-        store.append({"type": "block", **head, "ok": False, "error": str(exc)[:500]})
-        progress(f"{key}: FAILED ({exc})", 0)
-        return
-    end = {"type": "block", **head, "ok": True, "s": round(time.monotonic() - t0)}
-    store.append(end | ({"router": state} if state else {}))
-    progress(f"{key}: {time.monotonic() - t0:.0f} s", 0)
+                await run_block(rep, workload, arm, level)
 
 
 def planned_requests(plan: Plan) -> int:

@@ -120,9 +120,11 @@ class Table:
         runs = self.runs[arm][item]
         return median(_rate(runs[r]) for r in (reps if reps is not None else runs))
 
-    def total(self, arm: str) -> float:
-        """Σ tokens ÷ Σ wall seconds of ``arm`` over the valid items and every repetition."""
-        samples = [s for i in self.items for s in self.runs[arm][i].values()]
+    def total(self, arm: str, reps: Sequence[int] | None = None) -> float:
+        """Σ tokens ÷ Σ wall seconds of ``arm`` over the valid items and ``reps`` (all: None)."""
+        samples = [
+            s for i in self.items for r, s in self.runs[arm][i].items() if reps is None or r in reps
+        ]
         return sum(s["tokens"] for s in samples) / sum(s["wall_s"] for s in samples)
 
     def ratios(self, arm: str, other: str) -> list[float]:
@@ -138,15 +140,10 @@ class Table:
         shared machine whose load changed during the run shows here, a few very slow
         requests included.
         """
-
-        def rate(rep: int) -> float:
-            samples = [self.runs[arm][i][rep] for i in self.items]
-            return sum(s["tokens"] for s in samples) / sum(s["wall_s"] for s in samples)
-
         if not self.items:
             return 1.0
         first, *later = self.reps
-        ratios = [rate(r) / rate(first) for r in later]
+        ratios = [self.total(arm, [r]) / self.total(arm, [first]) for r in later]
         return max(ratios, key=lambda x: abs(math.log(x)), default=1.0)
 
     def by_domain(self, arm: str, other: str) -> dict[str, list[float]]:

@@ -650,7 +650,28 @@ def bench_verdict(
     )
     with _bench_progress(console, planned_requests(plan)) as advance:
         asyncio.run(run_plan(plan, settings, config, store, out / "logs", advance))
+    _save_floor(settings, store, out, console)
     _report(out, console)
+
+
+def _save_floor(settings: Settings, store: Any, out: Path, console: Console) -> None:
+    """Save the fastest forced Fronde mode of workload A as this machine's floor."""
+    from fronde.bench.arms import ARMS
+    from fronde.bench.report import build_report
+    from fronde.router.calibration import FLOORS_FILE, calibration_key, save_floor
+
+    a = build_report(store).a
+    forced = {x.name: x.force for x in ARMS if x.reachable and x.name in a.arms}
+    rates = {m: a.total(name) for name, m in forced.items() if m is not None and a.items}
+    if not rates:
+        return
+    best = save_floor(settings.cache_dir, calibration_key(settings), rates, str(out))
+    console.print(
+        f"floor: {best} is the fastest Fronde mode here; `fronde serve` starts from it "
+        f"(saved in {settings.cache_dir / FLOORS_FILE})",
+        markup=False,
+        highlight=False,
+    )
 
 
 @bench_app.command("report")

@@ -189,12 +189,28 @@ class RouterSettings(_Section):
         default=1.10, ge=1.0, le=10.0, description="aggressive mode must be this × the floor"
     )
     aggressive: list[Mode] = Field(
-        default_factory=lambda: [Mode.NGRAM_MOD, Mode.NGRAM_SIMPLE],
+        default_factory=lambda: [Mode.NGRAM_MOD, Mode.CASCADE, Mode.NGRAM_SIMPLE],
         description="probe candidates, in order of preference",
     )
     floor_candidates: list[Mode] = Field(
-        default_factory=lambda: [Mode.NGRAM_SIMPLE, Mode.NGRAM_MOD, Mode.DRAFT],
-        description="modes that become a class's floor once measured ≥ baseline",
+        default_factory=lambda: [Mode.NGRAM_SIMPLE, Mode.NGRAM_MOD, Mode.CASCADE, Mode.DRAFT],
+        description="modes that become a class's floor once measured ≥ margin × the floor",
+    )
+    floor: Mode | Literal["auto"] = Field(
+        default="auto",
+        description="the mode every class starts from: auto = the fastest Fronde mode "
+        "`fronde bench verdict` measured on this machine and profile, else ngram-mod",
+    )
+    probe: Literal["auto", "always", "never"] = Field(
+        default="auto",
+        description="probe a candidate against the floor: auto = only for budgets of at "
+        "least probe_min_tokens (or none) and a candidate unmeasured for the class",
+    )
+    probe_min_tokens: int = Field(
+        default=512,
+        ge=1,
+        le=1_000_000,
+        description="auto probes only with a token budget this large or open",
     )
     edit_mode: Mode = Field(default=Mode.NGRAM_MOD, description="mode for the EDIT class")
     edit_block_chars: int = Field(
@@ -204,10 +220,20 @@ class RouterSettings(_Section):
         default=0.30, gt=0, le=1, description="EMA_ALPHA: weight of the newest speed"
     )
     collapse: float = Field(
-        default=0.5, gt=0, lt=1, description="EMA_COLLAPSE: a speed below this × EMA collapses"
+        default=0.5,
+        gt=0,
+        lt=1,
+        description="EMA_COLLAPSE: a step rate below this × its EMA collapses",
     )
     quarantine_s: float = Field(
         default=120.0, ge=0, le=86_400, description="QUARANTINE_S: how long a collapsed mode is out"
+    )
+    draft_cost: float = Field(
+        default=0.2,
+        ge=0,
+        le=10,
+        description="verify cost of a drafted token in decode steps (collapse rule; 0.19 "
+        "measured on 2 CPU cores, 0.025 on an H200)",
     )
     load_rule: Literal["serialize", "spread", "off"] = Field(
         default="serialize",

@@ -2,8 +2,10 @@
 
 Mode names are llama.cpp's own spec-type names (``common/speculative.cpp``,
 ``common_speculative_type_to_str``) except ``baseline`` (plain decoding, spec-type
-``none``) and ``draft`` (spec-type ``draft-simple`` with a separate draft model).
-llama-server b11434 fixes the spec type per process, so each mode is a process.
+``none``), ``cascade`` (``--spec-type ngram-simple,ngram-mod``: llama.cpp tries
+ngram-simple first and ngram-mod when it drafts nothing) and ``draft`` (spec-type
+``draft-simple`` with a separate draft model). llama-server b11434 fixes the spec type
+per process, so each mode is a process.
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ from __future__ import annotations
 from enum import StrEnum
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 __all__ = ["Mode", "SpeculationSettings", "mode_args"]
 
@@ -22,21 +24,33 @@ class Mode(StrEnum):
     BASELINE = "baseline"
     NGRAM_SIMPLE = "ngram-simple"
     NGRAM_MOD = "ngram-mod"
+    CASCADE = "cascade"
     DRAFT = "draft"
 
 
 class SpeculationSettings(BaseModel):
     """Speculation parameters passed to llama-server, one set per mode.
 
-    Defaults are the original FRONDE router's tuned values (see shared/BACKGROUND.md):
-    ngram-mod n_match 12 beat 6 and 24 on a JSON edit (409 vs 291 and 276 tok/s);
-    the draft mode used n_max 12 and p_min 0.45.
+    ngram-mod's defaults are the static configuration that won the verdict of
+    2026-12-01 (``results/verdict-*-20261201``): short drafts, n_min 16 and n_max 32,
+    with llama.cpp's n_match 24, were the fastest single server in three of four runs
+    (CPU SmolLM2 1.12× baseline, H200 gemma 1.11×, H200 SmolLM2 1.01×) and 0.95 of the
+    cascade on CPU gemma; ngram-mod's own defaults (n_min 48, n_max 64) draft nothing
+    in an answer shorter than 48 tokens. n_match 12 and 24 tied there (1.14/1.14,
+    1.09/1.08, 1.07/1.05, 0.96/0.98 × baseline). The draft mode's n_max 12 and p_min
+    0.45 are the original FRONDE router's (see shared/BACKGROUND.md).
     """
 
     model_config = ConfigDict(extra="forbid")  # a typo in [speculation] is an error
 
     ngram_mod_n_match: int = Field(
-        default=12, ge=1, le=1024, description="--spec-ngram-mod-n-match: lookup length in tokens"
+        default=24, ge=1, le=1024, description="--spec-ngram-mod-n-match: lookup length in tokens"
+    )
+    ngram_mod_n_min: int = Field(
+        default=16, ge=1, le=1024, description="--spec-ngram-mod-n-min: shortest draft kept"
+    )
+    ngram_mod_n_max: int = Field(
+        default=32, ge=1, le=1024, description="--spec-ngram-mod-n-max: longest draft"
     )
     draft_n_max: int = Field(
         default=12, ge=1, le=64, description="--spec-draft-n-max: most tokens drafted per step"
@@ -47,6 +61,23 @@ class SpeculationSettings(BaseModel):
         le=1.0,
         description="--spec-draft-p-min: stop drafting below this prob",
     )
+
+    @model_validator(mode="after")
+    def _chain_bounds(self) -> SpeculationSettings:
+        if self.ngram_mod_n_min > self.ngram_mod_n_max:
+            raise ValueError(
+                f"ngram_mod_n_min ({self.ngram_mod_n_min}) must not exceed "
+                f"ngram_mod_n_max ({self.ngram_mod_n_max})"
+            )
+        return self
+
+
+def _ngram_mod_args(spec: SpeculationSettings) -> list[str]:
+    return [
+        *("--spec-ngram-mod-n-match", str(spec.ngram_mod_n_match)),
+        *("--spec-ngram-mod-n-min", str(spec.ngram_mod_n_min)),
+        *("--spec-ngram-mod-n-max", str(spec.ngram_mod_n_max)),
+    ]
 
 
 def mode_args(mode: Mode, spec: SpeculationSettings, draft_model: Path | None = None) -> list[str]:
@@ -69,12 +100,9 @@ def mode_args(mode: Mode, spec: SpeculationSettings, draft_model: Path | None = 
         case Mode.NGRAM_SIMPLE:
             return ["--spec-type", "ngram-simple"]
         case Mode.NGRAM_MOD:
-            return [
-                "--spec-type",
-                "ngram-mod",
-                "--spec-ngram-mod-n-match",
-                str(spec.ngram_mod_n_match),
-            ]
+            return ["--spec-type", "ngram-mod", *_ngram_mod_args(spec)]
+        case Mode.CASCADE:
+            return ["--spec-type", "ngram-simple,ngram-mod", *_ngram_mod_args(spec)]
         case Mode.DRAFT:
             if draft_model is None:
                 raise ValueError("the draft mode needs a draft model")

@@ -57,6 +57,8 @@ class Arm:
         about: one line for the report's legend.
         env: Fronde arms: environment for `fronde serve` (settings such as
             ``FRONDE_RESIDENCY``), as (name, value) pairs.
+        default: whether a run that names no arms runs it (``mod12`` is left out: it
+            won no run of the 2026-12-01 verdicts, and Fronde's ``mod`` covers n_match).
     """
 
     name: str
@@ -66,6 +68,7 @@ class Arm:
     priming: bool = False
     about: str = ""
     env: tuple[tuple[str, str], ...] = ()
+    default: bool = True
 
     @property
     def routed(self) -> bool:
@@ -86,7 +89,18 @@ ARMS: tuple[Arm, ...] = (
         about="Fronde, baseline forced (plain decoding)",
     ),
     Arm("simple", "fronde", Mode.NGRAM_SIMPLE, about="Fronde, ngram-simple forced"),
-    Arm("mod", "fronde", Mode.NGRAM_MOD, about="Fronde, ngram-mod (n_match 12) forced"),
+    Arm(
+        "mod",
+        "fronde",
+        Mode.NGRAM_MOD,
+        about="Fronde, ngram-mod forced (n_match 24, n_min 16, n_max 32 by default)",
+    ),
+    Arm(
+        "casc",
+        "fronde",
+        Mode.CASCADE,
+        about="Fronde, cascade forced (ngram-simple, then ngram-mod as in `mod`)",
+    ),
     Arm("draft", "fronde", Mode.DRAFT, about="Fronde, draft model forced"),
     Arm(
         "default",
@@ -105,6 +119,7 @@ ARMS: tuple[Arm, ...] = (
         "static",
         flags=("--spec-type", "ngram-mod", "--spec-ngram-mod-n-match", "12"),
         about="llama-server ngram-mod, n_match 12",
+        default=False,
     ),
     Arm(
         "short",
@@ -127,10 +142,10 @@ ARMS: tuple[Arm, ...] = (
 
 
 def arms_named(names: Sequence[str], *, draft: bool) -> list[Arm]:
-    """The arms called ``names`` (all when empty), in :data:`ARMS` order.
+    """The arms called ``names`` (the default ones when empty), in :data:`ARMS` order.
 
     Args:
-        names: arm names; empty selects every arm.
+        names: arm names; empty selects every arm whose ``default`` is set.
         draft: whether the profile has a draft model (else the ``draft`` arm is left out).
 
     Raises:
@@ -140,7 +155,7 @@ def arms_named(names: Sequence[str], *, draft: bool) -> list[Arm]:
     unknown = [n for n in names if n not in known]
     if unknown:
         raise FrondeError(f"no arm {', '.join(unknown)}; arms: {', '.join(known)}")
-    chosen = [a for a in ARMS if not names or a.name in names]
+    chosen = [a for a in ARMS if a.name in names or (not names and a.default)]
     return [a for a in chosen if draft or a.force is not Mode.DRAFT]
 
 

@@ -22,6 +22,7 @@ from fronde.config import Settings
 from fronde.logging import get_logger
 from fronde.modes import Mode
 from fronde.router.cache import RouteCache
+from fronde.router.calibration import Floor, resolve_floor
 from fronde.router.classify import RequestClass
 from fronde.router.measure import MIN_TOKENS, Measurement, Measurements
 from fronde.router.policy import Plan, Route, RouterPolicy, plan_route
@@ -164,6 +165,7 @@ class Router:
         events: where recorded generations and finished requests are reported, or None.
         swap_residency: with swap residency, waiting for residency serializes, so the
             load rule must not.
+        floor_why: where ``policy.floor`` came from, for ``/fronde/v1/router``.
     """
 
     def __init__(
@@ -177,8 +179,10 @@ class Router:
         store: StateStore | None = None,
         events: RouterEvents | None = None,
         swap_residency: bool = False,
+        floor_why: str = "",
     ) -> None:
         self.policy = policy or RouterPolicy()
+        self.floor_why = floor_why or f"{self.policy.floor}: set by the policy"
         self.measurements = measurements if measurements is not None else Measurements()
         self.cache = cache if cache is not None else RouteCache()
         self.slots = slots
@@ -208,13 +212,16 @@ class Router:
         cache: RouteCache | None = None,
         store: StateStore | None = None,
         events: RouterEvents | None = None,
+        floor: Floor | None = None,
     ) -> Router:
         """Build a router with the policy, EMA and cache settings of ``settings``.
 
         ``measurements`` and ``cache`` are built from the settings unless given (a
-        :class:`StateStore` is built over them first).
+        :class:`StateStore` is built over them first); ``floor`` is resolved from
+        them (:func:`~fronde.router.calibration.resolve_floor`) unless given.
         """
         r = settings.router
+        start = floor if floor is not None else resolve_floor(settings)
         policy = RouterPolicy(
             probe_tokens=r.probe_tokens,
             margin=r.margin,
@@ -222,7 +229,11 @@ class Router:
             floor_candidates=tuple(r.floor_candidates),
             edit_mode=r.edit_mode,
             load_rule=r.load_rule,
+            floor=start.mode,
+            probe=r.probe,
+            probe_min_tokens=r.probe_min_tokens,
         )
+        log.info("router.floor", floor=str(start.mode), why=start.why, probe=r.probe)
         return cls(
             policy,
             measurements if measurements is not None else measurements_from(settings),
@@ -232,6 +243,7 @@ class Router:
             store=store,
             events=events,
             swap_residency=settings.residency == "swap",
+            floor_why=start.why,
         )
 
     async def recall(self, key: str) -> None:
@@ -246,18 +258,26 @@ class Router:
         ready: Collection[Mode],
         forced: Mode | None = None,
         now: float | None = None,
+        budget: int | None = None,
     ) -> Decision:
-        """Plan one request (see :func:`~fronde.router.policy.plan_route`) and remember it."""
+        """Plan one request (see :func:`~fronde.router.policy.plan_route`) and remember it.
+
+        ``budget`` is the request's token budget (None: open), for the probe policy.
+        """
         now = time.monotonic() if now is None else now
         ms = self.measurements
         quarantined = {m for m in Mode if ms.quarantined(m, now)}
-        probation = {m for m in Mode if ms.on_probation(m, now)}
+        # Probation waits for a probe; where the probe policy may never probe, an
+        # expired quarantine just ends.
+        on_probation = {m for m in Mode if ms.on_probation(m, now)}
+        probation = on_probation if self.policy.probe == "always" else set[Mode]()
         cached = self.cache.get(key, now, excluded=quarantined | probation)
         plan = plan_route(
             cls,
             ready=ready,
             speed=lambda mode, c: ms.trusted_speed(mode, c, now),
             policy=self.policy,
+            budget=budget,
             forced=forced,
             cached=cached,
             quarantined=quarantined,
@@ -403,6 +423,10 @@ class Router:
                 "floor_candidates": [str(m) for m in self.policy.floor_candidates],
                 "edit_mode": str(self.policy.edit_mode),
                 "load_rule": self.policy.load_rule,
+                "floor": str(self.policy.floor),
+                "floor_why": self.floor_why,
+                "probe": self.policy.probe,
+                "probe_min_tokens": self.policy.probe_min_tokens,
             },
             "modes": self.measurements.snapshot(now),
             "in_flight": {str(m): n for m, n in self.in_flight.items() if n},
@@ -415,7 +439,7 @@ class Router:
 def measurements_from(settings: Settings) -> Measurements:
     """The EMA and quarantine book ``settings.router`` describes."""
     r = settings.router
-    return Measurements(r.ema_alpha, r.collapse, r.quarantine_s)
+    return Measurements(r.ema_alpha, r.collapse, r.quarantine_s, r.draft_cost)
 
 
 def cache_from(settings: Settings) -> RouteCache:

@@ -13,12 +13,21 @@ so every rule is testable with numbers.
   τ = ``predicted_n`` ÷ (``predicted_n`` − ``draft_n_accepted``); 1.0 means no gain
   (Leviathan et al. 2023, "Fast Inference from Transformers via Speculative
   Decoding", call it the expected number of tokens per iteration).
-- **Collapse**: a realized speed below ``EMA_COLLAPSE = 0.5`` × the mode's EMA (before
-  the update) is a strike; ``COLLAPSE_STRIKES = 2`` strikes in a row quarantine the mode
-  for ``QUARANTINE_S = 120`` seconds (original FRONDE router; the strikes are Fronde's:
-  one sample taken while the machine was busy with something else quarantined a healthy
-  mode). When the quarantine expires the mode is *on probation*: it gets no traffic
-  until a probe has measured it again (hysteresis, no flapping).
+- **Collapse** is a fault of the mode's server, not its content. A request's decode
+  time is compared with what its own tokens should have cost: its target passes
+  (``predicted_n − draft_n_accepted``) plus ``draft_cost`` decode steps per drafted
+  token (the verify cost of a draft token, :data:`DRAFT_COST`), so a request with
+  nothing to copy and one that copied 100 tokens both come to the same **step rate**
+  (cost-weighted target passes per second) on a healthy server. A step rate below
+  ``EMA_COLLAPSE = 0.5`` × the mode's step-rate EMA (before the update) is a strike;
+  ``COLLAPSE_STRIKES = 2`` strikes in a row quarantine the mode for
+  ``QUARANTINE_S = 120`` seconds (original FRONDE router; the strikes are Fronde's: one
+  sample taken while the machine was busy with something else quarantined a healthy
+  mode). The original rule compared decode tok/s with the mode's global EMA, and
+  quarantined ngram-mod whenever a request with nothing to copy followed copy-heavy
+  edits (11 of 12 router sessions, issue 21). When the quarantine expires the mode is
+  *on probation*: with ``probe = "always"`` it gets no traffic until a probe has
+  measured it again (hysteresis, no flapping); otherwise it simply comes back.
 - **Trusted speed** (what floors and probes compare against): the median of the last
   ``SPEED_WINDOW = 5`` samples of a (mode, class), counted only when at least
   ``MIN_TRUSTED_SAMPLES = 3`` of them are younger than ``STALE_S = 600`` seconds;
@@ -40,6 +49,7 @@ from fronde.timings import Timings
 
 __all__ = [
     "COLLAPSE_STRIKES",
+    "DRAFT_COST",
     "EMA_ALPHA",
     "EMA_COLLAPSE",
     "MIN_TOKENS",
@@ -64,6 +74,14 @@ EMA_COLLAPSE: float = ROUTER_DEFAULTS.collapse
 QUARANTINE_S: float = ROUTER_DEFAULTS.quarantine_s
 """How long a collapsed mode is kept out: 120 s (original FRONDE router;
 ``router.quarantine_s``)."""
+
+DRAFT_COST = 0.2
+"""Verify cost of one drafted token, in decode steps: a target pass over k tokens takes
+``1 + DRAFT_COST·(k − 1)`` steps. Measured with llama-bench at depth 256
+(``results/atlas-*/verify-cost.json``): r(17) = 3.96 and r(33) = 7.34 steps on 2 CPU
+cores (0.19 a token), r(17) = 1.40 on an H200 (0.025). The CPU's figure is the default:
+where drafts are cheaper it overstates a drafting request's work, which only makes a
+collapse harder to call (``router.draft_cost``)."""
 
 MIN_TOKENS = 16
 """Generations shorter than this (tokens) are too noisy to update an EMA or judge a collapse."""
@@ -93,12 +111,30 @@ class Measurement:
         decode_tok_s: decode tok/s (``predicted_per_second``).
         alpha: α = accepted ÷ drafted, or None when nothing was drafted.
         tau: τ = tokens per target pass, or None when nothing was drafted.
+        decode_ms: decode time (``predicted_ms``); 0 when not reported.
+        drafted: tokens drafted (``draft_n``).
+        accepted: drafted tokens accepted (``draft_n_accepted``).
     """
 
     tokens: int
     decode_tok_s: float
     alpha: float | None = None
     tau: float | None = None
+    decode_ms: float = 0.0
+    drafted: int = 0
+    accepted: int = 0
+
+    def step_rate(self, draft_cost: float = DRAFT_COST) -> float:
+        """Cost-weighted target passes per second (see the module docstring).
+
+        ``(passes + draft_cost × drafted) ÷ decode seconds``, passes = tokens −
+        accepted; the decode tok/s when the decode time is not reported or nothing
+        was drafted.
+        """
+        if self.decode_ms <= 0 or self.drafted <= 0:
+            return self.decode_tok_s
+        work = self.tokens - self.accepted + draft_cost * self.drafted
+        return work / (self.decode_ms / 1000.0)
 
     @classmethod
     def of(cls, t: Timings) -> Measurement:
@@ -106,7 +142,15 @@ class Measurement:
 
         α and τ as :class:`~fronde.timings.Timings` defines them.
         """
-        return cls(t.predicted_n, t.predicted_per_second, t.alpha, t.tau)
+        return cls(
+            t.predicted_n,
+            t.predicted_per_second,
+            t.alpha,
+            t.tau,
+            t.predicted_ms,
+            t.draft_n,
+            t.draft_n_accepted,
+        )
 
 
 def measurement_from_timings(timings: object) -> Measurement | None:
@@ -137,6 +181,7 @@ class Ema:
 @dataclass
 class _ModeState:
     speed: Ema = field(default_factory=Ema)
+    steps: Ema = field(default_factory=Ema)
     alpha: Ema = field(default_factory=Ema)
     tau: Ema = field(default_factory=Ema)
     quarantined_until: float | None = None
@@ -160,8 +205,9 @@ class Measurements:
 
     Args:
         ema_alpha: EMA smoothing weight.
-        collapse: collapse threshold as a fraction of the EMA.
+        collapse: collapse threshold as a fraction of the step-rate EMA.
         quarantine_s: quarantine length, seconds.
+        draft_cost: verify cost of a drafted token, decode steps (:data:`DRAFT_COST`).
     """
 
     def __init__(
@@ -169,10 +215,12 @@ class Measurements:
         ema_alpha: float = EMA_ALPHA,
         collapse: float = EMA_COLLAPSE,
         quarantine_s: float = QUARANTINE_S,
+        draft_cost: float = DRAFT_COST,
     ) -> None:
         self.ema_alpha = ema_alpha
         self.collapse = collapse
         self.quarantine_s = quarantine_s
+        self.draft_cost = draft_cost
         self._modes: dict[Mode, _ModeState] = {}
         self._by_class: dict[tuple[Mode, str], _ClassSpeed] = {}
 
@@ -185,26 +233,28 @@ class Measurements:
     def _mode(self, mode: Mode) -> _ModeState:
         if mode not in self._modes:
             a = self.ema_alpha
-            self._modes[mode] = _ModeState(Ema(a), Ema(a), Ema(a))
+            self._modes[mode] = _ModeState(Ema(a), Ema(a), Ema(a), Ema(a))
         return self._modes[mode]
 
     def record(self, mode: Mode, cls: str, m: Measurement, now: float) -> bool:
         """Fold one generation into the EMAs; return True if it was a collapse.
 
-        A sample below ``collapse`` × the mode's EMA (with enough history) is a
-        strike and is not folded in; :data:`COLLAPSE_STRIKES` in a row quarantine the
-        mode until ``now + quarantine_s``. A measurement of a mode on probation clears
+        A sample whose step rate is below ``collapse`` × the mode's step-rate EMA
+        (with enough history) is a strike and is not folded in;
+        :data:`COLLAPSE_STRIKES` in a row quarantine the mode until
+        ``now + quarantine_s``. A measurement of a mode on probation clears
         the probation (unless it collapses again). Generations under
         :data:`MIN_TOKENS` tokens are ignored.
         """
         if m.tokens < MIN_TOKENS or m.decode_tok_s <= 0:
             return False
         st = self._mode(mode)
-        before = st.speed.value
+        before = st.steps.value
+        rate = m.step_rate(self.draft_cost)
         low = (
             before is not None
-            and st.speed.samples >= MIN_SAMPLES_FOR_COLLAPSE
-            and m.decode_tok_s < self.collapse * before
+            and st.steps.samples >= MIN_SAMPLES_FOR_COLLAPSE
+            and rate < self.collapse * before
         )
         if low:
             st.strikes += 1
@@ -217,6 +267,7 @@ class Measurements:
             return True  # a collapsed sample does not drag the EMA down
         st.strikes = 0
         st.speed.update(m.decode_tok_s)
+        st.steps.update(rate)
         per_class = self._class(mode, cls)
         per_class.ema.update(m.decode_tok_s)
         per_class.recent.append((now, m.decode_tok_s))
@@ -302,6 +353,7 @@ class Measurements:
             q = st.quarantined_until
             out[str(mode)] = {
                 "decode_tok_s_ema": st.speed.value,
+                "step_rate_ema": st.steps.value,
                 "samples": st.speed.samples,
                 "alpha_ema": st.alpha.value,
                 "tau_ema": st.tau.value,

@@ -13,14 +13,25 @@ Order of rules (the first that applies wins):
 5. **probe**: generate the first ``probe_tokens`` on the aggressive candidate and
    compare its decode tok/s with the floor's (its EMA for this class, or a floor
    probe the first time); the candidate wins only at ≥ ``margin`` × the floor.
+   Under ``probe = "auto"`` (the default) a probe runs only when the token budget
+   is open or at least ``probe_min_tokens`` and the candidate is unmeasured for the
+   class: a probe of an n-gram mode drafts little in 48 tokens, and its hand-over
+   costs about ten decode steps plus a re-prefill (3–9 % of a 128-token request),
+   which a short answer cannot repay. ``never`` turns probes off, ``always`` probes
+   whenever a candidate differs from the floor (the original FRONDE router).
 6. **fallback**: nothing to probe → the floor. Either every aggressive mode is
-   quarantined or absent, or the preferred one already is this class's floor.
+   quarantined or absent, the preferred one already is this class's floor, or the
+   probe policy says no.
 
-The **floor** of a class is the fastest mode, by this class's EMA, among the
-floor candidates that measured at least baseline's speed for the class; baseline
-is the last resort, and the floor until baseline itself was measured for the class.
-On an H200, ngram-simple ran at 0.84× baseline on step-by-step math, so no mode is
-assumed never to lose.
+The **floor** of a class starts at ``floor`` (the policy's measured best static
+mode: ``fronde bench verdict`` finds it per machine and profile, see
+:mod:`fronde.router.calibration`; ngram-mod when none was measured), never at
+baseline by assumption: in the verdicts of 2026-12-01 a speculative configuration
+beat plain decoding on every machine and profile. Another floor candidate replaces
+it for a class once this class's EMA has it at ≥ ``margin`` × the floor's; a tie
+stays with the starting floor, whose server keeps the n-gram memory of every request
+it served. When the floor mode is not running, baseline starts, then the first
+usable mode.
 
 **Load rules** (``load_rule``). Speculation loses under concurrency (llama.cpp
 reports a net loss at ≥ 2 parallel requests; vLLM and SmartSpec shrink
@@ -55,12 +66,14 @@ __all__ = [
     "PROBE_TOKENS",
     "LoadRule",
     "Plan",
+    "ProbePolicy",
     "Route",
     "RouterPolicy",
     "SpeedFn",
     "choose_floor",
     "hand_over_pays",
     "plan_route",
+    "probe_allowed",
 ]
 
 PROBE_TOKENS: int = ROUTER_DEFAULTS.probe_tokens
@@ -73,6 +86,9 @@ router; ``router.margin``)."""
 
 LoadRule = Literal["serialize", "spread", "off"]
 """How concurrent requests are placed (see the module docstring)."""
+
+ProbePolicy = Literal["auto", "always", "never"]
+"""When a probe may run (see rule 5 of the module docstring)."""
 
 
 class Route(StrEnum):
@@ -97,6 +113,9 @@ class RouterPolicy:
         floor_candidates: modes that may serve as a class's floor once measured ≥ baseline.
         edit_mode: the mode for the EDIT class.
         load_rule: ``serialize``, ``spread`` or ``off`` (see the module docstring).
+        floor: the mode a class's floor starts from (see the module docstring).
+        probe: ``auto``, ``always`` or ``never`` (see rule 5).
+        probe_min_tokens: under ``auto``, the smallest token budget that is probed.
     """
 
     probe_tokens: int = PROBE_TOKENS
@@ -105,6 +124,9 @@ class RouterPolicy:
     floor_candidates: tuple[Mode, ...] = tuple(ROUTER_DEFAULTS.floor_candidates)
     edit_mode: Mode = ROUTER_DEFAULTS.edit_mode
     load_rule: LoadRule = ROUTER_DEFAULTS.load_rule
+    floor: Mode = Mode.NGRAM_MOD
+    probe: ProbePolicy = ROUTER_DEFAULTS.probe
+    probe_min_tokens: int = ROUTER_DEFAULTS.probe_min_tokens
 
 
 @dataclass(frozen=True)
@@ -137,20 +159,20 @@ def choose_floor(cls: str, usable: Collection[Mode], speed: SpeedFn, policy: Rou
     """
     if not usable:
         raise ValueError("no usable mode")
-    base = speed(Mode.BASELINE, cls)
-    if base is not None:
-        qualified = [
-            (s, m)
-            for m in policy.floor_candidates
-            if m in usable and (s := speed(m, cls)) is not None and s >= base
-        ]
-        if qualified:
-            return max(qualified)[1]
-    if Mode.BASELINE in usable:
-        return Mode.BASELINE
-    # No baseline backend: the first usable candidate, in preference order.
-    order: Sequence[Mode] = (*policy.floor_candidates, *Mode)
-    return next(m for m in order if m in usable)
+    # The starting floor; without its backend, baseline, then the first usable
+    # candidate in preference order.
+    order: Sequence[Mode] = (policy.floor, Mode.BASELINE, *policy.floor_candidates, *Mode)
+    start = next(m for m in order if m in usable)
+    own = speed(start, cls)
+    if own is None:
+        return start
+    qualified = [
+        (s, m)
+        for m in policy.floor_candidates
+        if m in usable and m != start and (s := speed(m, cls)) is not None
+        if s >= policy.margin * own
+    ]
+    return max(qualified)[1] if qualified else start
 
 
 def hand_over_pays(
@@ -197,12 +219,31 @@ def _unbusy(plan: Plan, usable: Collection[Mode], busy: Collection[Mode], floor:
     return plan
 
 
+def probe_allowed(policy: RouterPolicy, budget: int | None, candidate_tok_s: float | None) -> bool:
+    """Whether the probe policy lets a probe run (rule 5 of the module docstring).
+
+    Args:
+        policy: its ``probe`` and ``probe_min_tokens``.
+        budget: the request's token budget, or None when open.
+        candidate_tok_s: the candidate's EMA decode tok/s for the class, or None.
+    """
+    match policy.probe:
+        case "never":
+            return False
+        case "always":
+            return True
+        case "auto":
+            long = budget is None or budget >= policy.probe_min_tokens
+            return long and candidate_tok_s is None
+
+
 def _plan(
     cls: RequestClass,
     *,
     ready: Collection[Mode],
     speed: SpeedFn,
     policy: RouterPolicy,
+    budget: int | None = None,
     forced: Mode | None = None,
     cached: Mode | None = None,
     quarantined: Collection[Mode] = (),
@@ -235,7 +276,7 @@ def _plan(
     candidate = next((m for m in policy.aggressive if m in probe_pool), None)
     if candidate is None or candidate == floor:
         return _unbusy(Plan(Route.FALLBACK, floor), usable, busy, floor)
-    if candidate in busy:
+    if candidate in busy or not probe_allowed(policy, budget, speed(candidate, str(cls))):
         return _unbusy(Plan(Route.FALLBACK, floor), usable, busy, floor)
     return Plan(Route.PROBE, candidate, floor, speed(floor, str(cls)))
 
@@ -260,6 +301,7 @@ def plan_route(
     ready: Collection[Mode],
     speed: SpeedFn,
     policy: RouterPolicy,
+    budget: int | None = None,
     forced: Mode | None = None,
     cached: Mode | None = None,
     quarantined: Collection[Mode] = (),
@@ -274,6 +316,7 @@ def plan_route(
         ready: modes whose backend is ready now.
         speed: EMA lookup, (mode, class) → decode tok/s or None.
         policy: constants, the load rule among them.
+        budget: the request's token budget (``max_tokens``), or None when open.
         forced: a mode the client named, if any (already checked to exist).
         cached: the prompt-hash cache's mode for this request, if any.
         quarantined: modes kept out after a collapse.
@@ -292,6 +335,7 @@ def plan_route(
         ready=ready,
         speed=speed,
         policy=policy,
+        budget=budget,
         forced=forced,
         cached=cached,
         quarantined=quarantined,

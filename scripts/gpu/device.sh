@@ -76,7 +76,7 @@ case "${1:?step}" in
     out="/root/fronde-results/$name"
     mkdir -p "$out"
     # A GPU runs a session in seconds: workload B gets every arm but the warm router.
-    GPU_SESSION_ARMS=$(printf -- '--session-arm %s ' base simple mod default cascade mod12 short router)
+    GPU_SESSION_ARMS=$(printf -- '--session-arm %s ' base simple mod casc default cascade short router)
     # The verdict exits 2 on FAIL and 124 when cut short: keep going, so that what was
     # measured still comes back (a resumed call skips the blocks already done).
     # shellcheck disable=SC2086  # VERDICT_ARGS is a list of options

@@ -124,7 +124,7 @@ def test_bad_requests_get_openai_error_bodies(
 
 def test_unknown_mode_message_lists_the_known_ones(client: TestClient) -> None:
     r = client.post("/v1/chat/completions", json=CHAT, headers={"x-fronde-mode": "turbo"})
-    assert "baseline, ngram-simple, ngram-mod, draft" in r.json()["error"]["message"]
+    assert "baseline, ngram-simple, ngram-mod, cascade, draft" in r.json()["error"]["message"]
     assert r.json()["error"]["param"] == "x-fronde-mode"
 
 

@@ -29,7 +29,7 @@ from fronde.router.dispatch.collect import answer_whole
 from fronde.router.dispatch.dispatcher import PATHS, Dispatcher
 from fronde.router.dispatch.tools import honour_tool_choice
 from fronde.router.engine import Decision
-from fronde.router.native import Kind
+from fronde.router.native import Kind, max_new_tokens
 from fronde.router.policy import Route
 from fronde.timings import Timings
 
@@ -63,7 +63,9 @@ async def _plan(d: Dispatcher, item: BatchItem, ready: list[Mode]) -> tuple[Kind
     if kind == "chat":
         await honour_tool_choice(body, d.tools.supports_tools)
     forced = forced_mode(None, body.get("model"))
-    return kind, d.router.plan(d.classified(body, forced, ready), cache_key(body), ready, forced)
+    cls = d.classified(body, forced, ready)
+    budget = max_new_tokens(body)
+    return kind, d.router.plan(cls, cache_key(body), ready, forced, budget=budget)
 
 
 async def run_batch(d: Dispatcher, items: list[BatchItem]) -> dict[str, Any]:

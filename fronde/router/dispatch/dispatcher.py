@@ -52,7 +52,15 @@ from fronde.router.dispatch.relay import (
 from fronde.router.dispatch.splice import Splice
 from fronde.router.dispatch.tools import ToolTemplate, honour_tool_choice
 from fronde.router.engine import Decision, Router, Status
-from fronde.router.native import Kind, chunk, finish_reason, full_response, new_id, usage
+from fronde.router.native import (
+    Kind,
+    chunk,
+    finish_reason,
+    full_response,
+    max_new_tokens,
+    new_id,
+    usage,
+)
 from fronde.router.policy import Route
 from fronde.timings import Timings
 
@@ -187,7 +195,7 @@ class Dispatcher:
         key = cache_key(body)
         if forced is None:
             await self.router.recall(key)  # another replica may have routed it
-        decision = self.router.plan(cls, key, ready, forced, now=t0)
+        decision = self.router.plan(cls, key, ready, forced, now=t0, budget=max_new_tokens(body))
         headers = {
             "x-fronde-mode": str(decision.plan.mode),
             "x-fronde-class": str(decision.plan.route),

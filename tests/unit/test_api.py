@@ -6,6 +6,7 @@ import json
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
@@ -19,10 +20,16 @@ CHAT = {"messages": [{"role": "user", "content": "alpha beta gamma"}], "max_toke
 
 
 def serve(
-    fake_binary: Path, tmp_path: Path, knobs: dict[Mode, list[str]] | None = None
+    fake_binary: Path,
+    tmp_path: Path,
+    knobs: dict[Mode, list[str]] | None = None,
+    **overrides: Any,
 ) -> TestClient:
-    """An app over three fake backends (draft left out), not yet started."""
-    return make_client(fake_binary, tmp_path, knobs)
+    """An app over three fake backends (draft left out), not yet started.
+
+    ``overrides`` are settings, as :func:`~.test_contract.make_client` takes them.
+    """
+    return make_client(fake_binary, tmp_path, knobs, **overrides)
 
 
 def wait_healthy(client: TestClient) -> None:

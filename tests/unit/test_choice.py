@@ -37,7 +37,12 @@ def test_mode_args_use_llama_cpp_names() -> None:
     spec = SpeculationSettings()
     assert mode_args(Mode.BASELINE, spec) == []
     assert mode_args(Mode.NGRAM_SIMPLE, spec) == ["--spec-type", "ngram-simple"]
-    assert mode_args(Mode.NGRAM_MOD, spec)[-2:] == ["--spec-ngram-mod-n-match", "12"]
+    assert mode_args(Mode.NGRAM_MOD, spec) == [
+        *("--spec-type", "ngram-mod"),
+        *("--spec-ngram-mod-n-match", "24"),
+        *("--spec-ngram-mod-n-min", "16"),
+        *("--spec-ngram-mod-n-max", "32"),
+    ]
     draft = mode_args(Mode.DRAFT, spec, Path("d.gguf"))
     assert draft[:4] == ["--spec-draft-model", "d.gguf", "--spec-type", "draft-simple"]
     assert "0.45" in draft

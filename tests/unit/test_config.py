@@ -18,7 +18,8 @@ def test_example_config_loads_and_equals_the_defaults() -> None:
     from_file = load_settings(EXAMPLE)
     defaults = load_settings()
     assert from_file.model_dump(exclude={"backend"}) == defaults.model_dump(exclude={"backend"})
-    assert from_file.speculation.ngram_mod_n_match == 12
+    assert from_file.speculation.ngram_mod_n_match == 24
+    assert (from_file.router.floor, from_file.router.probe) == ("auto", "auto")
     assert from_file.modes == list(Mode)
 
 

@@ -36,6 +36,11 @@ from ..procs import wait_dead
 
 MODES = [Mode.BASELINE, Mode.NGRAM_SIMPLE, Mode.NGRAM_MOD]
 
+ORIGINAL_ROUTER: dict[str, Any] = {"floor": "baseline", "probe": "always"}
+"""``router`` settings of the original FRONDE policy, for tests of the probe machinery:
+floors start at baseline and every routed request probes a candidate that differs from
+the floor (the defaults start at ngram-mod and probe only long, unmeasured requests)."""
+
 
 def make_client(
     fake_binary: Path,
@@ -127,7 +132,7 @@ def test_a_body_over_the_limit_is_413(serve: Any) -> None:
 
 
 def test_a_prompt_over_the_context_is_400_context_length_exceeded(serve: Any) -> None:
-    c = serve({m: ["--fake-ctx", "5"] for m in MODES})
+    c = serve({m: ["--fake-ctx", "5"] for m in MODES}, router=ORIGINAL_ROUTER)
     words = "one two three four five six seven"
     r = c.post("/v1/chat/completions", json=chat(words, model="fronde:ngram-simple"))
     assert r.status_code == 400

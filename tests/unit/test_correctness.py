@@ -26,7 +26,7 @@ from fronde.backends.process import LaunchSpec
 from fronde.config import load_settings
 from fronde.modes import Mode
 
-from .test_contract import MODES, chat, real_serve, sse_events
+from .test_contract import MODES, ORIGINAL_ROUTER, chat, real_serve, sse_events
 
 WORDS = "alpha beta gamma"
 
@@ -264,7 +264,7 @@ def test_an_image_for_a_text_model_is_a_400(plain: TestClient) -> None:
 
 
 def test_a_routed_stream_over_the_context_is_a_400_before_any_byte(serve: Any) -> None:
-    c = serve({m: ["--fake-ctx", "5"] for m in MODES})
+    c = serve({m: ["--fake-ctx", "5"] for m in MODES}, router=ORIGINAL_ROUTER)
     body = {**chat("one two three four five six seven"), "stream": True}
     with c.stream("POST", "/v1/chat/completions", json=body) as r:
         assert r.headers["x-fronde-class"] == "probe"
@@ -279,7 +279,7 @@ def test_a_probe_that_fills_the_context_ends_the_answer_as_length(
 ) -> None:
     """A prompt that fits but leaves less room than max_tokens: one backend stops with
     "length" when its context is full, and so must the probe path (no 400, no error)."""
-    c = serve({m: ["--fake-ctx", str(ctx)] for m in MODES})
+    c = serve({m: ["--fake-ctx", str(ctx)] for m in MODES}, router=ORIGINAL_ROUTER)
     body = {"prompt": "abc", "max_tokens": 100, "stream": stream}  # BOS + 3 ids
     if stream:
         events = sse_events(c, body, "/v1/completions")

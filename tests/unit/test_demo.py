@@ -16,7 +16,7 @@ import pytest
 import demo
 from fronde.config import load_settings
 
-from .test_contract import real_serve
+from .test_contract import ORIGINAL_ROUTER, real_serve
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -68,8 +68,8 @@ def test_preflight_refuses_a_gpu_with_too_little_free_vram(
         backend={"n_gpu_layers": 99},
     )
     [problem] = demo.preflight(settings)
-    # 3 modes × 253 MB × 1.3 ≈ 941 MiB > 500 MiB
-    assert problem.startswith("too little free VRAM: 500 MiB, 3 modes need about 94")
+    # 4 modes (every mode but draft, which has no model) × 253 MB × 1.3 ≈ 1255 MiB > 500 MiB
+    assert problem.startswith("too little free VRAM: 500 MiB, 4 modes need about 1255 MiB")
     smi.write_text("#!/bin/sh\necho 4000\n")
     assert demo.preflight(settings) == []
 
@@ -89,7 +89,8 @@ def test_no_server_at_url_is_one_line_that_says_what_to_do() -> None:
 
 
 def test_plain_run_names_class_and_mode_for_every_scene(tmp_path: Path, fake_binary: Path) -> None:
-    with real_serve(tmp_path, fake_binary, modes=["baseline", "ngram-simple", "ngram-mod"]) as s:
+    modes = ["baseline", "ngram-simple", "ngram-mod"]
+    with real_serve(tmp_path, fake_binary, modes=modes, router=ORIGINAL_ROUTER) as s:
         out = subprocess.run(
             [sys.executable, str(ROOT / "demo.py"), "--url", s.base, "--plain", "--with-repeat"],
             capture_output=True,

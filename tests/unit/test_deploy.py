@@ -128,6 +128,7 @@ def test_kubernetes_services_ports_and_probes_match_the_config(tmp_path: Path) -
 def test_gpu_compose_services_match_the_config(tmp_path: Path) -> None:
     compose = yaml_docs(DEPLOY / "compose" / "compose.gpu.yaml")[0]["services"]
     settings = settings_from((DEPLOY / "compose" / "fronde-gpu.toml").read_text(), tmp_path)
+    assert set(settings.remote) == set(settings.modes) == set(Mode)  # every mode, a service each
     for mode, (host, port) in remote_targets(settings).items():
         svc = compose[host]
         check_backend_command(svc["command"], mode, port)
@@ -155,7 +156,7 @@ def read_env(path: Path) -> dict[str, str]:
     return {k: v for k, v in pairs if not k.startswith("#")}
 
 
-@pytest.mark.parametrize("mode", [Mode.BASELINE, Mode.NGRAM_SIMPLE, Mode.NGRAM_MOD])
+@pytest.mark.parametrize("mode", [Mode.BASELINE, Mode.NGRAM_SIMPLE, Mode.NGRAM_MOD, Mode.CASCADE])
 def test_systemd_backend_units_match_the_remote_config(tmp_path: Path, mode: Mode) -> None:
     settings = settings_from((DEPLOY / "systemd" / "fronde-units.toml").read_text(), tmp_path)
     host, port = remote_targets(settings)[mode]

@@ -11,7 +11,7 @@ from fastapi.testclient import TestClient
 
 from fronde.metrics import merge_backend_metrics
 
-from .test_contract import chat, make_client, ready
+from .test_contract import ORIGINAL_ROUTER, chat, make_client, ready
 
 LLAMACPP = """# HELP llamacpp:prompt_tokens_total Number of prompt tokens processed.
 # TYPE llamacpp:prompt_tokens_total counter
@@ -35,7 +35,8 @@ def test_backend_metrics_are_renamed_and_labelled_by_mode() -> None:
 
 @pytest.fixture(scope="module")
 def fakes(fake_binary: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[TestClient]:
-    with make_client(fake_binary, tmp_path_factory.mktemp("operate")) as c:
+    folder = tmp_path_factory.mktemp("operate")
+    with make_client(fake_binary, folder, router=ORIGINAL_ROUTER) as c:  # routed requests probe
         yield ready(c)
 
 

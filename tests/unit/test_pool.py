@@ -38,11 +38,13 @@ def test_plan_leaves_out_draft_without_draft_model(tmp_path: Path) -> None:
     _sparse_gguf(tmp_path, profile.target.size or 1)
     settings = load_settings(models_dir=tmp_path, cache_dir=tmp_path)
     plan = plan_pool(settings, profile, Path("/bin/llama-server"), tmp_path)
-    assert set(plan.specs) == {Mode.BASELINE, Mode.NGRAM_SIMPLE, Mode.NGRAM_MOD}
+    assert set(plan.specs) == {Mode.BASELINE, Mode.NGRAM_SIMPLE, Mode.NGRAM_MOD, Mode.CASCADE}
     assert "no draft model" in plan.left_out[Mode.DRAFT]
     mod = plan.specs[Mode.NGRAM_MOD].args
     assert mod[mod.index("--spec-type") + 1] == "ngram-mod"
-    assert mod[mod.index("--spec-ngram-mod-n-match") + 1] == "12"
+    assert mod[mod.index("--spec-ngram-mod-n-match") + 1] == "24"
+    cascade = plan.specs[Mode.CASCADE].args
+    assert cascade[cascade.index("--spec-type") + 1] == "ngram-simple,ngram-mod"
     tpl = mod.index("--chat-template-file")
     assert mod[tpl - 1] == "--jinja"
     assert Path(mod[tpl + 1]).read_text().count("<start_of_turn>") >= 2

@@ -1,7 +1,9 @@
 """Probe-and-continue end to end over fake backends with known speeds.
 
 The fake's native /completion continues a deterministic token chain, so a
-generation spliced across backends must equal one uninterrupted run.
+generation spliced across backends must equal one uninterrupted run. These tests are
+about the probe machinery, so they run the original FRONDE policy (floors start at
+baseline, every candidate is probed: :data:`~.test_contract.ORIGINAL_ROUTER`).
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from fronde.modes import Mode
 
 from ..fakes.fake_llama_server import next_token, piece, tokenize
 from .test_api import serve, wait_healthy
+from .test_contract import ORIGINAL_ROUTER
 
 
 def chain(prompt_text: str, n: int) -> tuple[list[int], str]:
@@ -32,7 +35,7 @@ def chain(prompt_text: str, n: int) -> tuple[list[int], str]:
 def speeds_serve(fake_binary: Path, tmp_path: Path, mod_tps: int) -> Iterator[TestClient]:
     """Fronde over fakes where ngram-mod decodes at ``mod_tps`` and baseline at 200 tok/s."""
     knobs = {Mode.NGRAM_MOD: ["--fake-tps", str(mod_tps)], Mode.BASELINE: ["--fake-tps", "200"]}
-    with serve(fake_binary, tmp_path, knobs) as c:
+    with serve(fake_binary, tmp_path, knobs, router=ORIGINAL_ROUTER) as c:
         wait_healthy(c)
         yield c
 
@@ -141,7 +144,7 @@ def test_an_aggressive_mode_that_became_the_floor_serves_without_probe(
 def test_stop_inside_the_probe_window_ends_the_answer(fake_binary: Path, tmp_path: Path) -> None:
     toks, _ = chain(rendered("gamma"), 10)
     knobs = {m: ["--fake-eos-token", str(toks[9])] for m in Mode}
-    with serve(fake_binary, tmp_path, knobs) as c:
+    with serve(fake_binary, tmp_path, knobs, router=ORIGINAL_ROUTER) as c:
         wait_healthy(c)
         r = ask(c, "gamma")
     fronde = r["fronde"]

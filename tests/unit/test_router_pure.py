@@ -122,11 +122,21 @@ def test_cache_lru_ttl_and_exclusion() -> None:
 
 def test_alpha_and_tau_from_timings() -> None:
     m = measurement_from_timings(
-        {"predicted_n": 100, "predicted_per_second": 80.0, "draft_n": 80, "draft_n_accepted": 60}
+        {
+            "predicted_n": 100,
+            "predicted_ms": 1250.0,
+            "predicted_per_second": 80.0,
+            "draft_n": 80,
+            "draft_n_accepted": 60,
+        }
     )
-    assert m == Measurement(100, 80.0, alpha=0.75, tau=2.5)  # 100 tokens in 40 target passes
+    # 100 tokens in 40 target passes; the counts are kept for the step rate.
+    assert m == Measurement(100, 80.0, 0.75, 2.5, decode_ms=1250.0, drafted=80, accepted=60)
+    # (40 passes + 0.2 × 80 drafted) ÷ 1.25 s
+    assert m is not None and m.step_rate() == pytest.approx(44.8)
     plain = measurement_from_timings({"predicted_n": 10, "predicted_per_second": 40.0})
     assert plain == Measurement(10, 40.0, None, None)
+    assert plain is not None and plain.step_rate() == 40.0  # nothing drafted: decode tok/s
     assert measurement_from_timings({"predicted_n": 3}) is None
 
 
@@ -177,7 +187,7 @@ def test_one_noisy_sample_never_sets_a_floor() -> None:
     the floor at 3 tok/s while baseline's requests ran at 37-42."""
     from fronde.router.engine import Router
 
-    r = Router()
+    r = Router(ORIGINAL)
     ms = r.measurements
     ms.record(Mode.BASELINE, "general", Measurement(64, 1.3), now=0)
     for _ in range(3):
@@ -212,6 +222,8 @@ def test_no_collapse_without_history() -> None:
 
 ALL = {Mode.BASELINE, Mode.NGRAM_SIMPLE, Mode.NGRAM_MOD}
 POLICY = RouterPolicy()
+ORIGINAL = RouterPolicy(floor=Mode.BASELINE, probe="always")
+"""The original FRONDE router's policy: floors start at baseline, every candidate is probed."""
 
 
 def speeds(table: dict[tuple[Mode, str], float]) -> SpeedFn:
@@ -221,24 +233,36 @@ def speeds(table: dict[tuple[Mode, str], float]) -> SpeedFn:
     return lookup
 
 
-def test_floor_is_baseline_until_something_beats_it() -> None:
+def test_floor_starts_at_the_policy_floor_until_a_candidate_beats_it_by_the_margin() -> None:
     none = speeds({})
-    assert choose_floor("general", ALL, none, POLICY) is Mode.BASELINE
+    assert POLICY.floor is Mode.NGRAM_MOD  # the default: no assumption that baseline wins
+    assert choose_floor("general", ALL, none, POLICY) is Mode.NGRAM_MOD
     measured = speeds(
         {
             (Mode.BASELINE, "general"): 40.0,
-            (Mode.NGRAM_SIMPLE, "general"): 39.0,  # below baseline: never the floor
+            (Mode.NGRAM_SIMPLE, "general"): 65.0,  # 1.08 × the floor: below the margin
             (Mode.NGRAM_MOD, "general"): 60.0,
         }
     )
     assert choose_floor("general", ALL, measured, POLICY) is Mode.NGRAM_MOD
-    assert choose_floor("edit", ALL, measured, POLICY) is Mode.BASELINE  # per class
+    beaten = speeds({(Mode.NGRAM_SIMPLE, "general"): 67.0, (Mode.NGRAM_MOD, "general"): 60.0})
+    assert choose_floor("general", ALL, beaten, POLICY) is Mode.NGRAM_SIMPLE  # ≥ 1.10 × 60
+    assert choose_floor("edit", ALL, beaten, POLICY) is Mode.NGRAM_MOD  # per class
+    # Without the floor's backend: baseline, then the first usable candidate.
+    assert choose_floor("general", {Mode.BASELINE, Mode.NGRAM_SIMPLE}, none, POLICY) is (
+        Mode.BASELINE
+    )
     assert choose_floor("general", {Mode.NGRAM_SIMPLE}, none, POLICY) is Mode.NGRAM_SIMPLE
+    # The original policy starts at baseline; a candidate must beat it by the margin.
+    assert choose_floor("general", ALL, none, ORIGINAL) is Mode.BASELINE
+    assert choose_floor("general", ALL, measured, ORIGINAL) is Mode.NGRAM_SIMPLE  # 65 > 60
+    slow = speeds({(Mode.BASELINE, "general"): 40.0, (Mode.NGRAM_MOD, "general"): 43.0})
+    assert choose_floor("general", ALL, slow, ORIGINAL) is Mode.BASELINE  # 1.075 × baseline
 
 
 def test_rule_order() -> None:
     s = speeds({(Mode.BASELINE, "general"): 40.0})
-    route = partial(plan_route, ready=ALL, speed=s, policy=POLICY)
+    route = partial(plan_route, ready=ALL, speed=s, policy=ORIGINAL)
     assert route(RequestClass.EDIT, forced=Mode.BASELINE) == Plan(Route.FORCED, Mode.BASELINE)
     assert route(RequestClass.UNSAFE, cached=Mode.NGRAM_MOD) == Plan(Route.UNSAFE, Mode.BASELINE)
     assert route(RequestClass.EDIT, cached=Mode.BASELINE) == Plan(Route.EDIT, Mode.NGRAM_MOD)
@@ -249,7 +273,7 @@ def test_rule_order() -> None:
 
 
 def test_first_time_probe_has_no_floor_speed() -> None:
-    p = plan_route(RequestClass.GENERAL, ready=ALL, speed=speeds({}), policy=POLICY)
+    p = plan_route(RequestClass.GENERAL, ready=ALL, speed=speeds({}), policy=ORIGINAL)
     assert p == Plan(Route.PROBE, Mode.NGRAM_MOD, Mode.BASELINE, None)
 
 
@@ -290,13 +314,13 @@ def test_router_engine_load_rules() -> None:
         "off": Plan(Route.PROBE, Mode.NGRAM_MOD, Mode.BASELINE, None),
     }
     for rule, plan in expected.items():
-        r = Router(RouterPolicy(load_rule=rule))
+        r = Router(RouterPolicy(load_rule=rule, floor=Mode.BASELINE, probe="always"))
         r.in_flight[Mode.NGRAM_MOD] += 1  # the candidate's only slot is taken
         assert r.plan(RequestClass.GENERAL, "k", ALL, now=0.0).plan == plan, rule
 
 
 def test_serialize_keeps_everything_on_the_decoding_backend() -> None:
-    route = partial(plan_route, ready=ALL, speed=speeds({}), policy=RouterPolicy())
+    route = partial(plan_route, ready=ALL, speed=speeds({}), policy=ORIGINAL)
     active = {Mode.BASELINE}
     assert route(RequestClass.GENERAL, active=active) == Plan(Route.FALLBACK, Mode.BASELINE)
     assert route(RequestClass.EDIT, active=active) == Plan(Route.FALLBACK, Mode.BASELINE)
@@ -341,7 +365,7 @@ def test_router_engine_records_and_quarantines_via_timings() -> None:
 def test_forced_requests_are_reported_but_do_not_feed_the_emas() -> None:
     from fronde.router.engine import Router
 
-    r = Router()
+    r = Router(ORIGINAL)
     d = r.plan(RequestClass.GENERAL, "k", ALL, forced=Mode.NGRAM_MOD, now=0.0)
     r.record(d, Mode.NGRAM_MOD, Timings(64, 100.0, draft_n=40, draft_n_accepted=30), now=0.0)
     assert d.decode_tok_s == 100.0 and d.alpha == 0.75  # visible in /fronde/v1/router

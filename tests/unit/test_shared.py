@@ -21,7 +21,7 @@ import redis
 
 from fronde.backends.process import free_port
 
-from .test_contract import chat, real_serve
+from .test_contract import ORIGINAL_ROUTER, chat, real_serve
 
 
 def redis_server(port: int) -> subprocess.Popen[bytes]:
@@ -67,7 +67,10 @@ def wait_for(check: Any, timeout_s: float = 5.0) -> None:
 def test_replicas_learn_together_and_survive_losing_redis(
     tmp_path: Path, fake_binary: Path, redis_port: int
 ) -> None:
-    shared = {"shared": {"redis_url": f"redis://127.0.0.1:{redis_port}/0", "sync_s": 0.2}}
+    shared = {
+        "shared": {"redis_url": f"redis://127.0.0.1:{redis_port}/0", "sync_s": 0.2},
+        "router": ORIGINAL_ROUTER,  # A's first request probes, so it has a decision to share
+    }
     (tmp_path / "a").mkdir()
     (tmp_path / "b").mkdir()
     with (

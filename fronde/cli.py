@@ -584,7 +584,7 @@ def bench_verdict(
     ] = None,
     arm: Annotated[
         list[str] | None,
-        typer.Option("--arm", help="workload A's arms (repeatable) [default: all]"),
+        typer.Option("--arm", help="workload A's arms (repeatable) [default: all but mod12]"),
     ] = None,
     session_arm: Annotated[
         list[str] | None,
@@ -594,6 +594,13 @@ def bench_verdict(
             " quick: default router]",
         ),
     ] = None,
+    interleave: Annotated[
+        bool,
+        typer.Option(
+            help="workload A: all arms of a repetition up at once, each prompt sent to every "
+            "arm in turn (--no-interleave: one arm after the other)"
+        ),
+    ] = True,
 ) -> None:
     """Is Fronde faster than one llama-server? Every arm on fresh servers, then the verdict.
 
@@ -628,6 +635,7 @@ def bench_verdict(
         form=profile.prompt_form,
         max_tokens=max_tokens or (48 if quick else 64),
         priming=load_workload("priming"),
+        interleave=interleave,
     )
     store = Store(out / "records.jsonl")
     build = llama_build_info(find_llama_binary(settings.cache_dir, settings.llama_server))
@@ -638,7 +646,8 @@ def bench_verdict(
         "arms": [a.name for a in plan.arms],
         "session_arms": [a.name for a in plan.session_arms],
     }
-    store.begin({**info, **arms, "reps": reps, "session_reps": session_reps}, identity)
+    run = {**info, **arms, "reps": reps, "session_reps": session_reps, "interleave": interleave}
+    store.begin(run, identity)
     console = _bench_console()
     console.print(
         f"{profile.name} ({plan.form}): A {len(first.items)} prompts × {len(plan.arms)} arms × "

@@ -7,6 +7,16 @@ every item of the workload in file order (one at a time, or as the level says), 
 stopped. Arm order rotates across repetitions (rep r starts at
 arm r mod n), so a slow drift of a shared machine falls on every arm alike.
 
+**Interleaved** (``Plan.interleave``, the verdict's default for workload A): all arms
+of a repetition are started on fresh servers at once, and each item is sent to every
+arm in turn (the order rotated by item and repetition) before the next item. Every
+arm still sees the same items in the same order on servers of its own, so what its
+n-gram pools and prompt caches hold is what it would hold in a block of its own;
+but an item's measurements across arms lie seconds apart instead of minutes, so a
+drift of the machine's speed (measured up to ±14 % between blocks on an H200,
+``results/verdict-gpu-*``) no longer falls between the arms compared. Blocks keep
+their keys and records; one that fails to start is recorded failed, the rest run.
+
 Workload A measures a first encounter: no server has seen any prompt. Workload B is
 a session: cross-request memory is legitimate, and the whole session runs on the
 block's one set of servers.
@@ -15,6 +25,7 @@ block's one set of servers.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 import uuid
 from collections.abc import Callable, Sequence
@@ -87,6 +98,9 @@ class Plan:
         priming: the workload a warm arm is sent first (not recorded as samples).
         levels: how a block sends its items, each level a block of its own on fresh
             servers (a load or latency experiment); the default sends them one at a time.
+        interleave: run a first-encounter workload's arms of one repetition side by
+            side, item by item (see the module docstring); sessions and non-default
+            levels always run block by block.
     """
 
     workloads: tuple[Workload, ...]
@@ -98,6 +112,7 @@ class Plan:
     max_tokens: int
     priming: Workload
     levels: tuple[Level, ...] = (Level(),)
+    interleave: bool = False
 
     @classmethod
     def single(
@@ -138,16 +153,8 @@ Progress = Callable[[str, int], None]
 """Called with a line to show (or "") and how many requests just ended."""
 
 
-async def _block(
-    http: httpx.AsyncClient,
-    plan: Plan,
-    target: Target,
-    arm: Arm,
-    workload: Workload,
-    level: Level,
-    emit: Callable[[dict[str, Any]], None],
-    progress: Progress,
-) -> None:
+async def _prepare(http: httpx.AsyncClient, plan: Plan, target: Target, arm: Arm) -> None:
+    """Warm a started arm with one neutral request; prime it if it is a warm arm."""
     await send(
         http,
         target.base_url,
@@ -159,7 +166,25 @@ async def _block(
         for item in plan.priming.items:
             body = target.body(item, plan.form, plan.max_tokens)
             await send(http, target.base_url, plan.form, body, target.headers)
-    await _pass(http, plan, target, workload, level, emit, progress)
+
+
+async def _request(
+    http: httpx.AsyncClient,
+    plan: Plan,
+    target: Target,
+    item: Item,
+    head: dict[str, Any],
+    level: Level,
+) -> dict[str, Any]:
+    """Send one item; its sample record (``ok`` False with the error on a failure)."""
+    body = target.body(item, plan.form, plan.max_tokens) | {"stream": level.stream}
+    if not level.stream:
+        body.pop("stream_options")
+    try:
+        sample = await send(http, target.base_url, plan.form, body, target.headers)
+        return {**head, "ok": True, **sample.record()}
+    except (FrondeError, httpx.HTTPError) as exc:
+        return {**head, "ok": False, "error": f"{type(exc).__name__}: {exc}"[:500]}
 
 
 async def _pass(
@@ -178,14 +203,8 @@ async def _pass(
     async def one(order: int, item: Item) -> None:
         rec: dict[str, Any] = {"item": item.id, "domain": item.domain, "order": order}
         rec |= {"level": level.tag, "t0": round(time.perf_counter() - t_start, 4)}
-        body = target.body(item, plan.form, plan.max_tokens) | {"stream": level.stream}
-        if not level.stream:
-            body.pop("stream_options")
         try:
-            sample = await send(http, target.base_url, plan.form, body, target.headers)
-            emit({**rec, "ok": True, **sample.record()})
-        except (FrondeError, httpx.HTTPError) as exc:
-            emit({**rec, "ok": False, "error": f"{type(exc).__name__}: {exc}"[:500]})
+            emit(await _request(http, plan, target, item, rec, level))
         finally:
             gate.release()
         progress("", 1)
@@ -218,32 +237,89 @@ async def run_plan(
     """
     done = store.done_blocks()
 
-    async def run_block(rep: int, workload: Workload, arm: Arm, level: Level) -> None:
-        """Start the arm on fresh servers, run one level of the workload, record the block."""
+    def head_of(rep: int, workload: Workload, arm: Arm, level: Level) -> dict[str, Any]:
         key = block_key(rep, workload, arm, level)
         head = {"block": key, "block_id": uuid.uuid4().hex[:12], "workload": workload.name}
-        head |= {"arm": arm.name, "rep": rep}
+        return head | {"arm": arm.name, "rep": rep}
+
+    def failed(head: dict[str, Any], exc: BaseException) -> None:
+        store.append({"type": "block", **head, "ok": False, "error": str(exc)[:500]})
+        progress(f"{head['block']}: FAILED ({exc})", 0)
+
+    async def ended(head: dict[str, Any], arm: Arm, target: Target, t0: float) -> None:
+        # The router's own account (EMAs, quarantines, decisions) as it ended.
+        state: dict[str, Any] | None = None
+        if arm.routed:
+            state = (await http.get(f"{target.base_url}/fronde/v1/router")).json()
+        end = {"type": "block", **head, "ok": True, "s": round(time.monotonic() - t0)}
+        store.append(end | ({"router": state} if state else {}))
+        progress(f"{head['block']}: {time.monotonic() - t0:.0f} s", 0)
+
+    def logs(head: dict[str, Any]) -> Path:
+        return log_dir / str(head["block"]).replace("|", "-")
+
+    async def run_block(rep: int, workload: Workload, arm: Arm, level: Level) -> None:
+        """Start the arm on fresh servers, run one level of the workload, record the block."""
+        head = head_of(rep, workload, arm, level)
 
         def emit(rec: dict[str, Any]) -> None:
             store.append({"type": "sample", **head, **rec})
 
         t0 = time.monotonic()
         try:
-            async with started(arm, settings, config_file, log_dir / key.replace("|", "-")) as t:
-                await _block(http, plan, t, arm, workload, level, emit, progress)
-                # The router's own account (EMAs, quarantines, decisions) as it ended.
-                state: dict[str, Any] | None = None
-                if arm.routed:
-                    state = (await http.get(f"{t.base_url}/fronde/v1/router")).json()
+            async with started(arm, settings, config_file, logs(head)) as t:
+                await _prepare(http, plan, t, arm)
+                await _pass(http, plan, t, workload, level, emit, progress)
+                await ended(head, arm, t, t0)
         except (FrondeError, httpx.HTTPError, OSError) as exc:
-            store.append({"type": "block", **head, "ok": False, "error": str(exc)[:500]})
-            progress(f"{key}: FAILED ({exc})", 0)
-            return
-        end = {"type": "block", **head, "ok": True, "s": round(time.monotonic() - t0)}
-        store.append(end | ({"router": state} if state else {}))
-        progress(f"{key}: {time.monotonic() - t0:.0f} s", 0)
+            failed(head, exc)
+
+    async def run_side_by_side(rep: int, workload: Workload, arms: list[Arm]) -> None:
+        """Every arm of ``arms`` on fresh servers at once, each item sent to each in turn."""
+        t0 = time.monotonic()
+        heads = {a.name: head_of(rep, workload, a, Level()) for a in arms}
+        async with contextlib.AsyncExitStack() as stack:
+            live: list[tuple[Arm, Target]] = []
+            for arm in arms:
+                try:
+                    t = await stack.enter_async_context(
+                        started(arm, settings, config_file, logs(heads[arm.name]))
+                    )
+                    await _prepare(http, plan, t, arm)
+                    live.append((arm, t))
+                except (FrondeError, httpx.HTTPError, OSError) as exc:
+                    failed(heads[arm.name], exc)
+            t_start = time.perf_counter()
+            for order, item in enumerate(workload.items):
+                for j in range(len(live)):
+                    arm, t = live[(order + rep + j) % len(live)]
+                    rec: dict[str, Any] = {"item": item.id, "domain": item.domain}
+                    rec |= {"order": order, "level": ""}
+                    rec |= {"t0": round(time.perf_counter() - t_start, 4)}
+                    sample = await _request(http, plan, t, item, rec, Level())
+                    store.append({"type": "sample", **heads[arm.name], **sample})
+                    progress("", 1)
+            for arm, t in live:
+                try:
+                    await ended(heads[arm.name], arm, t, t0)
+                except (FrondeError, httpx.HTTPError, OSError) as exc:
+                    failed(heads[arm.name], exc)
 
     async with bench_http() as http:
+        if plan.interleave and plan.levels == (Level(),):
+            for rep, workload, arms in _groups(plan):
+                todo = [a for a in arms if block_key(rep, workload, a) not in done]
+                for a in arms:
+                    if a not in todo:
+                        progress(f"{block_key(rep, workload, a)}: {RESUMED}", len(workload.items))
+                if not todo:
+                    continue
+                if workload.sessions:
+                    for arm in todo:
+                        await run_block(rep, workload, arm, Level())
+                else:
+                    await run_side_by_side(rep, workload, todo)
+            return
         for rep, workload, arm in schedule(plan):
             for level in plan.levels:
                 key = block_key(rep, workload, arm, level)
@@ -251,6 +327,17 @@ async def run_plan(
                     progress(f"{key}: {RESUMED}", len(workload.items))
                     continue
                 await run_block(rep, workload, arm, level)
+
+
+def _groups(plan: Plan) -> list[tuple[int, Workload, list[Arm]]]:
+    """:func:`schedule`'s blocks grouped by (repetition, workload), arms in run order."""
+    out: list[tuple[int, Workload, list[Arm]]] = []
+    for rep, workload, arm in schedule(plan):
+        if out and out[-1][0] == rep and out[-1][1] is workload:
+            out[-1][2].append(arm)
+        else:
+            out.append((rep, workload, [arm]))
+    return out
 
 
 def planned_requests(plan: Plan) -> int:

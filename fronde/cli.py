@@ -664,15 +664,29 @@ def bench_verdict(
 
 
 def _save_floor(settings: Settings, store: Any, out: Path, console: Console) -> None:
-    """Save the fastest forced Fronde mode of workload A as this machine's floor."""
+    """Save the fastest forced Fronde mode of workload A as this machine's floor.
+
+    Nothing is saved from a run whose forced arms drifted beyond ±10 % between
+    repetitions (the machine's speed changed: a trial run beside a test suite measured
+    baseline fastest at a drift of 0.22), nor from a run with one repetition.
+    """
     from fronde.bench.arms import ARMS
     from fronde.bench.report import build_report
+    from fronde.bench.verdict import DRIFT_WARN
     from fronde.router.calibration import FLOORS_FILE, calibration_key, save_floor
 
     a = build_report(store).a
     forced = {x.name: x.force for x in ARMS if x.reachable and x.name in a.arms}
     rates = {m: a.total(name) for name, m in forced.items() if m is not None and a.items}
     if not rates:
+        return
+    drifted = [n for n in forced if len(a.reps) < 2 or abs(a.drift(n) - 1.0) > DRIFT_WARN]
+    if drifted:
+        console.print(
+            f"floor: not saved (repetitions disagree or too few: {', '.join(drifted)})",
+            markup=False,
+            highlight=False,
+        )
         return
     best = save_floor(settings.cache_dir, calibration_key(settings), rates, str(out))
     console.print(

@@ -27,7 +27,7 @@ from fronde.router.native import finish_reason
 from fronde.router.policy import Plan, Route, RouterPolicy
 
 from ..fakes.static_pool import static_pool
-from .conftest import Serve, start_serve
+from .conftest import ORIGINAL_POLICY, Serve, start_serve
 
 pytestmark = pytest.mark.integration
 
@@ -37,8 +37,9 @@ PLANETS = "Here is a list of the planets of the solar system with one fact about
 
 @pytest.fixture(scope="module")
 def probing(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Serve]:
-    """`fronde serve` whose floor stays baseline, so every general request is probed."""
-    env = {"FRONDE_ROUTER__FLOOR_CANDIDATES": "[]"}
+    """`fronde serve` whose floor stays baseline and that always probes (the original
+    policy), so every general request is probed."""
+    env = {**ORIGINAL_POLICY, "FRONDE_ROUTER__FLOOR_CANDIDATES": "[]"}
     serve = start_serve(tmp_path_factory.mktemp("probing"), env=env)
     yield serve
     serve.stop()

@@ -23,12 +23,12 @@ from playwright.sync_api import Browser, expect, sync_playwright
 from fronde.backends.process import free_port
 
 from ..unit.test_demo import parse_plain
-from .conftest import Serve, require_real_parts
+from .conftest import ORIGINAL_POLICY, Serve, require_real_parts
 
 pytestmark = pytest.mark.integration
 
 ROOT = Path(__file__).resolve().parents[2]
-MODES = {"baseline", "ngram-simple", "ngram-mod"}
+MODES = {"baseline", "ngram-simple", "ngram-mod", "cascade"}
 CHROMIUM_FLAGS = [
     # This machine's network is closed: without these Chromium keeps trying Google's hosts.
     "--no-sandbox",
@@ -44,8 +44,9 @@ CHROMIUM_FLAGS = [
 def test_demo_plain_plays_every_scene_on_the_real_model(tmp_path: Path) -> None:
     require_real_parts()
     # Nothing answers on this port, so the demo starts its own `fronde serve`: the
-    # path a new user takes, with fresh n-gram pools.
-    env = {**os.environ, "FRONDE_SERVER__PORT": str(free_port())}
+    # path a new user takes, with fresh n-gram pools. Its scenes show the probe, which
+    # the default policy never runs on their 128-token answers: the original one does.
+    env = {**os.environ, **ORIGINAL_POLICY, "FRONDE_SERVER__PORT": str(free_port())}
     out = subprocess.run(
         [sys.executable, str(ROOT / "demo.py"), "--plain"],
         capture_output=True,

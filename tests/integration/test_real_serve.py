@@ -29,11 +29,11 @@ from fronde.router.dispatch.splice import Segment, prompt_ids, segment_stream
 from fronde.runtime.models import load_profile
 
 from ..procs import alive, wait_dead
-from .conftest import Serve, require_real_parts, start_serve
+from .conftest import ORIGINAL_POLICY, Serve, require_real_parts, start_serve
 
 pytestmark = pytest.mark.integration
 
-MODES = ["baseline", "ngram-simple", "ngram-mod"]
+MODES = ["baseline", "ngram-simple", "ngram-mod", "cascade"]
 ASK: list[ChatCompletionMessageParam] = [
     {"role": "user", "content": "List three colours of the rainbow."}
 ]
@@ -92,8 +92,9 @@ def test_streamed_chat_in_each_mode(real_serve: Serve, mode: str) -> None:
 
 
 def test_novel_prompt_is_probed_then_cached(tmp_path: Path) -> None:
-    """On a fresh router (no EMA yet), a novel prompt is probed; the same prompt is cached."""
-    real_serve = start_serve(tmp_path)
+    """With the original policy (floor baseline, probe always), a novel prompt is probed;
+    the same prompt is then cached."""
+    real_serve = start_serve(tmp_path, env=ORIGINAL_POLICY)
     try:
         check_probe_then_cache(real_serve)
     finally:

@@ -17,7 +17,7 @@ import pytest
 from fronde.backends.process import free_port
 
 from ..unit.test_shared import redis_server, router, wait_for
-from .conftest import start_serve
+from .conftest import ORIGINAL_POLICY, start_serve
 
 pytestmark = pytest.mark.integration
 
@@ -30,6 +30,7 @@ def test_two_replicas_share_routes_and_survive_losing_redis(tmp_path: Path) -> N
     shared = {
         "FRONDE_SHARED__REDIS_URL": f"redis://127.0.0.1:{port}/0",
         "FRONDE_SHARED__SYNC_S": "0.2",
+        **ORIGINAL_POLICY,
     }
     modes = '["baseline","ngram-simple","ngram-mod"]'
     a = start_serve(tmp_path / "a", env={**shared, "FRONDE_MODES": modes})

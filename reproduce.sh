@@ -5,11 +5,12 @@
 # servers, arm order rotated over 2 repetitions) and workload B (three scripted agent
 # sessions of 8 steps), for every arm: Fronde with each mode forced, the router cold
 # and warm, and static llama-servers (--spec-default, the cascade
-# --spec-type ngram-simple,ngram-mod, ngram-mod n_match 12, short drafts). It prints
+# --spec-type ngram-simple,ngram-mod, short drafts); workload A's arms run side by
+# side, each prompt sent to every arm in turn. It prints
 # the tables and the verdict, and writes records.jsonl, charts and summary.md under
 # runs/verdict-<profile>-<time>/.
 #
-#   ./reproduce.sh            full run (about 25 min on 2 CPU cores: 24 measured for gemma)
+#   ./reproduce.sh            full run (about 30 min on 2 CPU cores: 27 measured for gemma, 31 for SmolLM2)
 #   ./reproduce.sh --quick    20 prompts, 48 tokens, one session (about 10 min)
 #
 # FRONDE_PROFILE picks the model: cpu-gemma-270m (default; a base model, prompted

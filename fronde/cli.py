@@ -671,11 +671,10 @@ def _save_floor(settings: Settings, store: Any, out: Path, console: Console) -> 
     baseline fastest at a drift of 0.22), nor from a run with one repetition.
     """
     from fronde.bench.arms import ARMS
-    from fronde.bench.report import build_report
-    from fronde.bench.verdict import DRIFT_WARN
+    from fronde.bench.verdict import DRIFT_WARN, table
     from fronde.router.calibration import FLOORS_FILE, calibration_key, save_floor
 
-    a = build_report(store).a
+    a = table(store.samples(), "first-encounter")  # no checks: the report computes them
     forced = {x.name: x.force for x in ARMS if x.reachable and x.name in a.arms}
     rates = {m: a.total(name) for name, m in forced.items() if m is not None and a.items}
     if not rates:

@@ -38,6 +38,7 @@ __all__ = [
     "DEFAULT_PROFILE",
     "ROUTER_DEFAULTS",
     "BackendSettings",
+    "ProbePolicy",
     "RouterSettings",
     "ServerSettings",
     "Settings",
@@ -179,6 +180,10 @@ class UpstreamSettings(_Section):
     )
 
 
+ProbePolicy = Literal["auto", "always", "never"]
+"""When the router may probe (``router.probe``; :mod:`fronde.router.policy`, rule 5)."""
+
+
 class RouterSettings(_Section):
     """The routing policy; defaults are the original FRONDE router's constants."""
 
@@ -201,7 +206,7 @@ class RouterSettings(_Section):
         description="the mode every class starts from: auto = the fastest Fronde mode "
         "`fronde bench verdict` measured on this machine and profile, else ngram-mod",
     )
-    probe: Literal["auto", "always", "never"] = Field(
+    probe: ProbePolicy = Field(
         default="auto",
         description="probe a candidate against the floor: auto = only for budgets of at "
         "least probe_min_tokens (or none) and a candidate unmeasured for the class",

@@ -168,6 +168,12 @@ async def _prepare(http: httpx.AsyncClient, plan: Plan, target: Target, arm: Arm
             await send(http, target.base_url, plan.form, body, target.headers)
 
 
+def _sample_head(item: Item, order: int, level: Level, t_start: float) -> dict[str, Any]:
+    """A sample's item, domain, order, level and start (s since ``t_start``, perf_counter)."""
+    rec: dict[str, Any] = {"item": item.id, "domain": item.domain, "order": order}
+    return rec | {"level": level.tag, "t0": round(time.perf_counter() - t_start, 4)}
+
+
 async def _request(
     http: httpx.AsyncClient,
     plan: Plan,
@@ -201,8 +207,7 @@ async def _pass(
     t_start = time.perf_counter()
 
     async def one(order: int, item: Item) -> None:
-        rec: dict[str, Any] = {"item": item.id, "domain": item.domain, "order": order}
-        rec |= {"level": level.tag, "t0": round(time.perf_counter() - t_start, 4)}
+        rec = _sample_head(item, order, level, t_start)
         try:
             emit(await _request(http, plan, target, item, rec, level))
         finally:
@@ -293,9 +298,7 @@ async def run_plan(
             for order, item in enumerate(workload.items):
                 for j in range(len(live)):
                     arm, t = live[(order + rep + j) % len(live)]
-                    rec: dict[str, Any] = {"item": item.id, "domain": item.domain}
-                    rec |= {"order": order, "level": ""}
-                    rec |= {"t0": round(time.perf_counter() - t_start, 4)}
+                    rec = _sample_head(item, order, Level(), t_start)
                     sample = await _request(http, plan, t, item, rec, Level())
                     store.append({"type": "sample", **heads[arm.name], **sample})
                     progress("", 1)

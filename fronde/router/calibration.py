@@ -25,6 +25,7 @@ from typing import Any, cast
 from fronde.config import Settings
 from fronde.errors import FrondeError
 from fronde.modes import Mode
+from fronde.router.policy import FALLBACK_FLOOR
 from fronde.runtime.install import find_llama_binary
 from fronde.runtime.local import profile_of
 
@@ -40,9 +41,6 @@ __all__ = [
 
 FLOORS_FILE = "floors.json"
 """The file under the cache folder that keeps measured floors."""
-
-FALLBACK_FLOOR = Mode.NGRAM_MOD
-"""The floor when nothing was measured (see the module docstring)."""
 
 
 @dataclass(frozen=True)

@@ -75,7 +75,7 @@ QUARANTINE_S: float = ROUTER_DEFAULTS.quarantine_s
 """How long a collapsed mode is kept out: 120 s (original FRONDE router;
 ``router.quarantine_s``)."""
 
-DRAFT_COST = 0.2
+DRAFT_COST: float = ROUTER_DEFAULTS.draft_cost
 """Verify cost of one drafted token, in decode steps: a target pass over k tokens takes
 ``1 + DRAFT_COST·(k − 1)`` steps. Measured with llama-bench at depth 256
 (``results/atlas-*/verify-cost.json``): r(17) = 3.96 and r(33) = 7.34 steps on 2 CPU

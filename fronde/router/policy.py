@@ -57,11 +57,12 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Literal
 
-from fronde.config import ROUTER_DEFAULTS
+from fronde.config import ROUTER_DEFAULTS, ProbePolicy
 from fronde.modes import Mode
 from fronde.router.classify import RequestClass
 
 __all__ = [
+    "FALLBACK_FLOOR",
     "MARGIN",
     "PROBE_TOKENS",
     "LoadRule",
@@ -87,8 +88,8 @@ router; ``router.margin``)."""
 LoadRule = Literal["serialize", "spread", "off"]
 """How concurrent requests are placed (see the module docstring)."""
 
-ProbePolicy = Literal["auto", "always", "never"]
-"""When a probe may run (see rule 5 of the module docstring)."""
+FALLBACK_FLOOR = Mode.NGRAM_MOD
+"""The starting floor when none was measured (:mod:`fronde.router.calibration`)."""
 
 
 class Route(StrEnum):
@@ -124,7 +125,7 @@ class RouterPolicy:
     floor_candidates: tuple[Mode, ...] = tuple(ROUTER_DEFAULTS.floor_candidates)
     edit_mode: Mode = ROUTER_DEFAULTS.edit_mode
     load_rule: LoadRule = ROUTER_DEFAULTS.load_rule
-    floor: Mode = Mode.NGRAM_MOD
+    floor: Mode = FALLBACK_FLOOR
     probe: ProbePolicy = ROUTER_DEFAULTS.probe
     probe_min_tokens: int = ROUTER_DEFAULTS.probe_min_tokens
 

@@ -217,7 +217,21 @@ class RouterSettings(_Section):
         le=1_000_000,
         description="auto probes only with a token budget this large or open",
     )
-    edit_mode: Mode = Field(default=Mode.NGRAM_MOD, description="mode for the EDIT class")
+    predict: bool = Field(
+        default=True,
+        description="route by counterfactual prediction: every answer is replayed for "
+        "every n-gram mode, and a bucket with evidence goes to its best predicted mode",
+    )
+    predict_band: float = Field(
+        default=0.03,
+        ge=0,
+        le=1,
+        description="the floor is kept while its predicted speed-up is within this "
+        "fraction of the best (ties keep ngram-mod's memory whole)",
+    )
+    edit_mode: Mode = Field(
+        default=Mode.NGRAM_MOD, description="mode for the EDIT class until its bucket has evidence"
+    )
     edit_block_chars: int = Field(
         default=800, ge=1, le=1_000_000, description="smallest code/JSON block of an edit, chars"
     )

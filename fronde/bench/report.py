@@ -12,9 +12,10 @@ from __future__ import annotations
 import io
 import math
 from collections import Counter, defaultdict
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Any
+from statistics import median
+from typing import Any, cast
 
 from rich.console import Console
 from rich.table import Table as RichTable
@@ -34,13 +35,30 @@ from fronde.bench.verdict import (
     verdict_of,
 )
 
-__all__ = ["Report", "build_report"]
+__all__ = ["Report", "build_report", "prediction_errors"]
 
 _ABOUT = {a.name: a.about for a in ARMS}
 
 
 def _f(x: float, digits: int = 2) -> str:
     return "-" if math.isnan(x) else f"{x:.{digits}f}"
+
+
+def prediction_errors(samples: Iterable[dict[str, Any]]) -> list[float]:
+    """|predicted ÷ actual − 1| of each routed sample that carried a prediction.
+
+    The prediction is the ``x-fronde-predicted-tok-s`` header (the counterfactual
+    book's forecast for the chosen mode, made before generating); the actual is the
+    backend's decode tok/s (``timings.predicted_per_second``).
+    """
+    out: list[float] = []
+    for s in samples:
+        route = cast("dict[str, str]", s.get("route") or {})
+        timings = cast("dict[str, float]", s.get("timings") or {})
+        raw, actual = route.get("predicted-tok-s"), timings.get("predicted_per_second")
+        if raw is not None and actual:
+            out.append(abs(float(raw) / float(actual) - 1.0))
+    return out
 
 
 def _decision(sample: dict[str, Any]) -> str:
@@ -202,6 +220,15 @@ class Report:
                 arm,
                 f"collapses: {text}; quarantined at a block's end: " + (", ".join(held) or "none"),
             )
+        for arm in (a for a in t.arms if a.startswith("router")):
+            errors = prediction_errors(s for runs in t.runs[arm].values() for s in runs.values())
+            if errors:
+                tab.add_row(
+                    "(all)",
+                    arm,
+                    f"predicted ÷ actual decode tok/s − 1, chosen mode: median |error| "
+                    f"{median(errors):.3f} over {len(errors)} predicted requests",
+                )
         return tab
 
     def session_table(self) -> RichTable:

@@ -24,6 +24,7 @@ from fronde.modes import Mode
 from fronde.router.cache import RouteCache
 from fronde.router.calibration import Floor, resolve_floor
 from fronde.router.classify import RequestClass
+from fronde.router.counterfactual import Counterfactual, bucket_of
 from fronde.router.measure import MIN_TOKENS, Measurement, Measurements
 from fronde.router.policy import Plan, Route, RouterPolicy, plan_route
 from fronde.timings import Timings
@@ -71,6 +72,15 @@ class Decision:
     streamed: int = 0
     first_event: float | None = None
     last_event: float | None = None
+    bucket: str = ""
+    predicted: dict[str, float] = field(default_factory=dict[str, float])
+    counterfactual: dict[str, float] = field(default_factory=dict[str, float])
+    measurement: Measurement | None = None
+
+    @property
+    def predicted_tok_s(self) -> float | None:
+        """The decode tok/s predicted for the mode that serves, before generating."""
+        return self.predicted.get(str(self.winner or self.plan.mode))
 
     def live_tok_s(self) -> float | None:
         """Events per second since the first one: (streamed − 1) ÷ (last − first), or None."""
@@ -103,6 +113,10 @@ class Decision:
             "tokens": self.tokens,
             "queued_ms": self.queued_ms,
             "overhead_ms": self.overhead_ms,
+            "bucket": self.bucket,
+            "predicted_tok_s": self.predicted_tok_s,
+            "predicted": self.predicted,
+            "counterfactual": self.counterfactual,
         }
 
 
@@ -166,6 +180,8 @@ class Router:
         swap_residency: with swap residency, waiting for residency serializes, so the
             load rule must not.
         floor_why: where ``policy.floor`` came from, for ``/fronde/v1/router``.
+        counterfactual: the counterfactual book (:mod:`fronde.router.counterfactual`),
+            or None to route without it.
     """
 
     def __init__(
@@ -180,8 +196,10 @@ class Router:
         events: RouterEvents | None = None,
         swap_residency: bool = False,
         floor_why: str = "",
+        counterfactual: Counterfactual | None = None,
     ) -> None:
         self.policy = policy or RouterPolicy()
+        self.counterfactual = counterfactual
         self.floor_why = floor_why or f"{self.policy.floor}: set by the policy"
         self.measurements = measurements if measurements is not None else Measurements()
         self.cache = cache if cache is not None else RouteCache()
@@ -232,6 +250,15 @@ class Router:
             floor=start.mode,
             probe=r.probe,
             probe_min_tokens=r.probe_min_tokens,
+            predict=r.predict,
+            predict_band=r.predict_band,
+        )
+        book = Counterfactual(
+            settings.speculation,
+            settings.modes,
+            draft_cost=r.draft_cost,
+            ema_alpha=r.ema_alpha,
+            band=r.predict_band,
         )
         log.info("router.floor", floor=str(start.mode), why=start.why, probe=r.probe)
         return cls(
@@ -244,6 +271,7 @@ class Router:
             events=events,
             swap_residency=settings.residency == "swap",
             floor_why=start.why,
+            counterfactual=book,
         )
 
     async def recall(self, key: str) -> None:
@@ -259,10 +287,13 @@ class Router:
         forced: Mode | None = None,
         now: float | None = None,
         budget: int | None = None,
+        overlap: float = 0.0,
     ) -> Decision:
         """Plan one request (see :func:`~fronde.router.policy.plan_route`) and remember it.
 
-        ``budget`` is the request's token budget (None: open), for the probe policy.
+        ``budget`` is the request's token budget (None: open), for the probe policy;
+        ``overlap`` its prompt's self-overlap
+        (:func:`~fronde.router.counterfactual.self_overlap`), for its bucket.
         """
         now = time.monotonic() if now is None else now
         ms = self.measurements
@@ -272,6 +303,9 @@ class Router:
         on_probation = {m for m in Mode if ms.on_probation(m, now)}
         probation = on_probation if self.policy.probe == "always" else set[Mode]()
         cached = self.cache.get(key, now, excluded=quarantined | probation)
+        bucket = bucket_of(str(cls), overlap)
+        book = self.counterfactual
+        speedups = book.speedups(bucket) if book is not None else {}
         plan = plan_route(
             cls,
             ready=ready,
@@ -284,8 +318,11 @@ class Router:
             probation=probation,
             busy={m for m in Mode if self.in_flight[m] >= self.slots},
             active=set() if self.swap_residency else {m for m in Mode if self.in_flight[m] > 0},
+            speedups=speedups,
         )
-        decision = Decision(plan, cls, key, now, rid=f"r{next(self._ids)}")
+        decision = Decision(plan, cls, key, now, rid=f"r{next(self._ids)}", bucket=bucket)
+        if book is not None:
+            decision.predicted = {str(m): round(v, 2) for m, v in book.predict(bucket).items()}
         self.recent.append(decision)
         self._version += 1
         return decision
@@ -340,6 +377,7 @@ class Router:
             tokens=row["tokens"],
             overhead_ms=_round(row["overhead_ms"], 3),
             queued_ms=_round(row["queued_ms"], 1),
+            predicted_tok_s=row["predicted_tok_s"],
             elapsed_s=row["elapsed_s"],
             error=error,
         )
@@ -386,6 +424,50 @@ class Router:
             )
         decision.decode_tok_s = m.decode_tok_s
         decision.alpha, decision.tau, decision.tokens = m.alpha, m.tau, m.tokens
+        decision.measurement = m
+        self._version += 1
+
+    def observe(
+        self,
+        decision: Decision,
+        mode: Mode,
+        prompt: list[int],
+        generated: list[int],
+        budget: int | None,
+    ) -> None:
+        """Replay a finished request for every mode and fold it into the counterfactual book.
+
+        Called once the answer's token ids are known, after the answer ended. A
+        forced, probed or unsafe-for-spec request only feeds the mirror of the server
+        that saw it (its content was picked, or split between two servers); the
+        others give every replayable mode a counterfactual speed for the request's
+        bucket, and the chosen mode's prediction an error.
+        """
+        book = self.counterfactual
+        if book is None or decision.status != "done":
+            return
+        m = decision.measurement
+        route = decision.plan.route
+        if m is None or route in (Route.FORCED, Route.PROBE, Route.UNSAFE):
+            book.seen(mode, prompt, generated)
+            return
+        stats = book.replay(mode, prompt, generated, budget)
+        obs = book.observe(
+            decision.bucket, mode, m, stats, predicted_tok_s=decision.predicted_tok_s
+        )
+        if obs is None:
+            return
+        decision.counterfactual = {str(k): round(v, 2) for k, v in obs.speed.items()}
+        log.info(
+            "route.counterfactual",
+            id=decision.rid,
+            bucket=decision.bucket,
+            mode=str(mode),
+            actual_tok_s=round(obs.actual_tok_s, 1),
+            predicted_tok_s=decision.predicted_tok_s,
+            replay_error=round(obs.replay_error, 3),
+            **{str(k).replace("-", "_"): round(v, 1) for k, v in obs.speed.items()},
+        )
         self._version += 1
 
     def remember(self, key: str, mode: Mode, now: float) -> None:
@@ -427,7 +509,12 @@ class Router:
                 "floor_why": self.floor_why,
                 "probe": self.policy.probe,
                 "probe_min_tokens": self.policy.probe_min_tokens,
+                "predict": self.policy.predict,
+                "predict_band": self.policy.predict_band,
             },
+            "counterfactual": (
+                self.counterfactual.snapshot() if self.counterfactual is not None else None
+            ),
             "modes": self.measurements.snapshot(now),
             "in_flight": {str(m): n for m, n in self.in_flight.items() if n},
             "cache": {"entries": len(self.cache), "max_entries": self.cache.max_entries},

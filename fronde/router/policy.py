@@ -10,6 +10,13 @@ Order of rules (the first that applies wins):
 3. **edit**: a large code/JSON block plus an edit verb → the edit mode (ngram-mod),
    with no probe.
 4. **cache**: this exact request was routed before → the same mode.
+4½. **predicted**: the counterfactual book (:mod:`fronde.router.counterfactual`) has
+   a predicted speed-up over baseline for every usable replayable mode in this
+   request's bucket (class × prompt self-overlap) → the best of them, or the floor
+   when the floor's prediction is within ``predict_band`` of the best: ties go to the
+   floor, whose server keeps the n-gram memory of every request it served. The EDIT
+   class takes this rule before its own once its bucket has evidence, so its mode
+   comes from what edits measured, not from the constant ``edit_mode``.
 5. **probe**: generate the first ``probe_tokens`` on the aggressive candidate and
    compare its decode tok/s with the floor's (its EMA for this class, or a floor
    probe the first time); the candidate wins only at ≥ ``margin`` × the floor.
@@ -52,7 +59,7 @@ Both rerouting rules answer with class ``fallback``.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Literal
@@ -72,6 +79,7 @@ __all__ = [
     "RouterPolicy",
     "SpeedFn",
     "choose_floor",
+    "choose_predicted",
     "hand_over_pays",
     "plan_route",
     "probe_allowed",
@@ -99,6 +107,7 @@ class Route(StrEnum):
     UNSAFE = "unsafe-for-spec"
     EDIT = "edit"
     CACHE = "cache"
+    PREDICTED = "predicted"
     PROBE = "probe"
     FALLBACK = "fallback"
 
@@ -117,6 +126,8 @@ class RouterPolicy:
         floor: the mode a class's floor starts from (see the module docstring).
         probe: ``auto``, ``always`` or ``never`` (see rule 5).
         probe_min_tokens: under ``auto``, the smallest token budget that is probed.
+        predict: whether the predicted rule (4½) may choose.
+        predict_band: the floor is kept within this fraction of the best prediction.
     """
 
     probe_tokens: int = PROBE_TOKENS
@@ -128,6 +139,8 @@ class RouterPolicy:
     floor: Mode = FALLBACK_FLOOR
     probe: ProbePolicy = ROUTER_DEFAULTS.probe
     probe_min_tokens: int = ROUTER_DEFAULTS.probe_min_tokens
+    predict: bool = ROUTER_DEFAULTS.predict
+    predict_band: float = ROUTER_DEFAULTS.predict_band
 
 
 @dataclass(frozen=True)
@@ -174,6 +187,28 @@ def choose_floor(cls: str, usable: Collection[Mode], speed: SpeedFn, policy: Rou
         if s >= policy.margin * own
     ]
     return max(qualified)[1] if qualified else start
+
+
+def choose_predicted(
+    speedups: Mapping[Mode, float], usable: Collection[Mode], floor: Mode, band: float
+) -> Mode | None:
+    """The mode rule 4½ picks from predicted speed-ups over baseline, or None.
+
+    Args:
+        speedups: mode → predicted decode speed ÷ baseline's for the request's bucket.
+        usable: modes that may serve now.
+        floor: the class's floor.
+        band: the floor is kept when its speed-up × (1 + band) ≥ the best one.
+
+    Returns:
+        None when the floor has no prediction (a draft-model floor: the replay cannot
+        stand in for it) or no other usable mode has one.
+    """
+    known = {m: r for m, r in speedups.items() if m in usable}
+    if floor not in known or len(known) < 2:
+        return None
+    best = max(known, key=lambda m: known[m])
+    return floor if known[floor] * (1 + band) >= known[best] else best
 
 
 def hand_over_pays(
@@ -250,6 +285,7 @@ def _plan(
     quarantined: Collection[Mode] = (),
     probation: Collection[Mode] = (),
     busy: Collection[Mode] = (),
+    speedups: Mapping[Mode, float] | None = None,
 ) -> Plan:
     """The rules without the ``serialize`` load rule; arguments as :func:`plan_route`."""
     if cls is RequestClass.UNSAFE:
@@ -263,12 +299,21 @@ def _plan(
         # Everything quarantined: serve from a ready backend rather than refuse.
         usable = [m for m in Mode if m in ready]
     floor = choose_floor(cls, usable, speed, policy)
+    predicted = (
+        choose_predicted(speedups, usable, floor, policy.predict_band)
+        if speedups and policy.predict
+        else None
+    )
+    if cls is RequestClass.EDIT and predicted is not None:
+        return _unbusy(Plan(Route.PREDICTED, predicted), usable, busy, floor)
     if cls is RequestClass.EDIT:
         route = Route.EDIT if policy.edit_mode in usable else Route.FALLBACK
         mode = policy.edit_mode if route is Route.EDIT else floor
         return _unbusy(Plan(route, mode), usable, busy, floor)
     if cached is not None and cached in usable:
         return _unbusy(Plan(Route.CACHE, cached), usable, busy, floor)
+    if predicted is not None:
+        return _unbusy(Plan(Route.PREDICTED, predicted), usable, busy, floor)
     # A mode on probation is probed before it gets traffic again.
     probe_pool = [m for m in Mode if m in ready and m not in quarantined]
     # The first available aggressive mode is the candidate; the others stand in
@@ -309,6 +354,7 @@ def plan_route(
     probation: Collection[Mode] = (),
     busy: Collection[Mode] = (),
     active: Collection[Mode] = (),
+    speedups: Mapping[Mode, float] | None = None,
 ) -> Plan:
     """Decide how to route one request (pure; see the module docstring for the rules).
 
@@ -324,6 +370,8 @@ def plan_route(
         probation: modes out of quarantine but not yet re-probed.
         busy: modes whose backend has no free slot (for the ``spread`` rule).
         active: modes with a request in flight (for the ``serialize`` rule).
+        speedups: the counterfactual book's predicted speed-up over baseline per
+            mode for the request's bucket (rule 4½), or None.
 
     Returns:
         The plan.
@@ -342,6 +390,7 @@ def plan_route(
         quarantined=quarantined,
         probation=probation,
         busy=busy if policy.load_rule == "spread" else (),
+        speedups=speedups,
     )
     if policy.load_rule == "serialize":
         usable = [m for m in Mode if m in ready and m not in quarantined]

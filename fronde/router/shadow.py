@@ -21,9 +21,13 @@ The drafters follow llama.cpp b11434 line for line:
   consecutive drafts with less than a quarter accepted reset the table. Defaults
   ``n_max=64``, ``n_min=48`` (``common/common.h``); Fronde runs ``n_match=12``.
   llama.cpp hashes into 4 Mi slots where a collision overwrites; this replay keys a
-  dict by the exact n-gram, so it differs only on hash collisions. The real table
-  is shared by every request a server has seen; :class:`NgramModTable` can be kept
-  across calls to mirror that.
+  dict by the n-gram's Python hash, so it differs only on hash collisions. The real
+  table is shared by every request a server has seen; :class:`NgramModTable` can be
+  kept across calls to mirror that, and :meth:`NgramModTable.fork` asks "what if this
+  request had gone there" without changing the mirror.
+- **cascade** (``--spec-type ngram-simple,ngram-mod``; ``common_speculative_draft``):
+  each speculator is asked in turn and the first non-empty draft is used; only the
+  speculator that drafted counts the pass's acceptance (``common_speculative_accept``).
 
 The server side (``tools/server/server-context.cpp``): a draft is cut to
 ``n_remaining - 1`` tokens; each target pass yields the accepted prefix plus one
@@ -39,10 +43,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 __all__ = [
+    "CascadeDrafter",
     "NgramModTable",
     "ShadowStats",
     "ngram_simple_drafter",
     "replay",
+    "shadow_cascade",
     "shadow_ngram_mod",
     "shadow_ngram_simple",
 ]
@@ -59,6 +65,10 @@ _MOD_ADD_CHUNK = 32
 """New n-grams are added once more than this many tokens are pending (speculative.cpp)."""
 _MOD_LOW_ACCEPT = 0.25
 _MOD_LOW_STREAK = 5
+MIRROR_MAX_ENTRIES = 1 << 22
+"""A mirror holding more entries than llama.cpp's table has slots (4 Mi) starts over:
+the real table overwrites on collision by then, so the mirror is an approximation
+either way, and this bounds its memory (about 100 bytes an entry)."""
 
 Drafter = Callable[[Sequence[int], int], list[int]]
 """(context ids, last sampled id) → draft ids; the context excludes the sampled id."""
@@ -176,7 +186,8 @@ class NgramModTable:
     """ngram-mod's n-gram → next-token table, one per llama-server process.
 
     Keep one instance across calls to mirror a server that has served earlier
-    requests (llama.cpp shares the table across requests and slots).
+    requests (llama.cpp shares the table across requests and slots); :meth:`fork`
+    gives a copy-on-write view to replay a request the server did not see.
 
     Raises:
         ValueError: on construction, ``n_match`` below 1 or ``n_min`` above ``n_max``.
@@ -191,18 +202,40 @@ class NgramModTable:
         self.n = n_match
         self.n_max = n_max
         self.n_min = n_min
-        self._next: dict[tuple[int, ...], int] = {}
+        self._next: dict[int, int] = {}
+        self._base: dict[int, int] | None = None  # a fork reads through to its parent
         self._i_last = 0
         self._n_low = 0
         self._n_draft_last = 0
 
     def __len__(self) -> int:
-        """Entries in the table."""
-        return len(self._next)
+        """Entries in the table (a fork's own plus its parent's, counted once each)."""
+        if self._base is None:
+            return len(self._next)
+        return len(self._base) + sum(1 for k in self._next if k not in self._base)
+
+    def fork(self) -> NgramModTable:
+        """A view that reads this table and writes only to itself (this one is unchanged).
+
+        Its low-acceptance state starts as this table's; a reset empties only the fork.
+        """
+        out = NgramModTable(self.n, self.n_max, self.n_min)
+        out._base = self._next
+        out._n_low = self._n_low
+        return out
+
+    def _get(self, key: int) -> int | None:
+        got = self._next.get(key)
+        if got is None and self._base is not None:
+            got = self._base.get(key)
+        return got
 
     def _add(self, tokens: Sequence[int], start: int, stop: int) -> None:
+        if self._base is None and len(self._next) > MIRROR_MAX_ENTRIES:
+            self._next.clear()
+        n, table = self.n, self._next
         for i in range(start, stop):
-            self._next[tuple(tokens[i : i + self.n])] = tokens[i + self.n]
+            table[hash(tuple(tokens[i : i + n]))] = tokens[i + n]
 
     def begin(self, prompt: Sequence[int]) -> None:
         """A request starts: add the prompt's n-grams (``begin`` in speculative.cpp)."""
@@ -226,7 +259,7 @@ class NgramModTable:
         window = [*context[cur - n + 1 :], sampled]
         out: list[int] = []
         for i in range(self.n_max):
-            token = self._next.get(tuple(window[i : i + n]))
+            token = self._get(hash(tuple(window[i : i + n])))
             if token is None:
                 if i < self.n_min:
                     return []
@@ -235,6 +268,10 @@ class NgramModTable:
             window.append(token)
         self._n_draft_last = len(out)
         return out
+
+    def passed_over(self) -> None:
+        """Another speculator drafted this pass: its acceptance is not this table's."""
+        self._n_draft_last = 0
 
     def accept(self, n_drafted: int, n_accepted: int) -> None:
         """Record a pass's acceptance; a low streak resets the table (``accept``)."""
@@ -245,10 +282,43 @@ class NgramModTable:
             self._n_low += 1
             if self._n_low >= _MOD_LOW_STREAK:
                 self._next.clear()
+                self._base = None
                 self._n_low = 0
                 self._i_last = 0
         else:
             self._n_low = 0
+
+
+class CascadeDrafter:
+    """``--spec-type ngram-simple,ngram-mod``: ngram-simple's draft, else ngram-mod's.
+
+    Args:
+        table: the cascade server's ngram-mod table (a mirror, or a fork of one);
+            :meth:`begin` must have been called with the request's prompt.
+        size_n: ngram-simple's lookup length.
+        size_m: ngram-simple's longest draft.
+    """
+
+    def __init__(
+        self,
+        table: NgramModTable,
+        size_n: int = NGRAM_SIMPLE_SIZE_N,
+        size_m: int = NGRAM_SIMPLE_SIZE_M,
+    ) -> None:
+        self.table = table
+        self._simple = ngram_simple_drafter(size_n, size_m)
+
+    def draft(self, context: Sequence[int], sampled: int) -> list[int]:
+        """The first non-empty draft of ngram-simple, then ngram-mod."""
+        out = self._simple(context, sampled)
+        if out:
+            self.table.passed_over()
+            return out
+        return self.table.draft(context, sampled)
+
+    def accept(self, n_drafted: int, n_accepted: int) -> None:
+        """Only the speculator that drafted counts the acceptance."""
+        self.table.accept(n_drafted, n_accepted)
 
 
 def shadow_ngram_simple(
@@ -283,3 +353,27 @@ def shadow_ngram_mod(
     tab = table if table is not None else NgramModTable(n_match)
     tab.begin(prompt)
     return replay(prompt, generated, tab.draft, n_predict=n_predict, on_accept=tab.accept)
+
+
+def shadow_cascade(
+    prompt: Sequence[int],
+    generated: Sequence[int],
+    *,
+    table: NgramModTable,
+    size_n: int = NGRAM_SIMPLE_SIZE_N,
+    size_m: int = NGRAM_SIMPLE_SIZE_M,
+    n_predict: int | None = None,
+) -> ShadowStats:
+    """What the ngram-simple, ngram-mod cascade would have drafted and accepted.
+
+    Args:
+        prompt: the prompt's token ids.
+        generated: the generated token ids.
+        table: the cascade server's ngram-mod table (a mirror or a fork; it learns).
+        size_n: ngram-simple's lookup length.
+        size_m: ngram-simple's longest draft.
+        n_predict: the request's token budget (see :func:`replay`).
+    """
+    table.begin(prompt)
+    cascade = CascadeDrafter(table, size_n, size_m)
+    return replay(prompt, generated, cascade.draft, n_predict=n_predict, on_accept=cascade.accept)

@@ -28,9 +28,14 @@ from fronde.runtime.models import model_path
 
 SERVE_TIMEOUT_S = 240.0
 
-ORIGINAL_POLICY = {"FRONDE_ROUTER__FLOOR": "baseline", "FRONDE_ROUTER__PROBE": "always"}
-"""The original FRONDE router's policy (floor baseline, probe every novel request): the
-tests of the probe path set it, since the default never probes a short answer."""
+ORIGINAL_POLICY = {
+    "FRONDE_ROUTER__FLOOR": "baseline",
+    "FRONDE_ROUTER__PROBE": "always",
+    "FRONDE_ROUTER__PREDICT": "false",
+}
+"""The original FRONDE router's policy (floor baseline, probe every novel request, no
+counterfactual prediction): the tests of the probe path set it, since the default
+never probes a short answer."""
 
 GEMMA = "cpu-gemma-270m"
 """The profile these tests run on unless one says otherwise: the base model the

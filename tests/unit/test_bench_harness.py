@@ -716,3 +716,22 @@ def test_drift_between_repetitions_is_measured_and_marked() -> None:
     assert table(grid(ARMS4, items, 1, rate), "first-encounter").drift("base") == 1.0
     text = rendered(Report(samples, "first-encounter", "agent-sessions"))
     assert "base 2.00!" in text and "mod 1.00," in text and "suspect" in text
+
+
+def test_best_static_is_also_cross_fitted_on_the_other_repetition() -> None:
+    # default is fast in rep 0 and slow in rep 1, mod the other way round; the router
+    # runs at 20 both times. In-sample, the best static arm totals 25 (either): 0.8.
+    # Cross-fitted, each held-out repetition is scored against the arm that won the
+    # other one, which there runs at 10: 2.0 both times.
+    rates = {"base": (10.0, 10.0), "mod": (10.0, 40.0), "default": (40.0, 10.0)}
+
+    def rate(a: str, i: str, r: int) -> float:
+        return 20.0 if a == "router" else rates[a][r]
+
+    t = table(grid(ARMS4, {"i1": "d", "i2": "d"}, 2, rate), "first-encounter")
+    cs = checks(t, "router", "base", ["base", "mod"])
+    c = _named(cs, "(a) router ÷ best static, cross-fitted")
+    assert c.value == pytest.approx(2.0) and c.passed
+    assert c.name.endswith("(mod/default)")  # held out rep 0: mod won rep 1, and so on
+    one = table(grid(ARMS4, {"i1": "d"}, 1, rate), "first-encounter")
+    assert not [x for x in checks(one, "router", "base", ["base"]) if "cross-fitted" in x.name]

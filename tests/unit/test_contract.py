@@ -36,7 +36,7 @@ from ..procs import wait_dead
 
 MODES = [Mode.BASELINE, Mode.NGRAM_SIMPLE, Mode.NGRAM_MOD]
 
-ORIGINAL_ROUTER: dict[str, Any] = {"floor": "baseline", "probe": "always"}
+ORIGINAL_ROUTER: dict[str, Any] = {"floor": "baseline", "probe": "always", "predict": False}
 """``router`` settings of the original FRONDE policy, for tests of the probe machinery:
 floors start at baseline and every routed request probes a candidate that differs from
 the floor (the defaults start at ngram-mod and probe only long, unmeasured requests)."""

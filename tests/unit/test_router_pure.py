@@ -222,7 +222,7 @@ def test_no_collapse_without_history() -> None:
 
 ALL = {Mode.BASELINE, Mode.NGRAM_SIMPLE, Mode.NGRAM_MOD}
 POLICY = RouterPolicy()
-ORIGINAL = RouterPolicy(floor=Mode.BASELINE, probe="always")
+ORIGINAL = RouterPolicy(floor=Mode.BASELINE, probe="always", predict=False)
 """The original FRONDE router's policy: floors start at baseline, every candidate is probed."""
 
 

@@ -204,6 +204,7 @@ class Runtime:
             starter.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await starter
+            await self.dispatcher.hindsight.aclose()
             if self.swap is not None:
                 await self.swap.stop()
             await self.pool.stop()

@@ -1,0 +1,312 @@
+"""Counterfactual measurement: what every model-free mode would have done on each request.
+
+A probe measures one candidate on 48 tokens and pays a hand-over; this book measures
+every n-gram mode on every answer, at no decoding cost. Once a request is answered the
+proxy has its prompt's and its answer's token ids; :mod:`fronde.router.shadow` replays
+what baseline, ngram-simple, ngram-mod and the cascade would have drafted and accepted
+on them, and the verify-cost model turns the counts into decode time:
+
+    decode_ms(m) = step_ms × k_m × (passes_m + c × drafted_m)
+
+- ``step_ms``: the time of one target pass on *this* request, from the mode that ran,
+  ``decode_ms ÷ (passes + c × drafted)`` with its real counts (llama-server
+  ``timings``); it carries the machine's load and the context length of the moment.
+- ``c`` = ``router.draft_cost`` (:data:`~fronde.router.measure.DRAFT_COST`): a target
+  pass over k drafted tokens costs ``1 + c·k`` plain passes (llama-bench).
+- ``passes_m``, ``drafted_m``: the replay's counts for mode ``m``. ngram-mod and the
+  cascade replay against a **mirror** of their server's table, fed with every request
+  that server saw, so their memory across requests is in the estimate; a request sent
+  elsewhere is replayed on a fork and leaves the mirror as it was.
+- ``k_m``: the online calibration, an EMA of actual ÷ replayed decode time over the
+  requests ``m`` served (1 until then): replay error, re-tokenized answers and a mirror
+  that drifted all land here.
+
+Each request then gives every replayable mode a sample of its speed-up over baseline,
+``decode_ms(baseline) ÷ decode_ms(m)``, folded into an EMA per **bucket**: the static
+class and the prompt's self-overlap (:func:`self_overlap`). Before a request is
+generated, :meth:`Counterfactual.predict` reads its bucket; the policy
+(:func:`~fronde.router.policy.plan_route`) takes the best prediction and, within
+``band``, the floor, whose server keeps its n-gram memory whole. The prediction made
+for the chosen mode is compared with its actual decode tok/s afterwards
+(:meth:`Counterfactual.errors`).
+
+Pure bookkeeping, no I/O; the dispatcher fetches the token ids and calls
+:meth:`Counterfactual.observe`.
+"""
+
+from __future__ import annotations
+
+import re
+import statistics
+from collections import deque
+from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from fronde.modes import Mode, SpeculationSettings
+from fronde.router.measure import DRAFT_COST, EMA_ALPHA, MIN_TOKENS, Ema, Measurement
+from fronde.router.shadow import (
+    NgramModTable,
+    ShadowStats,
+    shadow_cascade,
+    shadow_ngram_mod,
+    shadow_ngram_simple,
+)
+
+__all__ = [
+    "MIN_BUCKET_SAMPLES",
+    "REPLAYABLE",
+    "Counterfactual",
+    "Observation",
+    "bucket_of",
+    "self_overlap",
+]
+
+REPLAYABLE = (Mode.BASELINE, Mode.NGRAM_SIMPLE, Mode.NGRAM_MOD, Mode.CASCADE)
+"""Modes the replay can stand in for: the model-free ones (a draft model's drafts need it)."""
+
+MIN_BUCKET_SAMPLES = 2
+"""Requests a bucket needs before its predictions are used."""
+
+OVERLAP_N = 4
+"""Word n-gram length of :func:`self_overlap`."""
+
+OVERLAP_EDGES = (0.05, 0.25)
+"""Self-overlap bucket edges: below 5 % (fresh text), below 25 %, above (copy-heavy)."""
+
+ERRORS_KEPT = 200
+"""Recent prediction errors kept for their median."""
+
+_WORD = re.compile(r"\S+")
+
+
+def self_overlap(text: str, n: int = OVERLAP_N) -> float:
+    """The share of ``text``'s word ``n``-grams that already occurred earlier in it.
+
+    A cheap, token-free stand-in for what an n-gram drafter can copy from the prompt
+    (0.0: nothing repeats; a prompt holding a file and an instruction to re-emit it
+    scores high). 0.0 for fewer than ``n + 1`` words.
+    """
+    words = _WORD.findall(text)
+    if len(words) <= n:
+        return 0.0
+    seen: set[tuple[str, ...]] = set()
+    repeated = 0
+    for i in range(len(words) - n + 1):
+        gram = tuple(words[i : i + n])
+        if gram in seen:
+            repeated += 1
+        else:
+            seen.add(gram)
+    return repeated / (len(words) - n + 1)
+
+
+def bucket_of(cls: str, overlap: float) -> str:
+    """The bucket key of a request: ``"<class>|<overlap band>"`` (bands: low, mid, high)."""
+    low, mid = OVERLAP_EDGES
+    band = "low" if overlap < low else "mid" if overlap < mid else "high"
+    return f"{cls}|{band}"
+
+
+@dataclass(frozen=True)
+class Observation:
+    """What one request told the book.
+
+    Attributes:
+        served: the mode that ran.
+        speed: mode → counterfactual decode tok/s on this request (the served mode's
+            is its replay, calibrated, beside its actual).
+        actual_tok_s: the served mode's real decode tok/s.
+        replay_error: |replayed ÷ actual decode time − 1| of the served mode, before
+            this request's calibration update.
+        stats: mode → the replay's counts.
+    """
+
+    served: Mode
+    speed: dict[Mode, float]
+    actual_tok_s: float
+    replay_error: float
+    stats: dict[Mode, ShadowStats]
+
+
+@dataclass
+class _Bucket:
+    ratio: dict[Mode, Ema] = field(default_factory=dict[Mode, Ema])  # speed-up over baseline
+    speed: dict[Mode, Ema] = field(default_factory=dict[Mode, Ema])  # decode tok/s
+    samples: int = 0
+
+
+class Counterfactual:
+    """Counterfactual speeds per bucket, the n-gram mirrors, and the prediction errors.
+
+    Args:
+        spec: the speculation settings the backends run with (ngram-mod's table).
+        modes: the modes running here; only those among :data:`REPLAYABLE` are replayed.
+        draft_cost: verify cost of a drafted token, in decode steps (``c``).
+        ema_alpha: EMA smoothing weight.
+        band: within this fraction of the best prediction the floor is kept.
+    """
+
+    def __init__(
+        self,
+        spec: SpeculationSettings,
+        modes: Collection[Mode],
+        draft_cost: float = DRAFT_COST,
+        ema_alpha: float = EMA_ALPHA,
+        band: float = 0.03,
+    ) -> None:
+        self.spec = spec
+        self.modes = tuple(m for m in REPLAYABLE if m in modes)
+        self.draft_cost = draft_cost
+        self.ema_alpha = ema_alpha
+        self.band = band
+        self.mirrors: dict[Mode, NgramModTable] = {
+            m: self._table() for m in (Mode.NGRAM_MOD, Mode.CASCADE) if m in self.modes
+        }
+        self.calibration: dict[Mode, Ema] = {}
+        self._buckets: dict[str, _Bucket] = {}
+        self._errors: dict[str, deque[float]] = {
+            "predicted": deque(maxlen=ERRORS_KEPT),
+            "replay": deque(maxlen=ERRORS_KEPT),
+        }
+
+    def _table(self) -> NgramModTable:
+        s = self.spec
+        return NgramModTable(s.ngram_mod_n_match, s.ngram_mod_n_max, s.ngram_mod_n_min)
+
+    def _work(self, st: ShadowStats) -> float:
+        """Cost-weighted target passes: passes + c × drafted."""
+        return st.passes + self.draft_cost * st.drafted
+
+    def replay(
+        self, served: Mode, prompt: Sequence[int], generated: Sequence[int], budget: int | None
+    ) -> dict[Mode, ShadowStats]:
+        """Replay every replayable mode over a request's ids; the served mode's mirror learns.
+
+        Args:
+            served: the mode whose server answered (its mirror takes the request in).
+            prompt: the prompt's token ids.
+            generated: the answer's token ids.
+            budget: the request's token budget (None: the answer's length).
+        """
+        out: dict[Mode, ShadowStats] = {}
+        n = len(generated)
+        for mode in self.modes:
+            match mode:
+                case Mode.BASELINE:
+                    out[mode] = ShadowStats(n, 0, 0, max(n, 1))
+                case Mode.NGRAM_SIMPLE:
+                    out[mode] = shadow_ngram_simple(prompt, generated, n_predict=budget)
+                case Mode.NGRAM_MOD:
+                    mirror = self.mirrors[mode]
+                    table = mirror if mode is served else mirror.fork()
+                    out[mode] = shadow_ngram_mod(prompt, generated, table=table, n_predict=budget)
+                case _:  # the cascade
+                    mirror = self.mirrors[mode]
+                    table = mirror if mode is served else mirror.fork()
+                    out[mode] = shadow_cascade(prompt, generated, table=table, n_predict=budget)
+        return out
+
+    def seen(self, served: Mode, prompt: Sequence[int], generated: Sequence[int]) -> None:
+        """A request the book does not measure (forced, probed) still reached a server's table."""
+        if served in self.mirrors:
+            self.replay(served, prompt, generated, None)
+
+    def observe(
+        self,
+        bucket: str,
+        served: Mode,
+        m: Measurement,
+        stats: Mapping[Mode, ShadowStats],
+        *,
+        predicted_tok_s: float | None = None,
+    ) -> Observation | None:
+        """Turn one request's replay into counterfactual speeds and fold them in.
+
+        Args:
+            bucket: the request's bucket (:func:`bucket_of`).
+            served: the mode that ran.
+            m: its measurement (real counts and decode time).
+            stats: :meth:`replay`'s result for the same request.
+            predicted_tok_s: what was predicted for ``served`` before generating, if
+                anything; its error is recorded.
+
+        Returns:
+            The observation, or None when the request is too short to measure
+            (:data:`~fronde.router.measure.MIN_TOKENS`), lacks a decode time, or its
+            mode is not replayed.
+        """
+        if served not in stats or m.tokens < MIN_TOKENS or m.decode_ms <= 0:
+            return None
+        real_work = m.tokens - m.accepted + self.draft_cost * m.drafted
+        if real_work <= 0:
+            return None
+        step_ms = m.decode_ms / real_work
+        own = self._work(stats[served])
+        cal = self.calibration.setdefault(served, Ema(self.ema_alpha))
+        replay_error = abs(step_ms * own * (cal.value or 1.0) / m.decode_ms - 1.0)
+        if own > 0:
+            cal.update(m.decode_ms / (step_ms * own))
+        speed: dict[Mode, float] = {}
+        for mode, st in stats.items():
+            k = self.calibration[mode].value if mode in self.calibration else None
+            ms = step_ms * (k or 1.0) * self._work(st)
+            if ms > 0:
+                speed[mode] = m.tokens / (ms / 1000.0)
+        b = self._buckets.setdefault(bucket, _Bucket())
+        base = speed.get(Mode.BASELINE)
+        for mode, tok_s in speed.items():
+            b.speed.setdefault(mode, Ema(self.ema_alpha)).update(tok_s)
+            if base:
+                b.ratio.setdefault(mode, Ema(self.ema_alpha)).update(tok_s / base)
+        b.samples += 1
+        self._errors["replay"].append(replay_error)
+        if predicted_tok_s is not None and m.decode_tok_s > 0:
+            self._errors["predicted"].append(abs(predicted_tok_s / m.decode_tok_s - 1.0))
+        return Observation(served, speed, m.decode_tok_s, replay_error, dict(stats))
+
+    def predict(self, bucket: str) -> dict[Mode, float]:
+        """Predicted decode tok/s of each replayable mode for a request of ``bucket``.
+
+        Empty until the bucket has :data:`MIN_BUCKET_SAMPLES` requests.
+        """
+        b = self._buckets.get(bucket)
+        if b is None or b.samples < MIN_BUCKET_SAMPLES:
+            return {}
+        return {m: e.value for m, e in b.speed.items() if e.value is not None}
+
+    def speedups(self, bucket: str) -> dict[Mode, float]:
+        """Predicted speed-up over baseline of each mode for ``bucket`` (empty: not yet)."""
+        b = self._buckets.get(bucket)
+        if b is None or b.samples < MIN_BUCKET_SAMPLES:
+            return {}
+        return {m: e.value for m, e in b.ratio.items() if e.value is not None}
+
+    def errors(self) -> dict[str, float | None]:
+        """Median absolute relative errors, None while unmeasured.
+
+        ``predicted``: the chosen mode's prediction before generating against its
+        actual decode tok/s. ``replay``: the served mode's replay against its actual
+        decode time, after the fact.
+        """
+        return {k: statistics.median(v) if v else None for k, v in self._errors.items()}
+
+    def snapshot(self) -> dict[str, Any]:
+        """JSON-ready state for ``/fronde/v1/router``."""
+        errs = self.errors()
+        return {
+            "band": self.band,
+            "draft_cost": self.draft_cost,
+            "calibration": {str(m): e.value for m, e in self.calibration.items()},
+            "mirror_entries": {str(m): len(t) for m, t in self.mirrors.items()},
+            "median_error": errs,
+            "errors_counted": {k: len(v) for k, v in self._errors.items()},
+            "buckets": {
+                key: {
+                    "samples": b.samples,
+                    "decode_tok_s": {str(m): e.value for m, e in b.speed.items()},
+                    "speedup": {str(m): e.value for m, e in b.ratio.items()},
+                }
+                for key, b in self._buckets.items()
+            },
+        }

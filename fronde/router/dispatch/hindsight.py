@@ -1,0 +1,146 @@
+"""After an answer: its token ids, for the counterfactual book.
+
+The router's counterfactual replay (:meth:`~fronde.router.engine.Router.observe`)
+needs the prompt's and the answer's token ids, which an OpenAI answer does not carry
+(llama-server b11434 returns ``tokens`` only on its native endpoint, and only in the
+partial chunks of a stream). So once an answer has ended, the prompt is rendered and
+tokenized on the backend that served it (as the probe does,
+:func:`~fronde.router.dispatch.splice.prompt_ids`) and the answer's text tokenized
+without special tokens; a re-tokenized answer can differ from the sampled ids at a
+few boundaries, which the book's calibration absorbs.
+
+The work runs as a background task, after the client has its last byte; it never
+touches an answer, and any failure is logged at debug level and dropped. The tasks
+are kept in a :class:`Hindsight` so that shutdown can cancel them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Sequence
+from typing import Any, cast
+
+from fronde.backends.client import BackendClient
+from fronde.errors import FrondeError
+from fronde.logging import get_logger
+from fronde.modes import Mode
+from fronde.router.dispatch.collect import collect
+from fronde.router.dispatch.splice import prompt_ids
+from fronde.router.engine import Decision, Router
+from fronde.router.native import Kind, max_new_tokens
+
+__all__ = ["Hindsight", "answer_text", "text_of"]
+
+log = get_logger(__name__)
+
+
+async def _lines(pieces: Sequence[bytes]) -> AsyncIterator[bytes]:
+    for piece in pieces:
+        yield piece
+
+
+async def answer_text(kind: Kind, pieces: Sequence[bytes]) -> str | None:
+    """The text of a relayed SSE answer (its content pieces joined), or None if it broke."""
+    try:
+        data = await collect(_lines(pieces), kind)
+    except FrondeError:
+        return None
+    return text_of(kind, data)
+
+
+def text_of(kind: Kind, data: dict[str, Any]) -> str | None:
+    """The generated text of a non-streamed OpenAI answer, or None if it has none."""
+    raw = data.get("choices")
+    choices = cast("list[Any]", raw) if isinstance(raw, list) else []
+    first = cast("dict[str, Any]", choices[0]) if choices and isinstance(choices[0], dict) else {}
+    if kind == "text":
+        text = first.get("text")
+    else:
+        message = first.get("message")
+        text = cast("dict[str, Any]", message).get("content") if isinstance(message, dict) else None
+    return text if isinstance(text, str) else None
+
+
+class Hindsight:
+    """The background tasks that feed answered requests to the counterfactual book.
+
+    Args:
+        client: the HTTP client to the backends.
+        router: the router whose book is fed.
+    """
+
+    def __init__(self, client: BackendClient, router: Router) -> None:
+        self.client = client
+        self.router = router
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    @property
+    def enabled(self) -> bool:
+        """Whether the router keeps a counterfactual book at all."""
+        return self.router.counterfactual is not None
+
+    def after(
+        self,
+        decision: Decision,
+        mode: Mode,
+        url: str,
+        kind: Kind,
+        body: dict[str, Any],
+        text: str | None = None,
+        pieces: Sequence[bytes] = (),
+    ) -> None:
+        """Schedule the replay of an answered request.
+
+        Its ``text``, or the relayed SSE ``pieces`` it is read from. No-op without a
+        book, or for a token-array prompt.
+        """
+        if not self.enabled or (not text and not pieces):
+            return
+        if kind == "text" and not isinstance(body.get("prompt"), str):
+            return  # a token-array or batched prompt: nothing to render
+        task = asyncio.create_task(self._run(decision, mode, url, kind, body, text, pieces))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _run(
+        self,
+        decision: Decision,
+        mode: Mode,
+        url: str,
+        kind: Kind,
+        body: dict[str, Any],
+        text: str | None,
+        pieces: Sequence[bytes],
+    ) -> None:
+        if text is None:
+            text = await answer_text(kind, pieces)
+        if not text:
+            return
+        try:
+            prompt = await prompt_ids(self.client, url, kind, body)
+            out = await self.client.post_json(
+                url, "/tokenize", {"content": text, "add_special": False, "parse_special": False}
+            )
+        except FrondeError as exc:
+            log.debug("counterfactual.skipped", id=decision.rid, error=exc.message)
+            return
+        ids: Any = out.get("tokens")
+        if not isinstance(ids, list):
+            return
+        generated = [int(t) for t in ids]  # pyright: ignore[reportUnknownArgumentType, reportUnknownVariableType]
+        self.router.observe(decision, mode, prompt, generated, max_new_tokens(body))
+
+    async def drain(self) -> None:
+        """Wait for the scheduled replays (tests; a shutdown cancels them instead)."""
+        while self._tasks:
+            await asyncio.gather(*list(self._tasks), return_exceptions=True)
+
+    async def aclose(self) -> None:
+        """Cancel the replays still scheduled."""
+        tasks = list(self._tasks)
+        for task in tasks:
+            task.cancel()
+        for task in tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task

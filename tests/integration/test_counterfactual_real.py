@@ -1,0 +1,66 @@
+"""The counterfactual book on real parts: llama-server b11434 and gemma-3-270m.
+
+Every answered request is replayed for every n-gram mode from its token ids, which
+Fronde fetches from the backend after the answer; the served mode's replay must
+reproduce what its real server did, or the predictions that route later requests
+mean nothing.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from .conftest import start_serve
+
+pytestmark = pytest.mark.integration
+
+# Completion-style text a base model continues by copying: n-gram drafts pay off.
+BLOCK = "def add(a, b):\n    return a + b\n\n\ndef sub(a, b):\n    return a - b\n\n"
+
+
+def _state(http: httpx.Client) -> dict[str, Any]:
+    return http.get("/fronde/v1/router").json()
+
+
+def test_replayed_answers_match_their_server_and_route_later_ones(tmp_path: Path) -> None:
+    serve = start_serve(
+        tmp_path, "--mode", "baseline", "--mode", "ngram-simple", "--mode", "ngram-mod"
+    )
+    try:
+        with httpx.Client(base_url=serve.base_url, timeout=120) as http:
+            classes: list[str] = []
+            for i in range(3):
+                body = {
+                    "prompt": f"# module {i}\n" + BLOCK * 3,
+                    "max_tokens": 64,
+                    "temperature": 0,
+                }
+                r = http.post("/v1/completions", json=body)
+                assert r.status_code == 200, r.text
+                classes.append(r.headers["x-fronde-class"])
+                deadline = time.monotonic() + 30
+                while time.monotonic() < deadline:  # the replay runs after the answer
+                    book = _state(http)["counterfactual"]
+                    if sum(b["samples"] for b in book["buckets"].values()) > i:
+                        break
+                    time.sleep(0.1)
+                else:
+                    raise AssertionError(f"answer {i} was never replayed: {_state(http)}")
+            state = _state(http)
+    finally:
+        serve.stop()
+    book = state["counterfactual"]
+    [(bucket, entry)] = book["buckets"].items()
+    assert bucket == "general|high" and entry["samples"] == 3
+    # The served mode's replay against its real decode time, before calibration.
+    assert book["median_error"]["replay"] < 0.25, book
+    # Copying text: the replay predicts n-gram modes well above plain decoding.
+    assert entry["speedup"]["ngram-simple"] > 1.2, entry
+    assert classes[:2] == ["fallback", "fallback"] and classes[2] == "predicted", classes
+    last = state["recent"][-1]
+    assert last["predicted_tok_s"] is not None and last["counterfactual"]

@@ -1,0 +1,223 @@
+"""The counterfactual book: replay every mode, predict per bucket, route on the prediction."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from fronde.modes import Mode, SpeculationSettings
+from fronde.router.classify import RequestClass
+from fronde.router.counterfactual import (
+    MIN_BUCKET_SAMPLES,
+    Counterfactual,
+    bucket_of,
+    self_overlap,
+)
+from fronde.router.engine import Router
+from fronde.router.measure import Measurement
+from fronde.router.policy import Route, RouterPolicy, choose_predicted, plan_route
+from fronde.router.shadow import NgramModTable, shadow_ngram_mod
+
+from .test_api import serve, wait_healthy
+
+ALL = list(Mode)
+SPEC = SpeculationSettings(ngram_mod_n_match=4, ngram_mod_n_min=2, ngram_mod_n_max=8)
+
+
+def _no_speed(mode: Mode, cls: str) -> float | None:
+    return None
+
+
+def test_self_overlap_scores_repeated_text_high_and_fresh_text_zero() -> None:
+    fresh = " ".join(f"w{i}" for i in range(100))
+    assert self_overlap(fresh) == 0.0
+    assert self_overlap("too short") == 0.0
+    block = " ".join(f"w{i}" for i in range(50))
+    assert self_overlap(f"{block} rewrite this: {block}") > 0.4
+
+
+def test_buckets_split_by_class_and_overlap() -> None:
+    assert bucket_of("general", 0.0) == "general|low"
+    assert bucket_of("general", 0.1) == "general|mid"
+    assert bucket_of("edit", 0.6) == "edit|high"
+
+
+def test_a_fork_learns_nothing_into_its_mirror() -> None:
+    mirror = NgramModTable(n_match=2, n_max=4, n_min=1)
+    prompt, generated = [1, 2, 3, 4, 5, 6], [7, 8, 9, 1, 2, 3, 4]
+    shadow_ngram_mod(prompt, generated, table=mirror.fork())
+    assert len(mirror) == 0
+    shadow_ngram_mod(prompt, generated, table=mirror)
+    learnt = len(mirror)
+    assert learnt > 0
+    fork = mirror.fork()
+    shadow_ngram_mod([20, 21, 22, 23], [24, 25, 26], table=fork)
+    assert len(mirror) == learnt
+    assert len(fork) > learnt
+
+
+def test_ngram_mod_is_drafted_from_its_servers_memory_only_where_it_served() -> None:
+    book = Counterfactual(SPEC, ALL)
+    text = list(range(100, 140))
+    first = book.replay(Mode.BASELINE, [1, 2, 3, 4, 5], text, None)
+    assert first[Mode.NGRAM_MOD].drafted == 0
+    # Served elsewhere: ngram-mod's server never saw it, so a repeat drafts nothing.
+    again = book.replay(Mode.BASELINE, [9, 8, 7, 6, 5], text, None)
+    assert again[Mode.NGRAM_MOD].drafted == 0
+    # Served by ngram-mod: its table now holds the answer, and a repeat copies it.
+    book.replay(Mode.NGRAM_MOD, [1, 2, 3, 4, 5], text, None)
+    warm = book.replay(Mode.BASELINE, [9, 8, 7, 6, 5], text, None)
+    assert warm[Mode.NGRAM_MOD].accepted >= 20  # answers enter the table in 32-token chunks
+    assert warm[Mode.BASELINE] == first[Mode.BASELINE]
+    assert warm[Mode.CASCADE].accepted == 0  # the cascade's server saw none of it
+
+
+def test_cascade_drafts_what_ngram_simple_copies_from_the_prompt() -> None:
+    book = Counterfactual(SPEC, ALL)
+    block = list(range(200, 260))
+    stats = book.replay(Mode.BASELINE, [*block, 5, 6], block, None)
+    assert stats[Mode.NGRAM_SIMPLE].accepted > 20
+    assert stats[Mode.CASCADE].accepted >= stats[Mode.NGRAM_SIMPLE].accepted
+
+
+def _measure(tokens: int, decode_ms: float, drafted: int = 0, accepted: int = 0) -> Measurement:
+    return Measurement(tokens, tokens / decode_ms * 1000, None, None, decode_ms, drafted, accepted)
+
+
+def test_the_served_modes_replay_reproduces_its_actual_speed() -> None:
+    book = Counterfactual(SPEC, ALL, draft_cost=0.2)
+    prompt, gen = [1, 2, 3], list(range(10, 74))
+    stats = book.replay(Mode.BASELINE, prompt, gen, None)
+    obs = book.observe("general|low", Mode.BASELINE, _measure(64, 1600.0), stats)
+    assert obs is not None
+    assert obs.speed[Mode.BASELINE] == pytest.approx(40.0)
+    assert obs.replay_error == pytest.approx(0.0)
+    # Nothing to copy: every n-gram mode is predicted at plain speed.
+    assert obs.speed[Mode.NGRAM_MOD] == pytest.approx(40.0)
+
+
+def test_a_copying_answer_predicts_ngram_modes_faster_by_the_verify_cost_model() -> None:
+    book = Counterfactual(SPEC, ALL, draft_cost=0.2)
+    block = list(range(300, 364))
+    stats = book.replay(Mode.BASELINE, [*block, 7], block, None)
+    obs = book.observe("edit|high", Mode.BASELINE, _measure(64, 1600.0), stats)
+    assert obs is not None
+    simple = stats[Mode.NGRAM_SIMPLE]
+    expected = 64 / (25.0 * (simple.passes + 0.2 * simple.drafted) / 1000)  # step 25 ms
+    assert obs.speed[Mode.NGRAM_SIMPLE] == pytest.approx(expected)
+    assert obs.speed[Mode.NGRAM_SIMPLE] > 1.5 * obs.speed[Mode.BASELINE]
+
+
+def test_predictions_need_evidence_and_errors_are_counted() -> None:
+    book = Counterfactual(SPEC, ALL)
+    gen = list(range(10, 74))
+    for i in range(MIN_BUCKET_SAMPLES):
+        assert book.predict("general|low") == {}
+        stats = book.replay(Mode.NGRAM_MOD, [i, i + 1], gen, None)
+        book.observe("general|low", Mode.NGRAM_MOD, _measure(64, 1600.0), stats)
+    assert book.predict("general|low")[Mode.BASELINE] == pytest.approx(40.0)
+    assert book.speedups("general|low")[Mode.NGRAM_SIMPLE] == pytest.approx(1.0)
+    assert book.errors()["predicted"] is None
+    stats = book.replay(Mode.NGRAM_MOD, [5, 6], gen, None)
+    book.observe("general|low", Mode.NGRAM_MOD, _measure(64, 2000.0), stats, predicted_tok_s=40.0)
+    assert book.errors()["predicted"] == pytest.approx(40.0 / 32.0 - 1.0)
+
+
+def test_too_short_or_untimed_answers_are_not_counted() -> None:
+    book = Counterfactual(SPEC, ALL)
+    stats = book.replay(Mode.BASELINE, [1], [2, 3, 4], None)
+    assert book.observe("general|low", Mode.BASELINE, _measure(3, 100.0), stats) is None
+    draft_only = book.replay(Mode.DRAFT, [1], list(range(5, 40)), None)
+    assert Mode.DRAFT not in draft_only
+    assert book.observe("general|low", Mode.DRAFT, _measure(35, 100.0), draft_only) is None
+
+
+def test_choose_predicted_keeps_the_floor_within_the_band() -> None:
+    usable = [Mode.BASELINE, Mode.NGRAM_SIMPLE, Mode.NGRAM_MOD]
+    close = {Mode.BASELINE: 1.0, Mode.NGRAM_SIMPLE: 1.25, Mode.NGRAM_MOD: 1.23}
+    assert choose_predicted(close, usable, Mode.NGRAM_MOD, 0.03) is Mode.NGRAM_MOD
+    far = {Mode.BASELINE: 1.0, Mode.NGRAM_SIMPLE: 1.40, Mode.NGRAM_MOD: 1.23}
+    assert choose_predicted(far, usable, Mode.NGRAM_MOD, 0.03) is Mode.NGRAM_SIMPLE
+    # A mode that is not usable (quarantined, absent) is never picked.
+    assert choose_predicted(far, usable[::2], Mode.NGRAM_MOD, 0.03) is Mode.NGRAM_MOD
+    # No prediction for the floor (a draft model): the rule stands aside.
+    assert choose_predicted(far, [*usable, Mode.DRAFT], Mode.DRAFT, 0.03) is None
+
+
+def test_plan_routes_on_predictions_after_the_cache_and_before_the_probe() -> None:
+    ready = [Mode.BASELINE, Mode.NGRAM_SIMPLE, Mode.NGRAM_MOD, Mode.CASCADE]
+    ups = {Mode.BASELINE: 1.0, Mode.NGRAM_SIMPLE: 1.1, Mode.NGRAM_MOD: 1.0, Mode.CASCADE: 1.6}
+    policy = RouterPolicy(probe="always", floor=Mode.BASELINE)
+    kw: dict[str, Any] = {"ready": ready, "speed": _no_speed, "policy": policy, "speedups": ups}
+    plan = plan_route(RequestClass.GENERAL, **kw)
+    assert (plan.route, plan.mode) == (Route.PREDICTED, Mode.CASCADE)
+    assert plan_route(RequestClass.GENERAL, cached=Mode.NGRAM_SIMPLE, **kw).route is Route.CACHE
+    edit = plan_route(RequestClass.EDIT, **kw)
+    assert (edit.route, edit.mode) == (Route.PREDICTED, Mode.CASCADE)
+    assert plan_route(RequestClass.UNSAFE, **kw).mode is Mode.BASELINE
+    off_kw: dict[str, Any] = kw | {"policy": RouterPolicy(predict=False)}
+    assert plan_route(RequestClass.GENERAL, **off_kw).route is Route.FALLBACK
+    without: dict[str, Any] = kw | {"speedups": None}
+    assert plan_route(RequestClass.GENERAL, **without).route is Route.PROBE
+
+
+def test_router_feeds_routed_answers_and_only_mirrors_forced_ones() -> None:
+    router = Router(RouterPolicy(), counterfactual=Counterfactual(SPEC, ALL))
+    book = router.counterfactual
+    assert book is not None
+    gen = list(range(10, 74))
+    forced = router.plan(RequestClass.GENERAL, "k0", ALL, forced=Mode.NGRAM_MOD)
+    router.record(forced, Mode.NGRAM_MOD, None)
+    forced.measurement = _measure(64, 1600.0)
+    router.finish(forced, "done")
+    router.observe(forced, Mode.NGRAM_MOD, [1, 2], gen, None)
+    assert book.snapshot()["buckets"] == {}
+    assert book.snapshot()["mirror_entries"]["ngram-mod"] > 0
+    for i in range(MIN_BUCKET_SAMPLES):
+        d = router.plan(RequestClass.GENERAL, f"k{i + 1}", ALL)
+        assert d.plan.route is Route.FALLBACK and d.predicted == {}
+        d.measurement = _measure(64, 1600.0)
+        router.finish(d, "done")
+        router.observe(d, Mode.NGRAM_MOD, [i + 5, i + 6], gen, None)
+        assert d.counterfactual["baseline"] == pytest.approx(40.0)
+    d = router.plan(RequestClass.GENERAL, "k9", ALL)
+    assert d.plan.route is Route.PREDICTED
+    assert d.predicted_tok_s is not None
+    failed = router.plan(RequestClass.GENERAL, "k10", ALL)
+    failed.measurement = _measure(64, 1600.0)
+    router.finish(failed, "error", "boom")
+    router.observe(failed, Mode.NGRAM_MOD, [1], gen, None)
+    assert failed.counterfactual == {}
+
+
+def test_served_answers_are_replayed_and_later_ones_routed_on_the_prediction(
+    fake_binary: Path, tmp_path: Path
+) -> None:
+    with serve(fake_binary, tmp_path) as c:
+        wait_healthy(c)
+        classes: list[str] = []
+        for i in range(MIN_BUCKET_SAMPLES + 1):
+            body = {"messages": [{"role": "user", "content": f"say {i}"}], "max_tokens": 40}
+            if i % 2:
+                body["stream"] = True
+            r = c.post("/v1/chat/completions", json=body)
+            assert r.status_code == 200
+            classes.append(r.headers["x-fronde-class"])
+            deadline = time.monotonic() + 10
+            cf: dict[str, Any] = {}
+            while time.monotonic() < deadline:  # the replay runs after the answer
+                cf = c.get("/fronde/v1/router").json()["counterfactual"]
+                if cf["buckets"].get("general|low", {}).get("samples", 0) > i:
+                    break
+                time.sleep(0.05)
+            else:
+                raise AssertionError(f"request {i} was never replayed: {cf}")
+        assert classes[-1] == "predicted"
+        state = c.get("/fronde/v1/router").json()
+        last = state["recent"][-1]
+        assert last["predicted_tok_s"] is not None
+        assert set(last["counterfactual"]) >= {"baseline", "ngram-simple", "ngram-mod"}
+        assert state["counterfactual"]["median_error"]["predicted"] is not None

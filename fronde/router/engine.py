@@ -319,7 +319,6 @@ class Router:
             busy={m for m in Mode if self.in_flight[m] >= self.slots},
             active=set() if self.swap_residency else {m for m in Mode if self.in_flight[m] > 0},
             speedups=speedups,
-            unmeasured=book.unmeasured() if book is not None else (),
         )
         decision = Decision(plan, cls, key, now, rid=f"r{next(self._ids)}", bucket=bucket)
         if book is not None:

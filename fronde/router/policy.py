@@ -16,9 +16,7 @@ Order of rules (the first that applies wins):
    when the floor's prediction is within ``predict_band`` of the best: ties go to the
    floor, whose server keeps the n-gram memory of every request it served. The EDIT
    class takes this rule before its own once its bucket has evidence, so its mode
-   comes from what edits measured, not from the constant ``edit_mode``. A mode
-   within the band whose own pass cost the book has not measured yet goes first: it
-   is explored where, by prediction, that costs less than the band.
+   comes from what edits measured, not from the constant ``edit_mode``.
 5. **probe**: generate the first ``probe_tokens`` on the aggressive candidate and
    compare its decode tok/s with the floor's (its EMA for this class, or a floor
    probe the first time); the candidate wins only at ≥ ``margin`` × the floor.
@@ -196,7 +194,6 @@ def choose_predicted(
     usable: Collection[Mode],
     floor: Mode,
     band: float,
-    unmeasured: Collection[Mode] = (),
 ) -> Mode | None:
     """The mode rule 4½ picks from predicted speed-ups over baseline, or None.
 
@@ -205,9 +202,6 @@ def choose_predicted(
         usable: modes that may serve now.
         floor: the class's floor.
         band: the floor is kept when its speed-up × (1 + band) ≥ the best one.
-        unmeasured: modes whose own step time the book lacks; the first of them
-            (in :class:`Mode` order) whose speed-up is within the band of the best is
-            explored instead, since by prediction it costs less than the band.
 
     Returns:
         None when the floor has no prediction (a draft-model floor: the replay cannot
@@ -217,11 +211,7 @@ def choose_predicted(
     if floor not in known or len(known) < 2:
         return None
     best = max(known, key=lambda m: known[m])
-    near = [m for m in Mode if m in known and known[m] * (1 + band) >= known[best]]
-    explore = next((m for m in near if m in unmeasured), None)
-    if explore is not None:
-        return explore
-    return floor if floor in near else best
+    return floor if known[floor] * (1 + band) >= known[best] else best
 
 
 def hand_over_pays(
@@ -299,7 +289,6 @@ def _plan(
     probation: Collection[Mode] = (),
     busy: Collection[Mode] = (),
     speedups: Mapping[Mode, float] | None = None,
-    unmeasured: Collection[Mode] = (),
 ) -> Plan:
     """The rules without the ``serialize`` load rule; arguments as :func:`plan_route`."""
     if cls is RequestClass.UNSAFE:
@@ -314,7 +303,7 @@ def _plan(
         usable = [m for m in Mode if m in ready]
     floor = choose_floor(cls, usable, speed, policy)
     predicted = (
-        choose_predicted(speedups, usable, floor, policy.predict_band, unmeasured)
+        choose_predicted(speedups, usable, floor, policy.predict_band)
         if speedups and policy.predict
         else None
     )
@@ -369,7 +358,6 @@ def plan_route(
     busy: Collection[Mode] = (),
     active: Collection[Mode] = (),
     speedups: Mapping[Mode, float] | None = None,
-    unmeasured: Collection[Mode] = (),
 ) -> Plan:
     """Decide how to route one request (pure; see the module docstring for the rules).
 
@@ -387,7 +375,6 @@ def plan_route(
         active: modes with a request in flight (for the ``serialize`` rule).
         speedups: the counterfactual book's predicted speed-up over baseline per
             mode for the request's bucket (rule 4½), or None.
-        unmeasured: modes rule 4½ may explore (see :func:`choose_predicted`).
 
     Returns:
         The plan.
@@ -407,7 +394,6 @@ def plan_route(
         probation=probation,
         busy=busy if policy.load_rule == "spread" else (),
         speedups=speedups,
-        unmeasured=unmeasured,
     )
     if policy.load_rule == "serialize":
         usable = [m for m in Mode if m in ready and m not in quarantined]

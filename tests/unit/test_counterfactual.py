@@ -223,39 +223,20 @@ def test_served_answers_are_replayed_and_later_ones_routed_on_the_prediction(
         assert state["counterfactual"]["median_error"]["predicted"] is not None
 
 
-def test_a_tie_explores_the_mode_whose_pass_cost_is_unknown() -> None:
-    usable = [Mode.BASELINE, Mode.NGRAM_SIMPLE, Mode.NGRAM_MOD]
-    tie = {Mode.BASELINE: 1.0, Mode.NGRAM_SIMPLE: 1.01, Mode.NGRAM_MOD: 1.02}
-    assert choose_predicted(tie, usable, Mode.NGRAM_MOD, 0.03, {Mode.BASELINE}) is Mode.BASELINE
-    # Outside the band an unmeasured mode is not worth its cost.
-    far = {Mode.BASELINE: 1.0, Mode.NGRAM_SIMPLE: 1.01, Mode.NGRAM_MOD: 1.30}
-    assert choose_predicted(far, usable, Mode.NGRAM_MOD, 0.03, {Mode.BASELINE}) is Mode.NGRAM_MOD
-
-
-def test_each_modes_own_pass_cost_corrects_the_others_predictions() -> None:
+def test_each_modes_own_pass_cost_is_reported_not_used() -> None:
     book = Counterfactual(SPEC, ALL)
 
     def gen(k: int) -> list[int]:  # fresh tokens each time: no mirror memory
         return list(range(1000 * k, 1000 * k + 64))
 
-    assert book.unmeasured() == set(book.modes)
     for i in range(2):  # baseline: 25 ms a pass; ngram-mod: 30 ms a pass, same tokens
-        book.observe(
-            "b",
-            Mode.BASELINE,
-            _measure(64, 1600.0),
-            book.replay(Mode.BASELINE, [i], gen(2 * i), None),
-        )
-        book.observe(
-            "b",
-            Mode.NGRAM_MOD,
-            _measure(64, 1920.0),
-            book.replay(Mode.NGRAM_MOD, [i], gen(2 * i + 1), None),
-        )
-    assert Mode.BASELINE not in book.unmeasured() and Mode.NGRAM_MOD not in book.unmeasured()
-    obs = book.observe(
-        "b", Mode.BASELINE, _measure(64, 1600.0), book.replay(Mode.BASELINE, [7], gen(9), None)
-    )
+        stats = book.replay(Mode.BASELINE, [i], gen(2 * i), None)
+        book.observe("b", Mode.BASELINE, _measure(64, 1600.0), stats)
+        stats = book.replay(Mode.NGRAM_MOD, [i], gen(2 * i + 1), None)
+        book.observe("b", Mode.NGRAM_MOD, _measure(64, 1920.0), stats)
+    assert book.snapshot()["step_ms"] == pytest.approx({"baseline": 25.0, "ngram-mod": 30.0})
+    stats = book.replay(Mode.BASELINE, [7], gen(9), None)
+    obs = book.observe("b", Mode.BASELINE, _measure(64, 1600.0), stats)
     assert obs is not None
-    assert obs.speed[Mode.NGRAM_MOD] == pytest.approx(40.0 / 1.2, rel=0.02)
-    assert obs.speed[Mode.NGRAM_SIMPLE] == pytest.approx(40.0)  # no evidence: same pass cost
+    # The served mode's pass time stands for every mode's (see the module docstring).
+    assert obs.speed[Mode.NGRAM_MOD] == pytest.approx(40.0)

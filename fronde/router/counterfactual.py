@@ -76,7 +76,6 @@ MIN_BUCKET_SAMPLES = 2
 """Requests a bucket needs before its predictions are used."""
 
 
-
 OVERLAP_N = 4
 """Word n-gram length of :func:`self_overlap`."""
 

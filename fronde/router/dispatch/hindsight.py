@@ -11,11 +11,11 @@ few boundaries, which the book's calibration absorbs.
 
 The work runs as a background task once the client has its last byte
 (:data:`DELAY_S`) and, on a machine where this router is decoding something else,
-once that has ended (up to :data:`IDLE_WAIT_S`): on 2 CPU cores, a replay that ran
-while the answer's last bytes went out added about 10 ms to each routed request, and
-one that runs during a decode takes cores from it. It never touches an answer, and
-any failure is logged at debug level and dropped. The tasks are kept in a
-:class:`Hindsight` so that shutdown can cancel them.
+once that has ended (up to :data:`IDLE_WAIT_S`): on 2 CPU cores, deferring it cut a
+routed request's time outside llama-server from 26.0 to 22.0 ms (median, CPU gemma
+verdicts), and a replay that runs during a decode takes cores from it. It never
+touches an answer, and any failure is logged at debug level and dropped. The tasks
+are kept in a :class:`Hindsight` so that shutdown can cancel them.
 """
 
 from __future__ import annotations

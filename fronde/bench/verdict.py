@@ -214,10 +214,14 @@ class Check:
         return self.measured and self.judged >= self.bound
 
 
+def _statics(t: Table) -> list[str]:
+    """The non-routed arms."""
+    return [a for a in t.arms if not a.startswith("router")]
+
+
 def best_static(t: Table) -> str:
     """The non-routed arm with the highest total rate."""
-    statics = [a for a in t.arms if not a.startswith("router")]
-    return max(statics, key=t.total)
+    return max(_statics(t), key=t.total)
 
 
 def cross_fitted_static(t: Table, router: str) -> tuple[float, list[str]]:
@@ -230,7 +234,7 @@ def cross_fitted_static(t: Table, router: str) -> tuple[float, list[str]]:
     reps = t.reps
     if len(reps) < 2 or not t.items:
         return math.nan, []
-    statics = [a for a in t.arms if not a.startswith("router")]
+    statics = _statics(t)
     ratios: list[float] = []
     picks: list[str] = []
     for held in reps:

@@ -187,6 +187,11 @@ class Counterfactual:
         """Cost-weighted target passes: passes + c × drafted."""
         return st.passes + self.draft_cost * st.drafted
 
+    def _table_for(self, mode: Mode, served: Mode) -> NgramModTable:
+        """``mode``'s mirror when its server answered, else a fork that leaves it as it was."""
+        mirror = self.mirrors[mode]
+        return mirror if mode is served else mirror.fork()
+
     def replay(
         self, served: Mode, prompt: Sequence[int], generated: Sequence[int], budget: int | None
     ) -> dict[Mode, ShadowStats]:
@@ -207,12 +212,10 @@ class Counterfactual:
                 case Mode.NGRAM_SIMPLE:
                     out[mode] = shadow_ngram_simple(prompt, generated, n_predict=budget)
                 case Mode.NGRAM_MOD:
-                    mirror = self.mirrors[mode]
-                    table = mirror if mode is served else mirror.fork()
+                    table = self._table_for(mode, served)
                     out[mode] = shadow_ngram_mod(prompt, generated, table=table, n_predict=budget)
                 case _:  # the cascade
-                    mirror = self.mirrors[mode]
-                    table = mirror if mode is served else mirror.fork()
+                    table = self._table_for(mode, served)
                     out[mode] = shadow_cascade(prompt, generated, table=table, n_predict=budget)
         return out
 

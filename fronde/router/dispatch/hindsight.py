@@ -24,6 +24,7 @@ import asyncio
 import contextlib
 import time
 from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass
 from typing import Any, cast
 
 from fronde.backends.client import BackendClient
@@ -75,6 +76,17 @@ def text_of(kind: Kind, data: dict[str, Any]) -> str | None:
     return text if isinstance(text, str) else None
 
 
+@dataclass(frozen=True)
+class _Answered:
+    """An answered request: its decision, the mode and backend that served it, its body."""
+
+    decision: Decision
+    mode: Mode
+    url: str
+    kind: Kind
+    body: dict[str, Any]
+
+
 class Hindsight:
     """The background tasks that feed answered requests to the counterfactual book.
 
@@ -112,20 +124,12 @@ class Hindsight:
             return
         if kind == "text" and not isinstance(body.get("prompt"), str):
             return  # a token-array or batched prompt: nothing to render
-        task = asyncio.create_task(self._run(decision, mode, url, kind, body, text, pieces))
+        answered = _Answered(decision, mode, url, kind, body)
+        task = asyncio.create_task(self._run(answered, text, pieces))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    async def _run(
-        self,
-        decision: Decision,
-        mode: Mode,
-        url: str,
-        kind: Kind,
-        body: dict[str, Any],
-        text: str | None,
-        pieces: Sequence[bytes],
-    ) -> None:
+    async def _run(self, a: _Answered, text: str | None, pieces: Sequence[bytes]) -> None:
         await asyncio.sleep(DELAY_S)
         deadline = time.monotonic() + IDLE_WAIT_S
         # Polled: the in-flight counts are plain counters the admissions own, and a
@@ -133,22 +137,22 @@ class Hindsight:
         while sum(self.router.in_flight.values()) > 0 and time.monotonic() < deadline:  # noqa: ASYNC110
             await asyncio.sleep(_IDLE_POLL_S)
         if text is None:
-            text = await answer_text(kind, pieces)
+            text = await answer_text(a.kind, pieces)
         if not text:
             return
         try:
-            prompt = await prompt_ids(self.client, url, kind, body)
+            prompt = await prompt_ids(self.client, a.url, a.kind, a.body)
             out = await self.client.post_json(
-                url, "/tokenize", {"content": text, "add_special": False, "parse_special": False}
+                a.url, "/tokenize", {"content": text, "add_special": False, "parse_special": False}
             )
         except FrondeError as exc:
-            log.debug("counterfactual.skipped", id=decision.rid, error=exc.message)
+            log.debug("counterfactual.skipped", id=a.decision.rid, error=exc.message)
             return
         ids: Any = out.get("tokens")
         if not isinstance(ids, list):
             return
         generated = [int(t) for t in ids]  # pyright: ignore[reportUnknownArgumentType, reportUnknownVariableType]
-        self.router.observe(decision, mode, prompt, generated, max_new_tokens(body))
+        self.router.observe(a.decision, a.mode, prompt, generated, max_new_tokens(a.body))
 
     async def drain(self) -> None:
         """Wait for the scheduled replays (tests; a shutdown cancels them instead)."""

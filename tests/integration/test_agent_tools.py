@@ -163,13 +163,15 @@ def test_curl_recipe(smol: Serve, tmp_path: Path) -> None:
 
 def test_openai_sdk_recipe_answers_a_sentence(smol: Serve) -> None:
     """The README's snippet: an instruct model answers chat, not `10\\n10\\n10`."""
-    client = OpenAI(base_url=f"{smol.base_url}/v1", api_key="unused", max_retries=0)
-    raw = client.chat.completions.with_raw_response.create(
-        model="fronde",
-        messages=[{"role": "user", "content": "Name three colours."}],
-        max_tokens=32,
-    )
-    assert raw.headers["x-fronde-class"] in ("probe", "cache", "fallback")
+    with OpenAI(base_url=f"{smol.base_url}/v1", api_key="unused", max_retries=0) as client:
+        raw = client.chat.completions.with_raw_response.create(
+            model="fronde",
+            messages=[{"role": "user", "content": "Name three colours."}],
+            max_tokens=32,
+        )
+    # Routed by measurement (not refused speculation): the earlier recipes' answers may
+    # already give this bucket a prediction.
+    assert raw.headers["x-fronde-class"] in ("probe", "cache", "predicted", "fallback")
     text = raw.parse().choices[0].message.content or ""
     words = text.split()
     assert len(words) >= 3 and len(set(words)) > len(words) // 2, text  # not a loop

@@ -21,6 +21,7 @@ Every error Fronde raises on purpose derives from :class:`FrondeError`::
     │       └── ContextLengthError  the prompt does not fit the context (HTTP 400)
     └── RequestError                the client's request is wrong (HTTP 4xx)
         ├── InvalidRequestError     malformed JSON, bad field (HTTP 400)
+        ├── NotFoundError           an endpoint this Fronde does not serve (HTTP 404)
         ├── UnknownModeError        `x-fronde-mode` or `fronde:MODE` names no mode (HTTP 400)
         ├── ModeUnavailableError    the named mode is not run by this profile (HTTP 400)
         ├── AuthenticationError     missing or wrong API key (HTTP 401)
@@ -57,6 +58,7 @@ __all__ = [
     "ModelError",
     "ModelFetchError",
     "ModelMissingError",
+    "NotFoundError",
     "PayloadTooLargeError",
     "RequestError",
     "ToolMissingError",
@@ -234,6 +236,13 @@ class RequestError(FrondeError):
 
 class InvalidRequestError(RequestError):
     """Malformed JSON, a missing field, or a field of the wrong type."""
+
+
+class NotFoundError(RequestError):
+    """An endpoint this Fronde does not serve (HTTP 404), with what to do instead."""
+
+    status_code = 404
+    code = "not_found"
 
 
 class UnknownModeError(RequestError):

@@ -6,7 +6,8 @@ background, so ``/health`` can answer 503 while they load; if none comes up at a
 ``on_fatal`` is called (the CLI then stops the server and exits non-zero). Errors
 become HTTP here, in one place: every body is ``{"error": {"message", "type",
 "param", "code"}}``, FastAPI's own 404/405/422 included (422 becomes 400, as OpenAI
-answers malformed requests).
+answers malformed requests), except under ``/v1/messages``, where Anthropic clients
+read ``{"type": "error", "error": {"type", "message"}}``.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from fronde.api.apis import EMBEDDING_PATHS, agents
 from fronde.api.middleware import GateMiddleware
 from fronde.api.passthrough import NATIVE_GET, NATIVE_POST, native
 from fronde.api.routes import router
@@ -31,6 +33,7 @@ from fronde.config import Settings
 from fronde.errors import BackendUnavailableError, FrondeError, openai_error_body
 from fronde.logging import get_logger
 from fronde.router.dispatch import Runtime, build_pool, build_runtime
+from fronde.router.dispatch.apis import INFILL, MESSAGES, RESPONSES, anthropic_error_body
 
 __all__ = ["build_pool", "create_app"]
 
@@ -44,6 +47,10 @@ KNOWN_PATHS = frozenset(
     {
         "/v1/chat/completions",
         "/v1/completions",
+        RESPONSES.path,
+        MESSAGES.path,
+        INFILL.path,
+        *EMBEDDING_PATHS,
         "/v1/models",
         "/health",
         "/health/live",
@@ -71,8 +78,11 @@ EXPOSED_HEADERS = [
 
 
 def _error_response(
-    status: int, body: dict[str, object], headers: dict[str, str] | None = None
+    request: Request, status: int, body: dict[str, Any], headers: dict[str, str] | None = None
 ) -> JSONResponse:
+    """The error as JSON: OpenAI's body, or Anthropic's under ``/v1/messages``."""
+    if request.url.path.startswith(MESSAGES.path):
+        body = anthropic_error_body(status, str(body["error"]["message"]))
     return JSONResponse(body, status_code=status, headers=headers)
 
 
@@ -83,7 +93,7 @@ async def _fronde_error(request: Request, error: Exception) -> Response:
         headers["retry-after"] = str(exc.retry_after_s)
     if exc.status_code >= 500:
         log.warning("request.failed", path=request.url.path, error=exc.message)
-    return _error_response(exc.status_code, exc.to_body(), headers)
+    return _error_response(request, exc.status_code, exc.to_body(), headers)
 
 
 async def _validation_error(request: Request, error: Exception) -> Response:
@@ -93,6 +103,7 @@ async def _validation_error(request: Request, error: Exception) -> Response:
     loc = [str(p) for p in first.get("loc", ()) if p != "body"]
     msg = f"{'.'.join(loc) or 'body'}: {first.get('msg', 'invalid request')}"
     return _error_response(
+        request,
         400,
         openai_error_body(msg, "invalid_request_error", ".".join(loc) or None, "invalid_request"),
     )
@@ -103,6 +114,7 @@ async def _http_error(request: Request, error: Exception) -> Response:
     code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code)
     kind = "invalid_request_error" if exc.status_code < 500 else "server_error"
     return _error_response(
+        request,
         exc.status_code,
         openai_error_body(f"{request.method} {request.url.path}: {exc.detail}", kind, None, code),
         dict(exc.headers or {}),
@@ -112,6 +124,7 @@ async def _http_error(request: Request, error: Exception) -> Response:
 async def _unexpected_error(request: Request, exc: Exception) -> Response:
     log.exception("request.crashed", path=request.url.path)
     return _error_response(
+        request,
         500,
         openai_error_body(
             f"internal error: {type(exc).__name__}", "server_error", None, "internal_error"
@@ -179,6 +192,6 @@ def create_app(
         metrics=runtime.metrics,
     )
     app.add_api_route("/metrics", _prometheus, methods=["GET"], include_in_schema=False)
-    for part in (router, native, ui):
+    for part in (router, agents, native, ui):
         app.include_router(part)
     return app

@@ -18,6 +18,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from fronde.errors import AuthenticationError
 from fronde.metrics import Metrics
+from fronde.router.dispatch.apis import MESSAGES, anthropic_error_body
 
 __all__ = ["GateMiddleware"]
 
@@ -27,7 +28,8 @@ class GateMiddleware:
 
     Args:
         app: the wrapped ASGI app.
-        keys: accepted ``Authorization: Bearer`` keys; empty turns authentication off.
+        keys: accepted keys, sent as ``Authorization: Bearer KEY`` or ``x-api-key: KEY``
+            (the anthropic SDK's header); empty turns authentication off.
         open_paths: paths served without a key (``/health`` for liveness probes).
         known_paths: paths counted under their own label; the rest count as "other".
         metrics: where ``fronde_requests_total`` lives.
@@ -55,6 +57,8 @@ class GateMiddleware:
             if name == b"authorization":
                 scheme, _, token = value.decode("latin-1").partition(" ")
                 return scheme.lower() == "bearer" and token.strip() in self.keys
+            if name == b"x-api-key":  # how the anthropic SDK sends its key
+                return value.decode("latin-1").strip() in self.keys
         return False
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -64,10 +68,13 @@ class GateMiddleware:
             return
         path = scope["path"] if scope["path"] in self.known_paths else "other"
         if not self._authorized(scope):
-            exc = AuthenticationError("missing or wrong API key: send `Authorization: Bearer KEY`")
-            response = JSONResponse(
-                exc.to_body(), status_code=401, headers={"www-authenticate": "Bearer"}
+            exc = AuthenticationError(
+                "missing or wrong API key: send `Authorization: Bearer KEY` (or `x-api-key: KEY`)"
             )
+            body = exc.to_body()
+            if scope["path"].startswith(MESSAGES.path):  # Anthropic clients read their shape
+                body = anthropic_error_body(401, exc.message)
+            response = JSONResponse(body, status_code=401, headers={"www-authenticate": "Bearer"})
             self.metrics.requests.labels(path, "401", "", "").inc()
             await response(scope, receive, send)
             return

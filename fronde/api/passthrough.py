@@ -1,11 +1,12 @@
 """llama.cpp's native endpoints, passed through to one chosen backend.
 
-``POST /completion``, ``/tokenize``, ``/detokenize``, ``/apply-template`` and
-``GET /props``, ``/slots`` reach the backend named by the ``x-fronde-mode``
-header or the ``mode`` query parameter; without either, baseline (or, when
-baseline does not run, the first ready mode). No routing happens here: these
-are for tools that speak llama-server's own API, and for checking a backend
-(``/slots`` shows whether a slot is still processing).
+``POST /completion``, ``/tokenize``, ``/detokenize``, ``/apply-template``, the token
+counts of the other APIs (``/v1/messages/count_tokens``, which Claude Code calls, and
+``/v1/responses/input_tokens``) and ``GET /props``, ``/slots`` reach the backend
+named by the ``x-fronde-mode`` header or the ``mode`` query parameter; without
+either, baseline (or, when baseline does not run, the first ready mode). No routing
+happens here: these are for tools that speak llama-server's own API, and for checking
+a backend (``/slots`` shows whether a slot is still processing).
 
 Bodies go to the backend as sent; the client's headers do not (Fronde's own
 client builds each request). A streamed ``/completion`` is relayed byte for
@@ -26,7 +27,14 @@ __all__ = ["NATIVE_GET", "NATIVE_POST", "native"]
 
 native = APIRouter()
 
-NATIVE_POST = ("/completion", "/tokenize", "/detokenize", "/apply-template")
+NATIVE_POST = (
+    "/completion",
+    "/tokenize",
+    "/detokenize",
+    "/apply-template",
+    "/v1/messages/count_tokens",
+    "/v1/responses/input_tokens",
+)
 """llama-server endpoints passed through on POST."""
 NATIVE_GET = ("/props", "/slots")
 """llama-server endpoints passed through on GET."""

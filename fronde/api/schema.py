@@ -39,6 +39,7 @@ __all__ = [
     "check_chat",
     "check_common",
     "check_completion",
+    "check_number",
     "read_json_body",
 ]
 
@@ -124,7 +125,12 @@ async def read_json_body(request: Request, max_bytes: int) -> dict[str, Any]:
     return cast("dict[str, Any]", body)
 
 
-def _number(body: dict[str, Any], name: str, lo: float, hi: float) -> None:
+def check_number(body: dict[str, Any], name: str, lo: float, hi: float) -> None:
+    """Check that ``body[name]``, when present, is a number from ``lo`` to ``hi``.
+
+    Raises:
+        InvalidRequestError: it is not (``param`` names the field).
+    """
     v = body.get(name)
     if v is None:
         return
@@ -163,16 +169,16 @@ def check_common(body: dict[str, Any], default_max_tokens: int) -> None:
             "send n requests instead",
             param="n",
         )
-    _number(body, "temperature", 0.0, 2.0)
-    _number(body, "top_p", 0.0, 1.0)
-    _number(body, "presence_penalty", -2.0, 2.0)
-    _number(body, "frequency_penalty", -2.0, 2.0)
+    check_number(body, "temperature", 0.0, 2.0)
+    check_number(body, "top_p", 0.0, 1.0)
+    check_number(body, "presence_penalty", -2.0, 2.0)
+    check_number(body, "frequency_penalty", -2.0, 2.0)
     # llama.cpp's own sampling fields, which OpenAI SDKs send through extra_body.
-    _number(body, "min_p", 0.0, 1.0)
-    _number(body, "typical_p", 0.0, 1.0)
-    _number(body, "top_k", -1, 1_000_000)
-    _number(body, "repeat_penalty", 0.0, 100.0)
-    _number(body, "repeat_last_n", -1, 1_000_000)
+    check_number(body, "min_p", 0.0, 1.0)
+    check_number(body, "typical_p", 0.0, 1.0)
+    check_number(body, "top_k", -1, 1_000_000)
+    check_number(body, "repeat_penalty", 0.0, 100.0)
+    check_number(body, "repeat_last_n", -1, 1_000_000)
     _integer(body, "seed", -(2**63), 2**64 - 1)
     stop = body.get("stop")
     if stop is not None and not (

@@ -30,8 +30,10 @@ rest is ignored) plus knobs in the manner of llama-swap's ``cmd/fake-model``:
 A body field ``fake_backend_error: true`` gets a llama-server-style HTTP 400.
 Non-streamed answers carry ``fake_received``: the body and headers that arrived. A
 request with ``tools`` and ``tool_choice: "required"`` answers with a tool call
-(streamed as OpenAI tool-call deltas). ``/slots`` reports ``is_processing`` while
-any generation runs, so a test can see a slot freed after a client disconnects.
+(streamed as OpenAI tool-call deltas). ``/v1/responses``, ``/v1/messages`` and
+``/infill`` answer in llama-server's shapes (the knobs for streams apply). ``/slots``
+reports ``is_processing`` while any generation runs, so a test can see a slot freed
+after a client disconnects.
 
 The OpenAI endpoints generate the words of the prompt, cycled. The native
 ``/completion`` endpoint takes token ids (or text, tokenized as ``/tokenize`` does)
@@ -52,7 +54,7 @@ import sys
 import time
 from collections.abc import AsyncGenerator, AsyncIterator
 from types import FrameType
-from typing import Any
+from typing import Any, cast
 
 import uvicorn
 from fastapi import FastAPI, Request
@@ -577,6 +579,170 @@ def build_app(args: argparse.Namespace) -> FastAPI:
     @app.post("/v1/chat/completions")
     async def chat(request: Request) -> Any:  # pyright: ignore[reportUnusedFunction]
         return await handle(request, chat=True)
+
+    def sse(event: str | None, data: dict[str, Any]) -> bytes:
+        head = f"event: {event}\n" if event else ""
+        return f"{head}data: {json.dumps(data, ensure_ascii=False)}\n\n".encode()
+
+    async def other_api(request: Request, api: str) -> Any:
+        """/v1/responses, /v1/messages and /infill in llama-server b11434's shapes (only
+        Responses' last streamed event and infill's answer carry timings)."""
+        body = await request.json()
+        if api == "messages" and "messages" not in body:  # b11434 answers a 500 here
+            error = {"code": 500, "message": "'messages' is required", "type": "server_error"}
+            return JSONResponse({"error": error}, 500)
+
+        def text_in(value: Any) -> str:  # the words of a string, or of the texts in blocks
+            if isinstance(value, str):
+                return value
+            if isinstance(value, list):
+                return " ".join(text_in(v) for v in cast("list[Any]", value))
+            if isinstance(value, dict):
+                block = cast("dict[str, Any]", value)
+                return " ".join(text_in(block.get(k)) for k in ("text", "content"))
+            return ""
+
+        if api == "responses":
+            view = {
+                "prompt": text_in(body.get("input")),
+                "max_tokens": body.get("max_output_tokens"),
+            }
+        elif api == "messages":
+            view = {"prompt": text_in(body["messages"]), "max_tokens": body.get("max_tokens")}
+        else:
+            view = {"prompt": body.get("input_prefix", ""), "max_tokens": body.get("n_predict")}
+        received = {"body": body, "headers": dict(request.headers)}
+        if not body.get("stream"):
+            text = "".join([w async for w in generate(view, request)])
+            n = int(view["max_tokens"] or 16)
+            if api == "responses":
+                item: dict[str, Any] = {
+                    "type": "message",
+                    "role": "assistant",
+                    "content": [{"type": "output_text", "text": text}],
+                }
+                out: dict[str, Any] = {
+                    "object": "response",
+                    "status": "completed",
+                    "output": [item],
+                }
+                out["usage"] = {"input_tokens": 10, "output_tokens": n, "total_tokens": 10 + n}
+            elif api == "messages":
+                out = {
+                    "type": "message",
+                    "role": "assistant",
+                    "content": [{"type": "text", "text": text}],
+                }
+                out |= {
+                    "stop_reason": "max_tokens",
+                    "usage": {"input_tokens": 10, "output_tokens": n},
+                }
+            else:
+                out = {"content": text, "stop": True, "timings": timings(n)}
+            return JSONResponse(out | {"fake_received": received})
+
+        async def events() -> AsyncIterator[bytes]:
+            item: dict[str, Any] = {
+                "id": "msg_1",
+                "type": "message",
+                "role": "assistant",
+                "content": [],
+            }
+            if api == "responses":
+                resp: dict[str, Any] = {
+                    "id": "resp_1",
+                    "object": "response",
+                    "status": "in_progress",
+                }
+                for kind in ("response.created", "response.in_progress"):
+                    yield sse(kind, {"type": kind, "response": resp})
+                added: dict[str, Any] = {
+                    "type": "response.output_item.added",
+                    "output_index": 0,
+                    "item": item,
+                }
+                yield sse(added["type"], added)
+                part: dict[str, Any] = {"type": "output_text", "text": "", "annotations": []}
+                started: dict[str, Any] = {
+                    "type": "response.content_part.added",
+                    "item_id": "msg_1",
+                }
+                started |= {"output_index": 0, "content_index": 0, "part": part}
+                yield sse(started["type"], started)
+            elif api == "messages":
+                message = item | {"model": "fake", "stop_reason": None, "stop_sequence": None}
+                message["usage"] = {"input_tokens": 10, "output_tokens": 0}
+                yield sse("message_start", {"type": "message_start", "message": message})
+                block: dict[str, Any] = {"type": "text", "text": ""}
+                start: dict[str, Any] = {
+                    "type": "content_block_start",
+                    "index": 0,
+                    "content_block": block,
+                }
+                yield sse(start["type"], start)
+            n = 0
+            async with contextlib.aclosing(generate(view, request)) as words:
+                async for w in words:
+                    n += 1
+                    if args.fake_garbage and n == 2:
+                        yield b"data: {this is not json\n\n"
+                        return
+                    if args.fake_early_close is not None and n > args.fake_early_close:
+                        return
+                    if api == "responses":
+                        delta: dict[str, Any] = {
+                            "type": "response.output_text.delta",
+                            "item_id": "msg_1",
+                        }
+                        delta |= {"output_index": 0, "content_index": 0, "delta": w}
+                        yield sse(delta["type"], delta)
+                    elif api == "messages":
+                        delta: dict[str, Any] = {"type": "text_delta", "text": w}
+                        yield sse(
+                            "content_block_delta",
+                            {"type": "content_block_delta", "index": 0, "delta": delta},
+                        )
+                    else:
+                        yield sse(None, {"content": w, "stop": False})
+            if api == "responses":
+                resp: dict[str, Any] = {
+                    "id": "resp_1",
+                    "object": "response",
+                    "status": "completed",
+                    "output": [],
+                }
+                done: dict[str, Any] = {
+                    "type": "response.completed",
+                    "response": resp,
+                    "timings": timings(n),
+                }
+                yield sse(done["type"], done | {"fake_received": received})
+            elif api == "messages":
+                yield sse("content_block_stop", {"type": "content_block_stop", "index": 0})
+                delta: dict[str, Any] = {"stop_reason": "max_tokens", "stop_sequence": None}
+                end: dict[str, Any] = {
+                    "type": "message_delta",
+                    "delta": delta,
+                    "usage": {"output_tokens": n},
+                }
+                yield sse(end["type"], end)
+                yield sse("message_stop", {"type": "message_stop"})
+            else:
+                yield sse(None, {"content": "", "stop": True, "timings": timings(n)})
+
+        return ClosingStream(events(), media_type="text/event-stream")
+
+    @app.post("/v1/responses")
+    async def responses(request: Request) -> Any:  # pyright: ignore[reportUnusedFunction]
+        return await other_api(request, "responses")
+
+    @app.post("/v1/messages")
+    async def messages(request: Request) -> Any:  # pyright: ignore[reportUnusedFunction]
+        return await other_api(request, "messages")
+
+    @app.post("/infill")
+    async def infill(request: Request) -> Any:  # pyright: ignore[reportUnusedFunction]
+        return await other_api(request, "infill")
 
     @app.post("/v1/completions")
     async def completions(request: Request) -> Any:  # pyright: ignore[reportUnusedFunction]

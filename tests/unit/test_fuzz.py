@@ -139,3 +139,78 @@ def test_completion_bodies_never_500(fuzzed: TestClient, body: dict[str, Any]) -
 @given(raw=st.binary(max_size=64) | ANY_JSON.map(lambda v: json.dumps(v).encode()))
 def test_raw_bodies_never_500(fuzzed: TestClient, raw: bytes) -> None:
     check(fuzzed.post("/v1/chat/completions", content=raw))
+
+
+BLOCK = st.fixed_dictionaries(
+    {"type": st.one_of(st.sampled_from(["text", "input_text", "tool_use", "image"]), ANY_JSON)},
+    optional={"text": ANY_JSON, "input": ANY_JSON, "content": ANY_JSON},
+)
+ITEM = st.fixed_dictionaries(
+    NO_KEYS,
+    optional={
+        "role": st.one_of(st.sampled_from(["user", "assistant", "system", "robot"]), ANY_JSON),
+        "type": ANY_JSON,
+        "content": st.one_of(st.text(max_size=20), st.lists(BLOCK, max_size=2), ANY_JSON),
+    },
+)
+OTHER_FIELDS = {
+    "model": FIELDS["model"],
+    "stream": FIELDS["stream"],
+    "temperature": ANY_JSON,
+    "top_p": ANY_JSON,
+    "top_k": ANY_JSON,
+    "tools": ANY_JSON,
+}
+RESPONSES_BODY = st.fixed_dictionaries(
+    {"input": st.one_of(st.text(max_size=20), st.lists(ITEM, max_size=3), ANY_JSON)},
+    optional=OTHER_FIELDS
+    | {
+        "max_output_tokens": st.one_of(st.integers(-2, 6), ANY_JSON),
+        "instructions": ANY_JSON,
+        "text": ANY_JSON,
+        "previous_response_id": ANY_JSON,
+    },
+)
+MESSAGES_BODY = st.fixed_dictionaries(
+    {"messages": st.one_of(st.lists(ITEM, min_size=1, max_size=3), ANY_JSON)},
+    optional=OTHER_FIELDS
+    | {
+        "max_tokens": st.one_of(st.integers(-2, 6), ANY_JSON),
+        "system": ANY_JSON,
+        "stop_sequences": ANY_JSON,
+    },
+)
+INFILL_BODY = st.fixed_dictionaries(
+    NO_KEYS,
+    optional=OTHER_FIELDS
+    | {
+        "input_prefix": st.one_of(st.text(max_size=20), ANY_JSON),
+        "input_suffix": st.one_of(st.text(max_size=20), ANY_JSON),
+        "input_extra": ANY_JSON,
+        "n_predict": st.one_of(st.integers(-2, 6), ANY_JSON),
+    },
+)
+
+
+@FUZZ
+@given(body=RESPONSES_BODY)
+def test_responses_bodies_never_500(fuzzed: TestClient, body: dict[str, Any]) -> None:
+    check(fuzzed.post("/v1/responses", content=json.dumps(body)))
+
+
+@FUZZ
+@given(body=INFILL_BODY)
+def test_infill_bodies_never_500(fuzzed: TestClient, body: dict[str, Any]) -> None:
+    check(fuzzed.post("/infill", content=json.dumps(body)))
+
+
+@FUZZ
+@given(body=MESSAGES_BODY)
+def test_messages_bodies_never_500_and_errors_are_anthropic_shaped(
+    fuzzed: TestClient, body: dict[str, Any]
+) -> None:
+    r = fuzzed.post("/v1/messages", content=json.dumps(body))
+    assert r.status_code < 500, r.text
+    if r.status_code >= 400:
+        assert r.json()["type"] == "error"
+        assert set(r.json()["error"]) == {"type", "message"}

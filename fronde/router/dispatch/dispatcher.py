@@ -42,10 +42,12 @@ from fronde.router.classify import RequestClass, classify, request_text
 from fronde.router.counterfactual import self_overlap
 from fronde.router.dispatch.admission import Admission
 from fronde.router.dispatch.answer import Answer, Streamed, Whole
+from fronde.router.dispatch.apis import Api
 from fronde.router.dispatch.collect import answer_whole
 from fronde.router.dispatch.hindsight import Hindsight, text_of
 from fronde.router.dispatch.relay import (
     DONE_LINE,
+    EventRelay,
     OwnedStops,
     relay_sse,
     sse_error_event,
@@ -128,23 +130,29 @@ class Dispatcher:
 
     # --- one request -------------------------------------------------------------------
 
-    async def answer(self, kind: Kind, body: dict[str, Any], mode_header: str | None) -> Answer:
-        """Answer one checked OpenAI request, streamed or not.
+    async def answer(
+        self, kind: Kind, body: dict[str, Any], mode_header: str | None, api: Api | None = None
+    ) -> Answer:
+        """Answer one checked request, streamed or not.
 
         Args:
-            kind: ``chat`` or ``text``.
+            kind: ``chat`` or ``text`` (for ``api``, the kind of its view).
             body: the request body (checked by the API's schema).
             mode_header: the client's ``x-fronde-mode`` header, if any.
+            api: None for OpenAI chat and text completions; else the other API the body
+                speaks (:mod:`fronde.router.dispatch.apis`): routed on its chat view,
+                passed through as sent.
 
         Raises:
             FrondeError: an error before any byte of the answer; its ``headers`` name
                 the decision.
         """
-        if kind == "chat":
+        if kind == "chat" and api is None:
             await honour_tool_choice(body, self.tools.supports_tools)
-        adm, headers = await self._admit(kind, body, mode_header)
+        view = body if api is None else api.view(body)
+        adm, headers = await self._admit(kind, view, mode_header)
         try:
-            answer = await self._serve(adm, kind, body, headers)
+            answer = await self._serve(adm, kind, body, headers, api)
         except FrondeError as exc:
             adm.close("error", exc.message)
             exc.headers.update(headers)  # an error still says which mode was chosen
@@ -213,19 +221,35 @@ class Dispatcher:
         return Admission(self.router, decision), headers
 
     async def _serve(
-        self, adm: Admission, kind: Kind, body: dict[str, Any], headers: dict[str, str]
+        self,
+        adm: Admission,
+        kind: Kind,
+        body: dict[str, Any],
+        headers: dict[str, str],
+        api: Api | None = None,
     ) -> Answer:
-        """Wait for residency and a slot, then send or probe; retry once elsewhere."""
+        """Wait for residency and a slot, then send or probe; retry once elsewhere.
+
+        A request of another ``api`` is never probed (the probe speaks chat): it goes
+        whole to the plan's mode.
+        """
         decision = cast("Decision", adm.decision)
         plan = decision.plan
         mode = await self._resident(adm, headers)
         await adm.take_slot()
+
+        async def send(to: Mode) -> Answer:
+            if api is not None:
+                return await self._pass(adm, api, body, to, headers)
+            return await self._send(adm, kind, body, to, headers)
+
         try:
             # A probe hands over between two backends; with swap residency only the
             # leased one is sure to stay up, so the probed mode answers in full.
-            if plan.route is Route.PROBE and _probe_eligible(kind, body) and self.swap is None:
+            probe = plan.route is Route.PROBE and api is None and _probe_eligible(kind, body)
+            if probe and self.swap is None:
                 return await self._probe(adm, kind, body, headers)
-            return await self._send(adm, kind, body, mode, headers)
+            return await send(mode)
         except (BackendConnectionError, BackendUnavailableError) as exc:
             # Nothing reached the client yet: serve from another ready mode.
             alt = self._retry_mode(decision)
@@ -234,7 +258,7 @@ class Dispatcher:
             log.warning("route.retried", failed=str(plan.mode), mode=str(alt), error=exc.message)
             headers |= {"x-fronde-mode": str(alt), "x-fronde-retried-from": str(plan.mode)}
             decision.winner = alt
-            return await self._send(adm, kind, body, alt, headers)
+            return await send(alt)
 
     async def _resident(self, adm: Admission, headers: dict[str, str]) -> Mode:
         """With swap residency, wait for the plan's mode to be resident; return the mode to use.
@@ -284,20 +308,27 @@ class Dispatcher:
         decision.overhead_ms = round(spent_ms - (decision.queued_ms or 0.0), 3)
         headers["x-fronde-overhead-ms"] = f"{decision.overhead_ms:.3f}"
 
-    async def _tracked(self, adm: Admission, source: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
+    async def _tracked(
+        self, adm: Admission, source: AsyncIterator[bytes], events: EventRelay | None = None
+    ) -> AsyncIterator[bytes]:
         """Relay an SSE byte stream, counting its events and ending the request with it.
 
-        The outcome is ``done`` when ``[DONE]`` went out, ``error`` when the stream
-        ended without it (an in-band error event), ``cancelled`` when the client left.
+        The outcome is ``done`` when ``[DONE]`` went out (another API's stream: when its
+        ``events`` relay saw the final event; it counts the progress itself), ``error``
+        when the stream ended without it (an in-band error event), ``cancelled`` when
+        the client left.
         """
         outcome: Status = "error"
         try:
             async for piece in source:
-                if piece.startswith(b"data: {"):
-                    adm.progress()
-                elif piece.startswith(DONE_BYTES):
-                    outcome = "done"
+                if events is None:
+                    if piece.startswith(b"data: {"):
+                        adm.progress()
+                    elif piece.startswith(DONE_BYTES):
+                        outcome = "done"
                 yield piece
+            if events is not None and events.ended:
+                outcome = "done"
         except BaseException:
             outcome = "cancelled"
             raise
@@ -358,6 +389,55 @@ class Dispatcher:
                 # connection closes and llama-server frees the slot. Shielded, since
                 # any await in a cancelled scope would be cancelled at once.
                 with anyio.CancelScope(shield=True):
+                    await stack.aclose()
+
+        async def close() -> None:
+            adm.close("cancelled")  # a no-op once the stream ended
+            await stack.aclose()
+
+        return Streamed(events(), headers, close)
+
+    async def _pass(
+        self, adm: Admission, api: Api, body: dict[str, Any], mode: Mode, headers: dict[str, str]
+    ) -> Answer:
+        """Pass another API's request as sent to ``mode``'s endpoint for it.
+
+        Its timings, where the API carries them (:mod:`fronde.router.dispatch.apis`),
+        feed the router as a chat request's do. A stream is relayed line by line and
+        ends with the API's own error event if the backend breaks; a client that
+        leaves closes the upstream connection, which frees the slot.
+        """
+        decision = cast("Decision", adm.decision)
+        url = self.pool.get(mode).url
+        self._overhead(decision, headers)
+
+        def on_timings(timings: dict[str, Any]) -> None:
+            self.router.record(decision, mode, Timings.parse(timings))
+
+        if not body.get("stream", False):
+            with adm.generating(mode):
+                data = await self.client.post_json(url, api.path, body)
+            timings = data.get("timings")
+            if isinstance(timings, dict):
+                on_timings(cast("dict[str, Any]", timings))
+            return Whole(data, headers)
+        stack = AsyncExitStack()
+        stack.callback(adm.count(mode))
+        try:
+            upstream = await stack.enter_async_context(self.client.stream(url, api.path, body))
+        except BaseException:
+            await stack.aclose()
+            raise
+        relay = EventRelay(api, str(mode), on_timings, adm.progress)
+        keepalive_s = self.settings.server.sse_keepalive_s
+
+        async def events() -> AsyncIterator[bytes]:
+            try:
+                tracked = self._tracked(adm, relay.relay(upstream), relay)
+                async for piece in with_keepalive(tracked, keepalive_s):
+                    yield piece
+            finally:
+                with anyio.CancelScope(shield=True):  # see _send
                     await stack.aclose()
 
         async def close() -> None:

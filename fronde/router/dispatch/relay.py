@@ -31,12 +31,14 @@ import anyio
 from fronde.backends.client import UpstreamStream
 from fronde.errors import BackendStreamError, openai_error_body
 from fronde.logging import get_logger
+from fronde.router.dispatch.apis import Api
 from fronde.router.stops import StopMatcher
 from fronde.timings import Timings
 
 __all__ = [
     "DONE_LINE",
     "KEEPALIVE_LINE",
+    "EventRelay",
     "OwnedStops",
     "relay_sse",
     "sse_error_event",
@@ -267,6 +269,98 @@ async def relay_sse(
         return
     log.error("stream.truncated", mode=mode)
     yield b"\n" + sse_error_event(f"backend {mode} closed the stream before [DONE]")
+
+
+class EventRelay:
+    """Relay the event stream of another API (:mod:`fronde.router.dispatch.apis`).
+
+    Lines go to the client as they arrive, unchanged but for what the API's mender
+    adds (Responses: the indices llama-server leaves out). Only the lines that can matter
+    are parsed: one holding ``"timings"`` (reported once the answer has them) and one
+    that may be the API's final event. A stream that breaks, or closes before its final
+    event, ends with the API's own in-band error event.
+
+    Args:
+        api: the API the stream speaks.
+        mode: the backend's mode, for the log and the error message.
+        on_timings: called with llama-server's ``timings`` when an event carries them.
+        on_progress: called for each event that carries generated text.
+
+    Attributes:
+        ended: whether the API's final event went through.
+    """
+
+    def __init__(
+        self,
+        api: Api,
+        mode: str,
+        on_timings: Callable[[dict[str, Any]], None] | None = None,
+        on_progress: Callable[[], None] | None = None,
+    ) -> None:
+        self.api = api
+        self.mode = mode
+        self.on_timings = on_timings
+        self.on_progress = on_progress
+        self.ended = False
+        # The event's type name as a substring finds the candidates, a parse confirms
+        # them (a native stream's every event holds "stop": all are parsed).
+        self._final = '"stop"' if api.final is None else api.final
+        self._deltas = api.delta
+
+    def _data(self, line: str) -> None:
+        if self.on_progress is not None and (
+            not self._deltas or any(d in line for d in self._deltas)
+        ):
+            self.on_progress()
+        if '"timings"' not in line and self._final not in line:
+            return
+        try:
+            data = json.loads(line[6:])
+        except ValueError:
+            return
+        if not isinstance(data, dict):
+            return
+        event = cast("dict[str, Any]", data)
+        timings = event.get("timings")
+        if isinstance(timings, dict) and self.on_timings is not None:
+            with contextlib.suppress(ValueError, KeyError, TypeError):
+                self.on_timings(cast("dict[str, Any]", timings))
+        if self.api.ends(event):
+            self.ended = True
+
+    def _mended(self, line: str, mend: Callable[[dict[str, Any]], dict[str, Any]]) -> str:
+        try:
+            data = json.loads(line[6:])
+        except ValueError:
+            return line
+        if not isinstance(data, dict):
+            return line
+        return "data: " + json.dumps(mend(cast("dict[str, Any]", data)), ensure_ascii=False)
+
+    async def relay(self, upstream: UpstreamStream) -> AsyncIterator[bytes]:
+        """Yield ``upstream``'s lines, each with its newline; an error event if it broke.
+
+        Data events go through the API's mender, when it has one.
+        """
+        mend = self.api.mender() if self.api.mender is not None else None
+        try:
+            async for line in upstream.lines():
+                if line.startswith("data: {"):
+                    self._data(line)
+                    if mend is not None:
+                        line = self._mended(line, mend)
+                yield line.encode() + b"\n"
+        except BackendStreamError as exc:
+            log.error("stream.broken", mode=self.mode, api=self.api.name, error=exc.message)
+            yield b"\n" + self.api.error_event(
+                f"backend {self.mode} failed mid-stream: {exc.cause}"
+            )
+            return
+        if not self.ended:
+            log.error("stream.truncated", mode=self.mode, api=self.api.name)
+            yield b"\n" + self.api.error_event(
+                f"backend {self.mode} closed the stream before its end"
+            )
 
 
 async def with_keepalive(source: AsyncIterator[bytes], interval_s: float) -> AsyncIterator[bytes]:

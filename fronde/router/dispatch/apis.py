@@ -1,0 +1,324 @@
+"""The APIs an agent tool speaks besides chat and text completions, as the router sees them.
+
+llama-server b11434 answers OpenAI Responses (``/v1/responses``, Codex CLI), Anthropic
+Messages (``/v1/messages``, Claude Code and the ``anthropic`` SDK) and fill-in-the-middle
+(``/infill``, llama.vim and llama.vscode) itself: it converts the first two to a chat
+request (``server_chat_convert_responses_to_chatcmpl`` and
+``server_chat_convert_anthropic_to_oai`` in ``tools/server/server-chat.cpp``) and renders
+the answer in each API's shape. Fronde does not translate them a second time: it routes the
+request like a chat request, then passes the body as sent to the chosen mode's backend, so
+the answer is exactly what that mode alone gives through its own endpoint.
+
+What the router needs from each API is described here, per :class:`Api`:
+
+- a **chat view** of the body (``messages``, the sampling fields, the budget as
+  ``max_tokens``, and the fields that make a request unsafe for speculation: ``tools``, a
+  structured output format, logprobs, a grammar), for the classifier, the route cache,
+  the prompt's self-overlap and the token budget;
+- how its event stream **ends** (Responses: ``response.completed``; Messages:
+  ``message_stop``; infill: the event with ``"stop": true``), so that a stream cut before
+  its end is reported as an in-band error in the API's own shape, never as an answer;
+- what its stream lacks: b11434's Responses events have no ``output_index``,
+  ``content_index`` or ``sequence_number``, which the ``openai`` SDK's stream helper
+  needs; :class:`ResponsesIndexer` adds them;
+- where its **timings** are: b11434 puts ``timings`` on the last event of a streamed
+  Responses answer and on infill's last event or whole body; a Messages answer and a
+  non-streamed Responses answer carry none, so they are routed but measure nothing.
+
+Sources: OpenAI API reference "Responses" and its streaming events; Anthropic API
+reference "Messages" and "Streaming Messages", "Errors"; llama.cpp b11434
+``tools/server/server-task.cpp`` (``to_json_oaicompat_resp_stream``,
+``to_json_anthropic_stream``, ``to_json_non_oaicompat``).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, cast
+
+from fronde.errors import openai_error_body
+from fronde.router.native import Kind
+
+__all__ = [
+    "INFILL",
+    "MESSAGES",
+    "RESPONSES",
+    "Api",
+    "ResponsesIndexer",
+    "anthropic_error_body",
+    "infill_view",
+    "messages_view",
+    "responses_view",
+]
+
+_SAMPLING = ("model", "temperature", "top_p", "top_k", "min_p", "seed")
+"""Fields copied as they are into a chat view (they decide the output: the cache key)."""
+
+
+def _texts(content: Any) -> list[str]:
+    """Every text in a content value: a string, or a list of blocks with text of any kind.
+
+    Reads ``text`` (text blocks of all three APIs), ``content`` (an Anthropic
+    ``tool_result``), ``output`` (a Responses ``function_call_output``), ``arguments``
+    (a Responses ``function_call``) and ``input`` (an Anthropic ``tool_use``, as JSON).
+    """
+    if isinstance(content, str):
+        return [content]
+    if isinstance(content, dict):
+        block = cast("dict[str, Any]", content)
+        out: list[str] = []
+        for key in ("text", "content", "output", "arguments", "thinking"):
+            out += _texts(block.get(key))
+        if isinstance(block.get("input"), dict | list):
+            out.append(json.dumps(block["input"], ensure_ascii=False))
+        return out
+    if isinstance(content, list):
+        return [t for part in cast("list[Any]", content) for t in _texts(part)]
+    return []
+
+
+def _message(role: str, content: Any) -> dict[str, Any]:
+    return {"role": role, "content": "\n".join(_texts(content))}
+
+
+def _budget(view: dict[str, Any], value: Any) -> None:
+    if isinstance(value, int) and not isinstance(value, bool):
+        view["max_tokens"] = value
+
+
+def responses_view(body: dict[str, Any]) -> dict[str, Any]:
+    """The chat view of an OpenAI Responses body (see the module docstring).
+
+    ``instructions`` becomes a system message, a string ``input`` one user message, and
+    each input item a message of its role (function calls and their outputs as text);
+    ``max_output_tokens`` is the budget. A ``text.format`` other than plain text, ``tools``
+    or ``top_logprobs`` make it unsafe for speculation, as ``response_format``, ``tools``
+    and ``logprobs`` do in chat.
+    """
+    view: dict[str, Any] = {k: body[k] for k in _SAMPLING if k in body}
+    messages: list[dict[str, Any]] = []
+    if isinstance(body.get("instructions"), str):
+        messages.append(_message("system", body["instructions"]))
+    items = body.get("input")
+    if isinstance(items, str):
+        messages.append(_message("user", items))
+    elif isinstance(items, list):
+        for item in cast("list[Any]", items):
+            if isinstance(item, dict):
+                entry = cast("dict[str, Any]", item)
+                role = entry.get("role")
+                messages.append(_message(role if isinstance(role, str) else "assistant", entry))
+    view["messages"] = messages
+    _budget(view, body.get("max_output_tokens"))
+    if body.get("tools"):
+        view["tools"] = body["tools"]
+    text = body.get("text")
+    fmt = cast("dict[str, Any]", text).get("format") if isinstance(text, dict) else None
+    if isinstance(fmt, dict) and cast("dict[str, Any]", fmt).get("type") not in (None, "text"):
+        view["response_format"] = fmt
+    if body.get("top_logprobs"):
+        view["logprobs"] = True
+    return view
+
+
+def messages_view(body: dict[str, Any]) -> dict[str, Any]:
+    """The chat view of an Anthropic Messages body (see the module docstring).
+
+    ``system`` (a string or text blocks) becomes a system message; every content block's
+    text, tool use and tool result is read; ``stop_sequences`` is ``stop``; ``tools``
+    make it unsafe for speculation.
+    """
+    view: dict[str, Any] = {k: body[k] for k in _SAMPLING if k in body}
+    messages: list[dict[str, Any]] = []
+    if body.get("system") is not None:
+        messages.append(_message("system", body["system"]))
+    for item in cast("list[Any]", body.get("messages") or []):
+        if isinstance(item, dict):
+            entry = cast("dict[str, Any]", item)
+            role = entry.get("role")
+            messages.append(
+                _message(role if isinstance(role, str) else "user", entry.get("content"))
+            )
+    view["messages"] = messages
+    _budget(view, body.get("max_tokens"))
+    if isinstance(body.get("stop_sequences"), list):
+        view["stop"] = body["stop_sequences"]
+    if body.get("tools"):
+        view["tools"] = body["tools"]
+    return view
+
+
+def infill_view(body: dict[str, Any]) -> dict[str, Any]:
+    """The text-completion view of a llama-server ``/infill`` body.
+
+    The prompt is what the model reads: the extra context chunks, the prefix, the
+    ``prompt`` (text typed at the cursor) and the suffix; ``n_predict`` is the budget.
+    ``grammar``, ``json_schema`` and ``n_probs`` keep their names (unsafe, as in chat).
+    """
+    view: dict[str, Any] = {k: body[k] for k in _SAMPLING if k in body}
+    parts = _texts(body.get("input_extra"))
+    parts += [
+        body[k] for k in ("input_prefix", "prompt", "input_suffix") if isinstance(body.get(k), str)
+    ]
+    view["prompt"] = "\n".join(parts)
+    _budget(view, body.get("n_predict"))
+    for key in ("grammar", "json_schema", "n_probs", "stop"):
+        if key in body:
+            view[key] = body[key]
+    return view
+
+
+_ANTHROPIC_TYPES = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    403: "permission_error",
+    404: "not_found_error",
+    413: "request_too_large",
+    429: "rate_limit_error",
+    503: "overloaded_error",
+}
+"""HTTP status → Anthropic error type (Anthropic API reference, "Errors"); else ``api_error``."""
+
+
+def anthropic_error_body(status: int, message: str) -> dict[str, Any]:
+    """``{"type": "error", "error": {"type", "message"}}``, as Anthropic's API returns it.
+
+    Args:
+        status: the HTTP status of the error.
+        message: one line saying what went wrong.
+    """
+    kind = _ANTHROPIC_TYPES.get(status, "invalid_request_error" if status < 500 else "api_error")
+    return {"type": "error", "error": {"type": kind, "message": message}}
+
+
+def _sse(event: str | None, data: dict[str, Any]) -> bytes:
+    head = f"event: {event}\n" if event else ""
+    return f"{head}data: {json.dumps(data, ensure_ascii=False)}\n\n".encode()
+
+
+@dataclass(frozen=True)
+class Api:
+    """What the dispatcher needs to route and relay one of these APIs (module docstring).
+
+    Attributes:
+        name: ``responses``, ``messages`` or ``infill`` (logs, metrics, the router's rows).
+        path: the endpoint, on Fronde and on llama-server alike.
+        view: the body's chat (or text) view, for the router.
+        kind: the view's kind: ``chat`` or ``text``.
+        final: the ``type`` of the data event that ends a stream (None: the one with
+            ``"stop": true``, llama-server's native streams).
+        delta: the ``type`` of the data events that carry generated text (None: every
+            data event does), counted as the stream's progress.
+        error_event: the in-band error that ends a broken stream, as the API shapes it.
+        mender: makes the function that completes each data event of one stream (None:
+            the events go through untouched).
+    """
+
+    name: str
+    path: str
+    view: Callable[[dict[str, Any]], dict[str, Any]]
+    kind: Kind
+    final: str | None
+    delta: tuple[str, ...]
+    error_event: Callable[[str], bytes]
+    mender: Callable[[], Callable[[dict[str, Any]], dict[str, Any]]] | None = None
+
+    def ends(self, data: dict[str, Any]) -> bool:
+        """Whether the data event ``data`` is the stream's last."""
+        if self.final is None:
+            return data.get("stop") is True
+        return data.get("type") == self.final
+
+    def counts(self, data: dict[str, Any]) -> bool:
+        """Whether ``data`` carries generated text (one more event of progress)."""
+        return not self.delta or data.get("type") in self.delta
+
+
+class ResponsesIndexer:
+    """Adds the indices llama-server b11434 leaves out of a streamed Responses answer.
+
+    Its events carry no ``sequence_number``, and its item events no ``output_index``
+    or ``content_index`` (``to_json_oaicompat_resp_stream`` in
+    ``tools/server/server-task.cpp``), which the OpenAI API reference marks required:
+    the ``openai`` SDK's ``client.responses.stream`` helper files each delta under its
+    ``output_index`` and fails without it. The text and the items are left as they are;
+    only the missing numbers are added: events counted from 0, items numbered in the
+    order they were added (an event's ``item_id`` names its item), one content part
+    per message (index 0), ``logprobs`` ``[]`` on text events when absent.
+    """
+
+    def __init__(self) -> None:
+        self._sequence = 0
+        self._items: dict[str, int] = {}
+
+    def _index(self, item_id: Any) -> int:
+        key = str(item_id)
+        return self._items.setdefault(key, len(self._items))
+
+    def __call__(self, event: dict[str, Any]) -> dict[str, Any]:
+        """Complete one event in place and return it."""
+        event.setdefault("sequence_number", self._sequence)
+        self._sequence += 1
+        kind = str(event.get("type", ""))
+        if kind.startswith("response.output_item."):
+            item = event.get("item")
+            if "output_index" not in event and isinstance(item, dict):
+                event["output_index"] = self._index(cast("dict[str, Any]", item).get("id"))
+        elif "item_id" in event:
+            if "output_index" not in event:
+                event["output_index"] = self._index(event["item_id"])
+            if kind.startswith(("response.content_part.", "response.output_text.")):
+                event.setdefault("content_index", 0)
+            if kind.startswith("response.output_text."):
+                event.setdefault("logprobs", [])
+        return event
+
+
+def _responses_error(message: str) -> bytes:
+    body = {"type": "error", "code": "backend_stream_error", "message": message, "param": None}
+    return _sse("error", body)
+
+
+def _messages_error(message: str) -> bytes:
+    return _sse("error", anthropic_error_body(502, message))
+
+
+def _infill_error(message: str) -> bytes:
+    return _sse(None, openai_error_body(message, "server_error", None, "backend_stream_error"))
+
+
+RESPONSES = Api(
+    name="responses",
+    path="/v1/responses",
+    view=responses_view,
+    kind="chat",
+    final="response.completed",
+    delta=("response.output_text.delta", "response.function_call_arguments.delta"),
+    error_event=_responses_error,
+    mender=ResponsesIndexer,
+)
+"""OpenAI Responses."""
+
+MESSAGES = Api(
+    name="messages",
+    path="/v1/messages",
+    view=messages_view,
+    kind="chat",
+    final="message_stop",
+    delta=("content_block_delta",),
+    error_event=_messages_error,
+)
+"""Anthropic Messages."""
+
+INFILL = Api(
+    name="infill",
+    path="/infill",
+    view=infill_view,
+    kind="text",
+    final=None,
+    delta=(),
+    error_event=_infill_error,
+)
+"""llama-server's fill-in-the-middle."""

@@ -805,6 +805,39 @@ def _experiment(
     return [r for r in store.records() if r["type"] == "block" and r["ok"]]
 
 
+@bench_app.command("structured")
+def bench_structured(
+    config: ConfigOpt = None,
+    out: Annotated[Path, typer.Option(help="folder for records.jsonl and matrix.md")] = Path(
+        "runs/structured"
+    ),
+    max_tokens: Annotated[int, typer.Option(help="tokens per answer", min=16)] = 160,
+) -> None:
+    """Does speculation keep JSON, schemas, grammars, tool calls and logprobs valid?"""
+    import json
+
+    from fronde.bench.serve import machine_line, running_serve
+    from fronde.bench.structured import FEATURES, PROMPTS, cells, matrix_markdown, run_matrix
+    from fronde.bench.structured import to_json as samples_json
+    from fronde.runtime.local import profile_of
+
+    settings = _settings(config)
+    console = _bench_console()
+    modes = ("baseline", "ngram-simple", "ngram-mod", "cascade")
+    args = tuple(a for m in modes for a in ("--mode", m))
+    total = len(FEATURES) * 2 * len(PROMPTS) * len(modes)
+    with running_serve(config, extra_args=args) as serve, _bench_progress(console, total) as step:
+        samples = run_matrix(serve.backend_urls, max_tokens=max_tokens, progress=step)
+    out.mkdir(parents=True, exist_ok=True)
+    with (out / "records.jsonl").open("w") as fh:
+        for record in samples_json(samples):
+            fh.write(json.dumps(record, ensure_ascii=False) + "\n")
+    title = f"Structured output under speculation: {profile_of(settings).name}, {machine_line()}"
+    page = out / "matrix.md"
+    page.write_text(matrix_markdown(cells(samples), title))
+    console.print(f"matrix: {page}", markup=False, highlight=False)
+
+
 @bench_app.command("load")
 def bench_load(
     config: ConfigOpt = None,

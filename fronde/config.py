@@ -229,6 +229,12 @@ class RouterSettings(_Section):
         description="the floor is kept while its predicted speed-up is within this "
         "fraction of the best (ties keep ngram-mod's memory whole)",
     )
+    speculate_structured: bool = Field(
+        default=True,
+        description="route requests with a grammar, a JSON schema or response_format like "
+        "any other (the structured-output matrix found them valid under every spec mode), "
+        "and tools too where the chat template ignores them; false keeps them on baseline",
+    )
     edit_mode: Mode = Field(
         default=Mode.NGRAM_MOD, description="mode for the EDIT class until its bucket has evidence"
     )

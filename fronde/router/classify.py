@@ -1,9 +1,17 @@
 """Static request classes, decided from the request body alone (pure, no I/O).
 
-- ``unsafe-for-spec``: fields that speculation must not touch. ``logprobs`` and
-  ``top_logprobs`` (speculation breaks them in llama.cpp) and anything not yet
-  tested under speculation here: grammars, JSON schemas, ``response_format``,
-  tools. (``n`` > 1 never gets here: the schema refuses it with a 400.)
+- ``unsafe-for-spec``: fields that speculation must not touch, found by the
+  structured-output matrix (``fronde bench structured``; ``results/structured-*``):
+  ``logprobs``, ``top_logprobs`` and ``n_probs`` (under every spec mode, accepted draft
+  tokens came back without their alternatives: 0 of 8 answers whole under ngram-mod
+  and the cascade, SmolLM2-135M, 2026-12-02), and ``tools`` / ``functions`` where the
+  chat template describes tools, which no offline model's does, so tool calls under
+  speculation are untested. ``grammar``, ``json_schema`` and ``response_format`` held
+  in every exercised cell (every answer parsed and validated, drafts accepted, at
+  temperature 0 and 0.8): they are routed like any other request
+  (``router.speculate_structured``), as are ``tools`` where the template ignores them
+  (llama-server then renders and decodes the request as plain chat: no call, no
+  grammar). (``n`` > 1 never gets here: the schema refuses it with a 400.)
 - ``edit``: a fenced code or JSON block of at least ``EDIT_BLOCK_CHARS`` plus an edit
   verb (English or French), or OpenAI's ``prediction`` field (Predicted Outputs).
   The original FRONDE router sends these straight to ngram-mod: the answer mostly
@@ -21,11 +29,14 @@ from fronde.config import ROUTER_DEFAULTS
 
 __all__ = [
     "EDIT_BLOCK_CHARS",
+    "TOOL_FIELDS",
     "UNSAFE_FIELDS",
+    "VERIFIED_FIELDS",
     "RequestClass",
     "classify",
     "edit_signals",
     "request_text",
+    "unsafe_fields",
 ]
 
 EDIT_BLOCK_CHARS: int = ROUTER_DEFAULTS.edit_block_chars
@@ -42,7 +53,15 @@ UNSAFE_FIELDS = (
     "tools",
     "functions",
 )
-"""Request fields that send a request to baseline (present and not null/false/empty)."""
+"""Request fields that send a request to baseline (present and not null/false/empty),
+unless the structured-output matrix cleared them (:data:`VERIFIED_FIELDS`,
+:data:`TOOL_FIELDS`)."""
+
+VERIFIED_FIELDS = frozenset({"grammar", "json_schema", "response_format"})
+"""Fields whose output stayed valid under every spec mode in the matrix."""
+
+TOOL_FIELDS = frozenset({"tools", "functions"})
+"""Fields that are plain chat where the chat template ignores tools."""
 
 _FENCE = re.compile(r"```[^\n`]*\n(.*?)```", re.DOTALL)
 _JSON_BLOCK = re.compile(r"[\[{][\s\S]*[\]}]")
@@ -117,18 +136,41 @@ def _set(value: Any) -> bool:
     return value not in (None, False, 0, "", [], {})
 
 
-def classify(body: dict[str, Any], *, edit_block_chars: int = EDIT_BLOCK_CHARS) -> RequestClass:
+def unsafe_fields(*, structured: bool = False, tools_ignored: bool = False) -> tuple[str, ...]:
+    """The fields that make a request unsafe for speculation.
+
+    Args:
+        structured: grammars, JSON schemas and ``response_format`` may be speculated on
+            (``router.speculate_structured``: the matrix cleared them).
+        tools_ignored: the chat template ignores tools (``supports_tools`` false), so
+            ``tools`` and ``functions`` leave the request plain chat; only with
+            ``structured``.
+    """
+    cleared: frozenset[str] = frozenset()
+    if structured:
+        cleared = VERIFIED_FIELDS | TOOL_FIELDS if tools_ignored else VERIFIED_FIELDS
+    return tuple(f for f in UNSAFE_FIELDS if f not in cleared)
+
+
+def classify(
+    body: dict[str, Any],
+    *,
+    edit_block_chars: int = EDIT_BLOCK_CHARS,
+    unsafe: tuple[str, ...] = UNSAFE_FIELDS,
+) -> RequestClass:
     """Return the static class of an OpenAI chat or completions request body.
 
     Args:
         body: the parsed JSON body.
         edit_block_chars: the EDIT block threshold, characters.
+        unsafe: the fields that make it unsafe (:func:`unsafe_fields`); all of
+            :data:`UNSAFE_FIELDS` by default.
 
     Returns:
-        UNSAFE if any field of :data:`UNSAFE_FIELDS` is set; else EDIT
-        with ``prediction`` or a large block plus an edit verb; else GENERAL.
+        UNSAFE if any field of ``unsafe`` is set; else EDIT with ``prediction`` or a
+        large block plus an edit verb; else GENERAL.
     """
-    if any(_set(body.get(f)) for f in UNSAFE_FIELDS):
+    if any(_set(body.get(f)) for f in unsafe):
         return RequestClass.UNSAFE
     if _set(body.get("prediction")):
         return RequestClass.EDIT

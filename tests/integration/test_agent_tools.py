@@ -193,8 +193,9 @@ def test_opencode_recipe(smol: Serve, tmp_path: Path) -> None:
     recipe("opencode.json", smol, tmp_path / "opencode.json")
     done, rows = run_tool(smol, [str(exe), "run", "Say hello."], tmp_path)
     answered(done, rows)
-    # opencode sends `tools` with every build request: no speculation for those.
-    assert any(r["class"] == "unsafe-for-spec" and r["mode"] == "baseline" for r in rows)
+    # opencode sends `tools` with every build request; SmolLM2's template takes none, so
+    # llama-server decodes them as plain chat and they are routed (the structured matrix).
+    assert all(r["class"] != "unsafe-for-spec" for r in rows), rows
     assert any(r["streamed"] > 1 for r in rows)
 
 

@@ -94,7 +94,9 @@ def test_anthropic_messages_whole_and_streamed(smol: Serve) -> None:
     }
 
 
-def test_responses_with_tools_stay_on_baseline(smol: Serve) -> None:
+def test_responses_with_tools_are_plain_chat_and_logprobs_stay_on_baseline(smol: Serve) -> None:
+    """SmolLM2's template takes no tools: llama-server decodes such a request as plain
+    chat, so it is routed; logprobs broke under speculation in the matrix."""
     tools = [
         {
             "type": "function",
@@ -105,6 +107,9 @@ def test_responses_with_tools_stay_on_baseline(smol: Serve) -> None:
     body = {"input": "Weather in Paris?", "tools": tools, "max_output_tokens": 24}
     r = httpx.post(f"{smol.base_url}/v1/responses", json=body, timeout=120)
     assert r.status_code == 200, r.text
+    assert r.headers["x-fronde-class"] != "unsafe-for-spec"
+    body = {"input": "Weather in Paris?", "top_logprobs": 2, "max_output_tokens": 8}
+    r = httpx.post(f"{smol.base_url}/v1/responses", json=body, timeout=120)
     assert (r.headers["x-fronde-class"], r.headers["x-fronde-mode"]) == (
         "unsafe-for-spec",
         "baseline",

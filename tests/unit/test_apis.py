@@ -166,7 +166,7 @@ def test_a_responses_default_budget_and_a_forced_mode(plain: TestClient) -> None
     assert r.json()["fake_received"]["body"]["max_output_tokens"] == default
 
 
-def test_responses_with_tools_or_a_schema_go_to_baseline(plain: TestClient) -> None:
+def test_responses_with_tools_go_to_baseline_with_a_schema_are_routed(plain: TestClient) -> None:
     tools = [{"type": "function", "name": "read", "parameters": {"type": "object"}}]
     r = plain.post("/v1/responses", json={"input": "read a", "tools": tools})
     assert (r.headers["x-fronde-class"], r.headers["x-fronde-mode"]) == (
@@ -175,6 +175,8 @@ def test_responses_with_tools_or_a_schema_go_to_baseline(plain: TestClient) -> N
     )
     fmt = {"format": {"type": "json_schema", "name": "x", "schema": {"type": "object"}}}
     r = plain.post("/v1/responses", json={"input": "a", "text": fmt})
+    assert r.headers["x-fronde-class"] != "unsafe-for-spec"  # the matrix cleared schemas
+    r = plain.post("/v1/responses", json={"input": "a", "top_logprobs": 2})
     assert r.headers["x-fronde-class"] == "unsafe-for-spec"
 
 

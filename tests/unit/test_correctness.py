@@ -91,10 +91,40 @@ TOOLS = [
     {"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}}},
 ]
 UNSAFE_BODIES = [
-    chat(WORDS, tools=TOOLS),
-    chat(WORDS, response_format={"type": "json_object"}),
+    chat(WORDS, tools=TOOLS),  # the fake's chat template takes tools
     chat(WORDS, logprobs=True),
+    chat(WORDS, top_logprobs=2),
 ]
+STRUCTURED_BODIES = [
+    chat(WORDS, response_format={"type": "json_object"}),
+    chat(WORDS, response_format={"type": "json_schema", "json_schema": {"schema": {}}}),
+    chat(WORDS, grammar='root ::= "a"+'),
+]
+"""Cleared by the structured-output matrix (results/structured-*): routed like any other."""
+
+
+def test_structured_requests_are_routed_unless_turned_off(serve: Any) -> None:
+    c: TestClient = serve()
+    for body in STRUCTURED_BODIES:
+        r = c.post("/v1/chat/completions", json=body)
+        assert r.status_code == 200, r.text
+        assert r.headers["x-fronde-class"] != "unsafe-for-spec", body
+    off: TestClient = serve(router={"speculate_structured": False})
+    for body in STRUCTURED_BODIES:
+        r = off.post("/v1/chat/completions", json=body)
+        assert (r.headers["x-fronde-class"], r.headers["x-fronde-mode"]) == (
+            "unsafe-for-spec",
+            "baseline",
+        )
+
+
+def test_tools_are_plain_chat_where_the_template_ignores_them(serve: Any) -> None:
+    c: TestClient = serve({m: ["--fake-no-tool-template"] for m in Mode})
+    r = c.post("/v1/chat/completions", json=chat(WORDS, tools=TOOLS))
+    assert r.status_code == 200, r.text
+    assert r.headers["x-fronde-class"] != "unsafe-for-spec"
+    r = c.post("/v1/chat/completions", json=chat(WORDS, tools=TOOLS, logprobs=True))
+    assert r.headers["x-fronde-class"] == "unsafe-for-spec"  # logprobs still are not
 
 
 def test_unsafe_requests_stay_on_a_quarantined_baseline(serve: Any) -> None:

@@ -38,7 +38,7 @@ from fronde.logging import get_logger
 from fronde.modes import Mode
 from fronde.router.cache import cache_key
 from fronde.router.choice import forced_mode, parse_mode
-from fronde.router.classify import RequestClass, classify, request_text
+from fronde.router.classify import RequestClass, classify, request_text, unsafe_fields
 from fronde.router.counterfactual import self_overlap
 from fronde.router.dispatch.admission import Admission
 from fronde.router.dispatch.answer import Answer, Streamed, Whole
@@ -117,8 +117,22 @@ class Dispatcher:
         self.client = client
         self.router = router
         self.swap = swap
-        self.tools = ToolTemplate(client, lambda: pool.get(Mode.BASELINE).url)
+        self.tools = ToolTemplate(client, self._template_url)
         self.hindsight = Hindsight(client, router)
+
+    def _template_url(self) -> str:
+        """A backend whose ``/props`` tells the chat template: baseline, else any ready one
+        (every mode serves the same model with the same template).
+
+        Raises:
+            BackendUnavailableError: no backend is ready.
+        """
+        if Mode.BASELINE in self.pool.backends:
+            return self.pool.get(Mode.BASELINE).url
+        ready = self.pool.ready_modes()
+        if not ready:
+            raise BackendUnavailableError("no backend is ready yet")
+        return self.pool.get(ready[0]).url
 
     def routable(self) -> list[Mode]:
         """Modes a request may be routed to now.
@@ -170,16 +184,25 @@ class Dispatcher:
         return answer
 
     def classified(
-        self, body: dict[str, Any], forced: Mode | None, ready: list[Mode]
+        self,
+        body: dict[str, Any],
+        forced: Mode | None,
+        ready: list[Mode],
+        tools_ignored: bool = False,
     ) -> RequestClass:
         """The static class of a request something can serve (single or batched).
+
+        ``tools_ignored``: the chat template takes no tools, so a request with tools is
+        plain chat (:func:`~fronde.router.classify.unsafe_fields`).
 
         Raises:
             BackendUnavailableError: no backend is ready and no mode is forced (503).
         """
         if not ready and forced is None:
             raise BackendUnavailableError("no backend is ready yet")
-        return classify(body, edit_block_chars=self.settings.router.edit_block_chars)
+        r = self.settings.router
+        unsafe = unsafe_fields(structured=r.speculate_structured, tools_ignored=tools_ignored)
+        return classify(body, edit_block_chars=r.edit_block_chars, unsafe=unsafe)
 
     async def _admit(
         self, kind: Kind, body: dict[str, Any], mode_header: str | None
@@ -192,16 +215,18 @@ class Dispatcher:
         t0 = time.monotonic()
         forced = forced_mode(mode_header, body.get("model"))
         ready = self.routable()
-        cls = self.classified(body, forced, ready)
+        has_tools = bool(body.get("tools") or body.get("functions"))
+        ignored = has_tools and await self.tools.supports_tools() is False
+        cls = self.classified(body, forced, ready, tools_ignored=ignored)
         if (
             cls is RequestClass.UNSAFE
             and forced is None
             and Mode.BASELINE not in self.pool.backends
         ):
             raise BackendUnavailableError(
-                "requests with tools, a grammar, a JSON schema, response_format or logprobs run "
-                "on the baseline mode only (speculation is not proven safe for them), and this "
-                "server runs no baseline: start it with --mode baseline"
+                "requests with logprobs (or tools the chat template takes) run on the baseline "
+                "mode only (speculation breaks logprobs; tool calls under it are untested), and "
+                "this server runs no baseline: start it with --mode baseline"
             )
         key = cache_key(body)
         if forced is None:

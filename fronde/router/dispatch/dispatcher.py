@@ -121,8 +121,9 @@ class Dispatcher:
         self.hindsight = Hindsight(client, router)
 
     def _template_url(self) -> str:
-        """A backend whose ``/props`` tells the chat template: baseline, else any ready one
-        (every mode serves the same model with the same template).
+        """A backend whose ``/props`` tells the chat template: baseline, else any ready one.
+
+        Every mode serves the same model with the same template.
 
         Raises:
             BackendUnavailableError: no backend is ready.

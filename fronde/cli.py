@@ -838,6 +838,46 @@ def bench_structured(
     console.print(f"matrix: {page}", markup=False, highlight=False)
 
 
+@bench_app.command("prediction")
+def bench_prediction(
+    config: ConfigOpt = None,
+    out: Annotated[Path, typer.Option(help="folder for records.jsonl and prediction.md")] = Path(
+        "runs/prediction"
+    ),
+    max_tokens: Annotated[int, typer.Option(help="tokens per answer", min=16)] = 192,
+) -> None:
+    """Does a Predicted Output pay? Edits with and without `prediction`, fresh servers."""
+    import json
+
+    from fronde.bench.prediction import (
+        EDITS,
+        PredictionSample,
+        prediction_markdown,
+        run_prediction,
+    )
+    from fronde.bench.prediction import to_json as samples_json
+    from fronde.bench.serve import machine_line, running_serve
+    from fronde.runtime.local import profile_of
+
+    settings = _settings(config)
+    console = _bench_console()
+    samples: list[PredictionSample] = []
+    scenarios = ("file-in-prompt", "diff-only")
+    with _bench_progress(console, len(EDITS) * 2 * len(scenarios)) as step:
+        for scenario in scenarios:
+            for arm in ("without", "with"):  # each on a fresh server: an empty pool
+                with running_serve(config, extra_args=("--mode", "ngram-mod")) as serve:
+                    samples += run_prediction(serve.base_url, scenario, arm, max_tokens, step)
+    out.mkdir(parents=True, exist_ok=True)
+    with (out / "records.jsonl").open("w") as fh:
+        for record in samples_json(samples):
+            fh.write(json.dumps(record, ensure_ascii=False) + "\n")
+    title = f"Predicted Outputs: {profile_of(settings).name}, {machine_line()}"
+    page = out / "prediction.md"
+    page.write_text(prediction_markdown(samples, title))
+    console.print(page.read_text(), markup=False, highlight=False)
+
+
 @bench_app.command("load")
 def bench_load(
     config: ConfigOpt = None,

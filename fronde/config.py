@@ -235,6 +235,11 @@ class RouterSettings(_Section):
         "any other (the structured-output matrix found them valid under every spec mode), "
         "and tools too where the chat template ignores them; false keeps them on baseline",
     )
+    feed_prediction: bool = Field(
+        default=True,
+        description="Predicted Outputs: feed a request's prediction into the n-gram pool of "
+        "an ngram-mod or cascade server (a one-token /completion) before the request",
+    )
     edit_mode: Mode = Field(
         default=Mode.NGRAM_MOD, description="mode for the EDIT class until its bucket has evidence"
     )

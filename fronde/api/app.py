@@ -73,6 +73,9 @@ EXPOSED_HEADERS = [
     "x-fronde-overhead-ms",
     "x-fronde-swap-wait-ms",
     "x-fronde-swap-fallback",
+    "x-fronde-predicted-tok-s",
+    "x-fronde-prediction-fed",
+    "x-fronde-prediction-feed-ms",
 ]
 """Fronde's response headers, readable by a browser client under CORS."""
 

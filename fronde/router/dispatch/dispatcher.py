@@ -45,6 +45,7 @@ from fronde.router.dispatch.answer import Answer, Streamed, Whole
 from fronde.router.dispatch.apis import Api
 from fronde.router.dispatch.collect import answer_whole
 from fronde.router.dispatch.hindsight import Hindsight, text_of
+from fronde.router.dispatch.prediction import FEEDS_POOL, feed_pool, prediction_text, with_counts
 from fronde.router.dispatch.relay import (
     DONE_LINE,
     EventRelay,
@@ -364,10 +365,21 @@ class Dispatcher:
     async def _send(
         self, adm: Admission, kind: Kind, body: dict[str, Any], mode: Mode, headers: dict[str, str]
     ) -> Answer:
-        """Pass the request through to ``mode``'s OpenAI endpoint, recording its timings."""
+        """Pass the request through to ``mode``'s OpenAI endpoint, recording its timings.
+
+        A ``prediction`` (Predicted Outputs) is fed first into the pool of a mode that
+        keeps one (:mod:`fronde.router.dispatch.prediction`); a whole answer then gets
+        OpenAI's accepted and rejected prediction token counts.
+        """
         decision = cast("Decision", adm.decision)
         url = self.pool.get(mode).url
         self._overhead(decision, headers)
+        prediction = prediction_text(body) if self.settings.router.feed_prediction else None
+        if prediction is not None and mode in FEEDS_POOL:
+            t0 = time.monotonic()
+            fed = await feed_pool(self.client, url, prediction)
+            headers["x-fronde-prediction-feed-ms"] = f"{(time.monotonic() - t0) * 1000:.1f}"
+            headers["x-fronde-prediction-fed"] = "true" if fed else "false"
 
         def on_timings(timings: dict[str, Any]) -> None:
             self.router.record(decision, mode, Timings.parse(timings))
@@ -379,7 +391,10 @@ class Dispatcher:
                 data = await answer_whole(
                     self.client, url, PATHS[kind], body, str(mode), on_timings
                 )
-            self.hindsight.after(decision, mode, url, kind, body, text=text_of(kind, data))
+            answer = text_of(kind, data)
+            self.hindsight.after(decision, mode, url, kind, body, text=answer)
+            if prediction is not None:
+                await with_counts(self.client, url, data, prediction, answer or "")
             return Whole(data, headers)
         stack = AsyncExitStack()
         stack.callback(adm.count(mode))

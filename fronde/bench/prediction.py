@@ -1,0 +1,198 @@
+"""Does a Predicted Output pay? Edits with and without ``prediction``, on fresh servers.
+
+Each arm is its own ``fronde serve`` with one mode, ngram-mod (its pool starts empty,
+so both arms start from the same state), given the same sequence of distinct edits:
+a small Python file of its own (nothing repeats across requests, so no arm drafts from
+the memory of an earlier one), and an instruction. Two scenarios, as OpenAI documents
+the feature and as the issue asks:
+
+- ``file-in-prompt``: the prompt holds the file and asks for it whole with one change;
+  ``prediction`` is the old file (OpenAI's own example);
+- ``diff-only``: the prompt holds only a unified diff to apply and asks for the whole
+  file; ``prediction`` is the old file, which the model does not otherwise see.
+
+Per request: decode tok/s and α from llama-server's timings, the wall time (the feed
+included), the feed's time (``x-fronde-prediction-feed-ms``) and OpenAI's
+``accepted_prediction_tokens``.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from statistics import median
+from typing import Any
+
+import httpx
+
+__all__ = [
+    "EDITS",
+    "Edit",
+    "PredictionSample",
+    "prediction_markdown",
+    "run_prediction",
+    "to_json",
+]
+
+
+@dataclass(frozen=True)
+class Edit:
+    """One edit: the old file, the change as a diff, and the two prompts."""
+
+    old: str
+    diff: str
+    instruction: str
+
+    def prompt(self, scenario: str) -> str:
+        """The request's user message for ``scenario`` (module docstring)."""
+        if scenario == "diff-only":
+            return f"Apply this diff and output the whole new file, nothing else:\n{self.diff}"
+        return f"{self.instruction} Output the whole new file, nothing else.\n\n{self.old}"
+
+
+def _edit(i: int) -> Edit:
+    """A distinct small file (names and constants depend on ``i``) and one change to it."""
+    name, k = f"scale_{i}", 3 + i
+    old = (
+        f"def {name}(values, factor={k}):\n"
+        f'    """Multiply every value by factor {k} and drop the negative ones."""\n'
+        f"    kept = [v for v in values if v >= 0]\n"
+        f"    return [v * factor for v in kept]\n\n\n"
+        f"def total_{i}(values):\n"
+        f"    return sum({name}(values))\n\n\n"
+        f"if __name__ == '__main__':\n"
+        f"    print(total_{i}([1, 2, -3, {i}]))\n"
+    )
+    diff = (
+        f"--- a/m{i}.py\n+++ b/m{i}.py\n@@ -3,2 +3,2 @@\n"
+        f"-    kept = [v for v in values if v >= 0]\n+    kept = [v for v in values if v > 0]\n"
+    )
+    instruction = f"In this file, make {name} drop zeros too (keep only values > 0)."
+    return Edit(old, diff, instruction)
+
+
+EDITS = [_edit(i) for i in range(8)]
+"""The edits, in order."""
+
+
+@dataclass(frozen=True)
+class PredictionSample:
+    """One answer: its scenario, arm (``with`` or ``without`` a prediction) and figures."""
+
+    scenario: str
+    arm: str
+    edit: int
+    decode_tok_s: float
+    alpha: float | None
+    tokens: int
+    wall_s: float
+    feed_ms: float | None
+    accepted_prediction_tokens: int | None
+    text: str
+
+
+def run_prediction(
+    base_url: str,
+    scenario: str,
+    arm: str,
+    max_tokens: int = 192,
+    progress: Callable[[str, int], None] | None = None,
+) -> list[PredictionSample]:
+    """Send every edit of ``scenario`` to the Fronde at ``base_url``, ``with`` or ``without``.
+
+    Greedy (temperature 0), non-streamed, the mode forced to ngram-mod.
+    """
+    out: list[PredictionSample] = []
+    with httpx.Client(base_url=base_url, timeout=600) as http:
+        for i, edit in enumerate(EDITS):
+            body: dict[str, Any] = {
+                "model": "fronde:ngram-mod",
+                "messages": [{"role": "user", "content": edit.prompt(scenario)}],
+                "max_tokens": max_tokens,
+                "temperature": 0,
+            }
+            if arm == "with":
+                body["prediction"] = {"type": "content", "content": edit.old}
+            t0 = time.monotonic()
+            r = http.post("/v1/chat/completions", json=body)
+            wall = time.monotonic() - t0
+            data: dict[str, Any] = r.json()
+            t: dict[str, Any] = data.get("timings") or {}
+            usage: dict[str, Any] = data.get("usage") or {}
+            details: dict[str, Any] = usage.get("completion_tokens_details") or {}
+            drafted = int(t.get("draft_n") or 0)
+            out.append(
+                PredictionSample(
+                    scenario=scenario,
+                    arm=arm,
+                    edit=i,
+                    decode_tok_s=float(t.get("predicted_per_second") or 0.0),
+                    alpha=int(t.get("draft_n_accepted") or 0) / drafted if drafted else None,
+                    tokens=int(t.get("predicted_n") or 0),
+                    wall_s=wall,
+                    feed_ms=float(r.headers["x-fronde-prediction-feed-ms"])
+                    if "x-fronde-prediction-feed-ms" in r.headers
+                    else None,
+                    accepted_prediction_tokens=details.get("accepted_prediction_tokens"),
+                    text=data["choices"][0]["message"]["content"] or "",
+                )
+            )
+            if progress is not None:
+                progress(f"{scenario} {arm} edit {i}", 1)
+    return out
+
+
+def _median(values: list[float]) -> str:
+    return f"{median(values):.2f}" if values else "-"
+
+
+def prediction_markdown(samples: list[PredictionSample], title: str) -> str:
+    """Medians per scenario and arm, and the ratios with ÷ without over the same edits."""
+    lines = [
+        f"# {title}",
+        "",
+        "| scenario | arm | decode tok/s | α | wall s | feed ms | accepted prediction tokens "
+        "| same answer as without |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for scenario in ("file-in-prompt", "diff-only"):
+        without = {s.edit: s for s in samples if (s.scenario, s.arm) == (scenario, "without")}
+        for arm in ("without", "with"):
+            group = [s for s in samples if (s.scenario, s.arm) == (scenario, arm)]
+            if not group:
+                continue
+            alphas = [s.alpha for s in group if s.alpha is not None]
+            feeds = [s.feed_ms for s in group if s.feed_ms is not None]
+            accepted = [
+                float(s.accepted_prediction_tokens)
+                for s in group
+                if s.accepted_prediction_tokens is not None
+            ]
+            same = sum(1 for s in group if s.edit in without and without[s.edit].text == s.text)
+            cols = [
+                _median([s.decode_tok_s for s in group]),
+                _median(alphas),
+                _median([s.wall_s for s in group]),
+                _median(feeds),
+                _median(accepted),
+                f"{same}/{len(group)}",
+            ]
+            lines.append(f"| {scenario} | {arm} | " + " | ".join(cols) + " |")
+        pairs = [
+            (s, without[s.edit])
+            for s in samples
+            if (s.scenario, s.arm) == (scenario, "with") and s.edit in without
+        ]
+        speed = [w.decode_tok_s / o.decode_tok_s for w, o in pairs if o.decode_tok_s]
+        wall = [w.wall_s / o.wall_s for w, o in pairs if o.wall_s]
+        if pairs:
+            ratio = f"| {scenario} | with ÷ without | {_median(speed)} | | {_median(wall)} |"
+            lines.append(ratio + " | | |")
+    lines += ["", "Medians over the edits; the ratios are medians of per-edit ratios."]
+    return "\n".join(lines) + "\n"
+
+
+def to_json(samples: list[PredictionSample]) -> list[dict[str, Any]]:
+    """The samples as JSON-ready dicts."""
+    return [asdict(s) for s in samples]

@@ -878,6 +878,41 @@ def bench_prediction(
     console.print(page.read_text(), markup=False, highlight=False)
 
 
+@bench_app.command("tools")
+def bench_tools(
+    config: ConfigOpt = None,
+    out: Annotated[Path, typer.Option(help="folder for records.jsonl and tools.md")] = Path(
+        "runs/tools"
+    ),
+    max_tokens: Annotated[int, typer.Option(help="tokens per step without its own", min=16)] = 128,
+) -> None:
+    """What does routing tool-bearing requests give an agent? Before and after, fresh servers."""
+    import json
+
+    from fronde.bench.serve import machine_line, running_serve
+    from fronde.bench.tooluse import ToolStep, run_tool_session, tool_markdown
+    from fronde.bench.tooluse import to_json as steps_json
+    from fronde.bench.workloads import load_workload
+    from fronde.runtime.local import profile_of
+
+    settings = _settings(config)
+    console = _bench_console()
+    steps: list[ToolStep] = []
+    arms = {"before": {"FRONDE_ROUTER__SPECULATE_STRUCTURED": "false"}, "after": {}}
+    with _bench_progress(console, 2 * len(load_workload("agent-sessions").items)) as step:
+        for arm, env in arms.items():
+            with running_serve(config, env=env) as serve:
+                steps += run_tool_session(serve.base_url, arm, max_tokens, step)
+    out.mkdir(parents=True, exist_ok=True)
+    with (out / "records.jsonl").open("w") as fh:
+        for record in steps_json(steps):
+            fh.write(json.dumps(record, ensure_ascii=False) + "\n")
+    title = f"Tool-bearing agent steps: {profile_of(settings).name}, {machine_line()}"
+    page = out / "tools.md"
+    page.write_text(tool_markdown(steps, title))
+    console.print(page.read_text(), markup=False, highlight=False)
+
+
 @bench_app.command("load")
 def bench_load(
     config: ConfigOpt = None,

@@ -11,7 +11,8 @@ the feature and as the issue asks:
 - ``diff-only``: the prompt holds only a unified diff to apply and asks for the whole
   file; ``prediction`` is the old file, which the model does not otherwise see.
 
-Per request: decode tok/s and α from llama-server's timings, the wall time (the feed
+Per request: decode tok/s and α from llama-server's timings (the router's row:
+a whole answer through Fronde carries no ``timings``), the wall time (the feed
 included), the feed's time (``x-fronde-prediction-feed-ms``) and OpenAI's
 ``accepted_prediction_tokens``.
 """
@@ -25,6 +26,8 @@ from statistics import median
 from typing import Any
 
 import httpx
+
+from fronde.bench.client import router_row
 
 __all__ = [
     "EDITS",
@@ -118,18 +121,17 @@ def run_prediction(
             r = http.post("/v1/chat/completions", json=body)
             wall = time.monotonic() - t0
             data: dict[str, Any] = r.json()
-            t: dict[str, Any] = data.get("timings") or {}
+            row = router_row(http, r.headers["x-fronde-request-id"])
             usage: dict[str, Any] = data.get("usage") or {}
             details: dict[str, Any] = usage.get("completion_tokens_details") or {}
-            drafted = int(t.get("draft_n") or 0)
             out.append(
                 PredictionSample(
                     scenario=scenario,
                     arm=arm,
                     edit=i,
-                    decode_tok_s=float(t.get("predicted_per_second") or 0.0),
-                    alpha=int(t.get("draft_n_accepted") or 0) / drafted if drafted else None,
-                    tokens=int(t.get("predicted_n") or 0),
+                    decode_tok_s=float(row.get("decode_tok_s") or 0.0),
+                    alpha=row.get("alpha"),
+                    tokens=int(row.get("tokens") or 0),
                     wall_s=wall,
                     feed_ms=float(r.headers["x-fronde-prediction-feed-ms"])
                     if "x-fronde-prediction-feed-ms" in r.headers

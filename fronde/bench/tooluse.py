@@ -8,7 +8,7 @@ sessions (``fronde/bench/workloads/agent-sessions.json``: edits and questions on
 Python, a JavaScript and a SQL file) in order, each with an opencode-like tool list:
 ``before`` with ``router.speculate_structured = false`` (every such request on
 baseline), ``after`` with the default. Per step: the route, the mode, decode tok/s from
-llama-server's timings and the wall time.
+llama-server's timings (the router's row) and the wall time.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from typing import Any
 
 import httpx
 
+from fronde.bench.client import router_row
 from fronde.bench.workloads import load_workload
 
 __all__ = ["AGENT_TOOLS", "ToolStep", "run_tool_session", "to_json", "tool_markdown"]
@@ -72,16 +73,15 @@ def run_tool_session(
             t0 = time.monotonic()
             r = http.post("/v1/chat/completions", json=body)
             wall = time.monotonic() - t0
-            data: dict[str, Any] = r.json()
-            t: dict[str, Any] = data.get("timings") or {}
+            row = router_row(http, r.headers["x-fronde-request-id"])
             out.append(
                 ToolStep(
                     arm=arm,
                     step=item.id,
                     route=r.headers.get("x-fronde-class", ""),
                     mode=r.headers.get("x-fronde-mode", ""),
-                    decode_tok_s=float(t.get("predicted_per_second") or 0.0),
-                    tokens=int(t.get("predicted_n") or 0),
+                    decode_tok_s=float(row.get("decode_tok_s") or 0.0),
+                    tokens=int(row.get("tokens") or 0),
                     wall_s=wall,
                 )
             )

@@ -24,21 +24,26 @@ from typing import Any, cast
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
-from fronde.api.asgi import answered
+from fronde.api.asgi import answered, render
 from fronde.api.deps import RuntimeDep
 from fronde.api.schema import check_number, read_json_body
 from fronde.errors import InvalidRequestError, NotFoundError
 from fronde.router.dispatch.apis import INFILL, MESSAGES, RESPONSES, Api
 
 __all__ = [
+    "COUNT_TOKENS_PATH",
     "EMBEDDING_PATHS",
     "agents",
     "check_infill",
+    "check_message_list",
     "check_messages",
     "check_responses",
 ]
 
 agents = APIRouter()
+
+COUNT_TOKENS_PATH = "/v1/messages/count_tokens"
+"""Anthropic's token count (Claude Code calls it), checked here, counted by a backend."""
 
 EMBEDDING_PATHS = ("/v1/embeddings", "/embeddings", "/v1/rerank", "/rerank")
 """Endpoints of embedding and reranking models, which no profile serves."""
@@ -126,6 +131,27 @@ def check_messages(body: dict[str, Any], default_max_tokens: int) -> None:
             a non-text block, ``system`` neither a string nor an array, or a field of
             the wrong type or range (``temperature`` from 0 to 1, as Anthropic's).
     """
+    check_message_list(body)
+    if body.get("system") is not None and not isinstance(body["system"], str | list):
+        raise _fail("'system' must be a string or an array of text blocks", "system")
+    stops = body.get("stop_sequences")
+    if stops is not None and not (
+        isinstance(stops, list) and all(isinstance(s, str) for s in cast("list[Any]", stops))
+    ):
+        raise _fail("'stop_sequences' must be an array of strings", "stop_sequences")
+    check_number(body, "top_k", 0, 1_000_000)
+    _shared(body, 1.0)
+    _budget(body, "max_tokens", default_max_tokens)
+
+
+def check_message_list(body: dict[str, Any]) -> None:
+    """Check an Anthropic body's ``messages`` (Messages, and its token count).
+
+    Raises:
+        InvalidRequestError: missing or empty, a role other than ``user`` /
+            ``assistant``, content neither a string nor an array of blocks, a non-text
+            block.
+    """
     messages = body.get("messages")
     if not isinstance(messages, list) or not messages:
         raise _fail("'messages' must be a non-empty array", "messages")
@@ -146,16 +172,6 @@ def check_messages(body: dict[str, Any], default_max_tokens: int) -> None:
             _text_only(kind, at)
             if not isinstance(kind, str) or kind not in _ANTHROPIC_TEXT_BLOCKS:
                 raise _fail(f"'{at}' must be a block of type text, tool_use or tool_result", at)
-    if body.get("system") is not None and not isinstance(body["system"], str | list):
-        raise _fail("'system' must be a string or an array of text blocks", "system")
-    stops = body.get("stop_sequences")
-    if stops is not None and not (
-        isinstance(stops, list) and all(isinstance(s, str) for s in cast("list[Any]", stops))
-    ):
-        raise _fail("'stop_sequences' must be an array of strings", "stop_sequences")
-    check_number(body, "top_k", 0, 1_000_000)
-    _shared(body, 1.0)
-    _budget(body, "max_tokens", default_max_tokens)
 
 
 def check_infill(body: dict[str, Any], default_max_tokens: int) -> None:
@@ -207,6 +223,17 @@ async def _no_embeddings(request: Request) -> Response:
     )
 
 
+async def _count_tokens(request: Request, rt: RuntimeDep) -> Response:
+    """``/v1/messages/count_tokens``: ``messages`` checked, then counted by a backend.
+
+    llama-server b11434 answers a 500 for a body without ``messages``.
+    """
+    body = await read_json_body(request, rt.settings.server.max_body_bytes)
+    check_message_list(body)
+    mode = request.headers.get("x-fronde-mode")
+    return render(await rt.dispatcher.native_post(COUNT_TOKENS_PATH, body, mode))
+
+
 def _add(api: Api) -> None:
     doc = f"{api.name}: routed like chat, passed through as sent (fronde.api.apis)."
     agents.add_api_route(api.path, _routed, methods=["POST"], description=doc)
@@ -214,5 +241,6 @@ def _add(api: Api) -> None:
 
 for _api in (RESPONSES, MESSAGES, INFILL):
     _add(_api)
+agents.add_api_route(COUNT_TOKENS_PATH, _count_tokens, methods=["POST"])
 for _path in EMBEDDING_PATHS:
     agents.add_api_route(_path, _no_embeddings, methods=["POST"], include_in_schema=False)

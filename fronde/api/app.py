@@ -23,7 +23,7 @@ from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from fronde.api.apis import EMBEDDING_PATHS, agents
+from fronde.api.apis import COUNT_TOKENS_PATH, EMBEDDING_PATHS, agents
 from fronde.api.middleware import GateMiddleware
 from fronde.api.passthrough import NATIVE_GET, NATIVE_POST, native
 from fronde.api.routes import router
@@ -51,6 +51,7 @@ KNOWN_PATHS = frozenset(
         MESSAGES.path,
         INFILL.path,
         *EMBEDDING_PATHS,
+        COUNT_TOKENS_PATH,
         "/v1/models",
         "/health",
         "/health/live",

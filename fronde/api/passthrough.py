@@ -1,9 +1,9 @@
 """llama.cpp's native endpoints, passed through to one chosen backend.
 
 ``POST /completion``, ``/tokenize``, ``/detokenize``, ``/apply-template``, the token
-counts of the other APIs (``/v1/messages/count_tokens``, which Claude Code calls, and
-``/v1/responses/input_tokens``) and ``GET /props``, ``/slots`` reach the backend
-named by the ``x-fronde-mode`` header or the ``mode`` query parameter; without
+count of the Responses API (``/v1/responses/input_tokens``; Anthropic's, whose body
+is checked first, is in :mod:`fronde.api.apis`) and ``GET /props``, ``/slots`` reach
+the backend named by the ``x-fronde-mode`` header or the ``mode`` query parameter; without
 either, baseline (or, when baseline does not run, the first ready mode). No routing
 happens here: these are for tools that speak llama-server's own API, and for checking
 a backend (``/slots`` shows whether a slot is still processing).
@@ -32,7 +32,6 @@ NATIVE_POST = (
     "/tokenize",
     "/detokenize",
     "/apply-template",
-    "/v1/messages/count_tokens",
     "/v1/responses/input_tokens",
 )
 """llama-server endpoints passed through on POST."""

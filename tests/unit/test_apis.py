@@ -369,3 +369,13 @@ def test_the_indexer_numbers_llama_servers_responses_events_as_the_sdk_needs() -
     assert [e.get("content_index") for e in got[2:5]] == [0, 0, 0]
     assert got[3]["logprobs"] == [] and got[3]["delta"] == "Hi"
     assert "content_index" not in got[7]
+
+
+def test_a_token_count_without_messages_is_anthropics_400_not_the_backends_500(
+    plain: TestClient,
+) -> None:
+    for body in ({}, {"messages": []}, {"messages": "x"}):
+        r = plain.post("/v1/messages/count_tokens", json=body)
+        assert r.status_code == 400, r.text
+        assert r.json()["type"] == "error"
+        assert r.json()["error"]["type"] == "invalid_request_error"

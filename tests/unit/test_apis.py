@@ -374,7 +374,8 @@ def test_the_indexer_numbers_llama_servers_responses_events_as_the_sdk_needs() -
 def test_a_token_count_without_messages_is_anthropics_400_not_the_backends_500(
     plain: TestClient,
 ) -> None:
-    for body in ({}, {"messages": []}, {"messages": "x"}):
+    bodies: list[dict[str, Any]] = [{}, {"messages": []}, {"messages": "x"}]
+    for body in bodies:
         r = plain.post("/v1/messages/count_tokens", json=body)
         assert r.status_code == 400, r.text
         assert r.json()["type"] == "error"

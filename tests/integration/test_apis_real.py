@@ -130,3 +130,11 @@ def test_count_tokens_passes_through(smol: Serve) -> None:
     r = httpx.post(f"{smol.base_url}/v1/messages/count_tokens", json=body, timeout=60)
     assert r.status_code == 200, r.text
     assert r.json()["input_tokens"] > 2
+
+
+def test_a_whole_chat_answer_keeps_llama_servers_timings(smol: Serve) -> None:
+    """Fronde asks for a stream and folds it; the timings of the usage chunk stay."""
+    body = {"model": "fronde", "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 8}
+    data = httpx.post(f"{smol.base_url}/v1/chat/completions", json=body, timeout=120).json()
+    assert data["timings"]["predicted_n"] == data["usage"]["completion_tokens"]
+    assert data["timings"]["predicted_per_second"] > 0

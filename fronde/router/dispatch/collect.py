@@ -118,7 +118,8 @@ async def collect(lines: AsyncIterator[bytes], kind: Kind) -> dict[str, Any]:
         kind: ``chat`` or ``text``.
 
     Returns:
-        The ``chat.completion`` or ``text_completion`` object.
+        The ``chat.completion`` or ``text_completion`` object, with llama-server's
+        ``timings`` when the stream carried them (as its non-streamed answer does).
 
     Raises:
         BackendConnectionError: the stream carried an error event or ended without
@@ -127,6 +128,7 @@ async def collect(lines: AsyncIterator[bytes], kind: Kind) -> dict[str, Any]:
     answer = _Answer(kind)
     top: dict[str, Any] = {}
     usage: Any = None
+    timings: Any = None
     done = False
     async for raw in lines:
         line = raw.decode().strip()
@@ -143,6 +145,8 @@ async def collect(lines: AsyncIterator[bytes], kind: Kind) -> dict[str, Any]:
         choices = event.get("choices")
         if event.get("usage") is not None:
             usage = event["usage"]
+        if isinstance(event.get("timings"), dict):
+            timings = event["timings"]  # b11434 puts them on the usage chunk
         if not choices:
             continue
         answer.add(cast("dict[str, Any]", cast("list[Any]", choices)[0]))
@@ -152,6 +156,8 @@ async def collect(lines: AsyncIterator[bytes], kind: Kind) -> dict[str, Any]:
     out: dict[str, Any] = {"object": _CHUNK_OBJECT[kind], **top, "choices": [answer.choice()]}
     if usage is not None:
         out["usage"] = usage
+    if timings is not None:
+        out["timings"] = timings  # as llama-server's own non-streamed answer has them
     return out
 
 

@@ -14,7 +14,8 @@ the feature and as the issue asks:
 Per request: decode tok/s and α from llama-server's timings (the router's row:
 a whole answer through Fronde carries no ``timings``), the wall time (the feed
 included), the feed's time (``x-fronde-prediction-feed-ms``) and OpenAI's
-``accepted_prediction_tokens``.
+``accepted_prediction_tokens``. An edit whose answer loops in either arm is left out of
+the figures and named (a loop is drafted perfectly and says nothing of the feature).
 """
 
 from __future__ import annotations
@@ -27,7 +28,8 @@ from typing import Any
 
 import httpx
 
-from fronde.bench.client import router_row
+from fronde.bench.client import repetition_score, router_row
+from fronde.bench.verdict import LOOP_SCORE
 
 __all__ = [
     "EDITS",
@@ -158,11 +160,19 @@ def prediction_markdown(samples: list[PredictionSample], title: str) -> str:
         "| same answer as without |",
         "|---|---|---|---|---|---|---|---|",
     ]
+    looping = {(s.scenario, s.edit) for s in samples if repetition_score(s.text) > LOOP_SCORE}
+    notes: list[str] = []
     for scenario in ("file-in-prompt", "diff-only"):
-        without = {s.edit: s for s in samples if (s.scenario, s.arm) == (scenario, "without")}
+        left_out = sorted(e for sc, e in looping if sc == scenario)
+        if left_out:
+            notes.append(f"{scenario}: edits {left_out} looped in an arm, left out")
+        kept = [s for s in samples if s.scenario == scenario and s.edit not in left_out]
+        without = {s.edit: s for s in kept if s.arm == "without"}
         for arm in ("without", "with"):
-            group = [s for s in samples if (s.scenario, s.arm) == (scenario, arm)]
+            group = [s for s in kept if s.arm == arm]
             if not group:
+                if any(s.scenario == scenario and s.arm == arm for s in samples):
+                    lines.append(f"| {scenario} | {arm} | every answer looped: left out |")
                 continue
             alphas = [s.alpha for s in group if s.alpha is not None]
             feeds = [s.feed_ms for s in group if s.feed_ms is not None]
@@ -181,17 +191,18 @@ def prediction_markdown(samples: list[PredictionSample], title: str) -> str:
                 f"{same}/{len(group)}",
             ]
             lines.append(f"| {scenario} | {arm} | " + " | ".join(cols) + " |")
-        pairs = [
-            (s, without[s.edit])
-            for s in samples
-            if (s.scenario, s.arm) == (scenario, "with") and s.edit in without
-        ]
+        pairs = [(s, without[s.edit]) for s in kept if s.arm == "with" and s.edit in without]
         speed = [w.decode_tok_s / o.decode_tok_s for w, o in pairs if o.decode_tok_s]
         wall = [w.wall_s / o.wall_s for w, o in pairs if o.wall_s]
         if pairs:
             ratio = f"| {scenario} | with ÷ without | {_median(speed)} | | {_median(wall)} |"
             lines.append(ratio + " | | |")
-    lines += ["", "Medians over the edits; the ratios are medians of per-edit ratios."]
+    lines += [
+        "",
+        "Medians over the edits; the ratios are medians of per-edit ratios. An edit whose "
+        f"answer loops in either arm (repetition score > {LOOP_SCORE}) counts in neither.",
+        *notes,
+    ]
     return "\n".join(lines) + "\n"
 
 

@@ -8,7 +8,8 @@ sessions (``fronde/bench/workloads/agent-sessions.json``: edits and questions on
 Python, a JavaScript and a SQL file) in order, each with an opencode-like tool list:
 ``before`` with ``router.speculate_structured = false`` (every such request on
 baseline), ``after`` with the default. Per step: the route, the mode, decode tok/s from
-llama-server's timings (the router's row) and the wall time.
+llama-server's timings (the router's row) and the wall time; a step whose answer loops
+in either arm is left out of the speeds and named.
 """
 
 from __future__ import annotations
@@ -21,7 +22,8 @@ from typing import Any
 
 import httpx
 
-from fronde.bench.client import router_row
+from fronde.bench.client import repetition_score, router_row
+from fronde.bench.verdict import LOOP_SCORE
 from fronde.bench.workloads import load_workload
 
 __all__ = ["AGENT_TOOLS", "ToolStep", "run_tool_session", "to_json", "tool_markdown"]
@@ -55,6 +57,7 @@ class ToolStep:
     decode_tok_s: float
     tokens: int
     wall_s: float
+    text: str = ""
 
 
 def run_tool_session(
@@ -74,6 +77,8 @@ def run_tool_session(
             r = http.post("/v1/chat/completions", json=body)
             wall = time.monotonic() - t0
             row = router_row(http, r.headers["x-fronde-request-id"])
+            choices: list[dict[str, Any]] = r.json().get("choices") or [{}]
+            message: dict[str, Any] = choices[0].get("message") or {}
             out.append(
                 ToolStep(
                     arm=arm,
@@ -83,6 +88,7 @@ def run_tool_session(
                     decode_tok_s=float(row.get("decode_tok_s") or 0.0),
                     tokens=int(row.get("tokens") or 0),
                     wall_s=wall,
+                    text=str(message.get("content") or ""),
                 )
             )
             if progress is not None:
@@ -99,12 +105,14 @@ def tool_markdown(steps: list[ToolStep], title: str) -> str:
         "|---|---|---|---|---|",
     ]
     totals: dict[str, tuple[float, float]] = {}
+    looping = sorted({s.step for s in steps if repetition_score(s.text) > LOOP_SCORE})
     for arm in ("before", "after"):
-        group = [s for s in steps if s.arm == arm]
+        every = [s for s in steps if s.arm == arm]
+        group = [s for s in every if s.step not in looping]
         if not group:
             continue
         routes: dict[str, int] = {}
-        for s in group:
+        for s in every:
             key = f"{s.route}→{s.mode}"
             routes[key] = routes.get(key, 0) + 1
         tokens = sum(s.tokens for s in group)
@@ -119,6 +127,12 @@ def tool_markdown(steps: list[ToolStep], title: str) -> str:
         speed = totals["after"][0] / totals["before"][0] if totals["before"][0] else 0.0
         wall = totals["after"][1] / totals["before"][1] if totals["before"][1] else 0.0
         lines.append(f"| after ÷ before | | {speed:.3f} | {wall:.3f} | |")
+    lines += [
+        "",
+        "Routes count every step; the speeds and times leave out the steps whose answer "
+        f"loops in either arm (repetition score > {LOOP_SCORE}): "
+        + (", ".join(looping) if looping else "none"),
+    ]
     return "\n".join(lines) + "\n"
 
 

@@ -10,7 +10,7 @@ import errno
 import os
 import socket
 import sys
-from collections.abc import Callable, Generator
+from collections.abc import Callable, Generator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated, Any
@@ -805,6 +805,34 @@ def _experiment(
     return [r for r in store.records() if r["type"] == "block" and r["ok"]]
 
 
+def _write_run(
+    out: Path,
+    settings: Settings,
+    records: Sequence[Any],
+    name: str,
+    what: str,
+    page: Callable[[str], str],
+) -> Path:
+    """Write a benchmark's ``records`` (dataclasses) to ``out/records.jsonl`` and its page.
+
+    The page is ``page(title)``, the title ``what`` with the profile and the machine.
+    Returns the page's path.
+    """
+    import dataclasses
+    import json
+
+    from fronde.bench.serve import machine_line
+    from fronde.runtime.local import profile_of
+
+    out.mkdir(parents=True, exist_ok=True)
+    with (out / "records.jsonl").open("w") as fh:
+        for record in records:
+            fh.write(json.dumps(dataclasses.asdict(record), ensure_ascii=False) + "\n")
+    path = out / name
+    path.write_text(page(f"{what}: {profile_of(settings).name}, {machine_line()}"))
+    return path
+
+
 @bench_app.command("structured")
 def bench_structured(
     config: ConfigOpt = None,
@@ -814,12 +842,8 @@ def bench_structured(
     max_tokens: Annotated[int, typer.Option(help="tokens per answer", min=16)] = 160,
 ) -> None:
     """Does speculation keep JSON, schemas, grammars, tool calls and logprobs valid?"""
-    import json
-
-    from fronde.bench.serve import machine_line, running_serve
+    from fronde.bench.serve import running_serve
     from fronde.bench.structured import FEATURES, PROMPTS, cells, matrix_markdown, run_matrix
-    from fronde.bench.structured import to_json as samples_json
-    from fronde.runtime.local import profile_of
 
     settings = _settings(config)
     console = _bench_console()
@@ -828,13 +852,10 @@ def bench_structured(
     total = len(FEATURES) * 2 * len(PROMPTS) * len(modes)
     with running_serve(config, extra_args=args) as serve, _bench_progress(console, total) as step:
         samples = run_matrix(serve.backend_urls, max_tokens=max_tokens, progress=step)
-    out.mkdir(parents=True, exist_ok=True)
-    with (out / "records.jsonl").open("w") as fh:
-        for record in samples_json(samples):
-            fh.write(json.dumps(record, ensure_ascii=False) + "\n")
-    title = f"Structured output under speculation: {profile_of(settings).name}, {machine_line()}"
-    page = out / "matrix.md"
-    page.write_text(matrix_markdown(cells(samples), title))
+    what = "Structured output under speculation"
+    page = _write_run(
+        out, settings, samples, "matrix.md", what, lambda t: matrix_markdown(cells(samples), t)
+    )
     console.print(f"matrix: {page}", markup=False, highlight=False)
 
 
@@ -847,17 +868,13 @@ def bench_prediction(
     max_tokens: Annotated[int, typer.Option(help="tokens per answer", min=16)] = 192,
 ) -> None:
     """Does a Predicted Output pay? Edits with and without `prediction`, fresh servers."""
-    import json
-
     from fronde.bench.prediction import (
         EDITS,
         PredictionSample,
         prediction_markdown,
         run_prediction,
     )
-    from fronde.bench.prediction import to_json as samples_json
-    from fronde.bench.serve import machine_line, running_serve
-    from fronde.runtime.local import profile_of
+    from fronde.bench.serve import running_serve
 
     settings = _settings(config)
     console = _bench_console()
@@ -868,13 +885,14 @@ def bench_prediction(
             for arm in ("without", "with"):  # each on a fresh server: an empty pool
                 with running_serve(config, extra_args=("--mode", "ngram-mod")) as serve:
                     samples += run_prediction(serve.base_url, scenario, arm, max_tokens, step)
-    out.mkdir(parents=True, exist_ok=True)
-    with (out / "records.jsonl").open("w") as fh:
-        for record in samples_json(samples):
-            fh.write(json.dumps(record, ensure_ascii=False) + "\n")
-    title = f"Predicted Outputs: {profile_of(settings).name}, {machine_line()}"
-    page = out / "prediction.md"
-    page.write_text(prediction_markdown(samples, title))
+    page = _write_run(
+        out,
+        settings,
+        samples,
+        "prediction.md",
+        "Predicted Outputs",
+        lambda t: prediction_markdown(samples, t),
+    )
     console.print(page.read_text(), markup=False, highlight=False)
 
 
@@ -887,13 +905,9 @@ def bench_tools(
     max_tokens: Annotated[int, typer.Option(help="tokens per step without its own", min=16)] = 128,
 ) -> None:
     """What does routing tool-bearing requests give an agent? Before and after, fresh servers."""
-    import json
-
-    from fronde.bench.serve import machine_line, running_serve
+    from fronde.bench.serve import running_serve
     from fronde.bench.tooluse import ToolStep, run_tool_session, tool_markdown
-    from fronde.bench.tooluse import to_json as steps_json
     from fronde.bench.workloads import load_workload
-    from fronde.runtime.local import profile_of
 
     settings = _settings(config)
     console = _bench_console()
@@ -903,13 +917,14 @@ def bench_tools(
         for arm, env in arms.items():
             with running_serve(config, env=env) as serve:
                 steps += run_tool_session(serve.base_url, arm, max_tokens, step)
-    out.mkdir(parents=True, exist_ok=True)
-    with (out / "records.jsonl").open("w") as fh:
-        for record in steps_json(steps):
-            fh.write(json.dumps(record, ensure_ascii=False) + "\n")
-    title = f"Tool-bearing agent steps: {profile_of(settings).name}, {machine_line()}"
-    page = out / "tools.md"
-    page.write_text(tool_markdown(steps, title))
+    page = _write_run(
+        out,
+        settings,
+        steps,
+        "tools.md",
+        "Tool-bearing agent steps",
+        lambda t: tool_markdown(steps, t),
+    )
     console.print(page.read_text(), markup=False, highlight=False)
 
 

@@ -33,7 +33,7 @@ from fronde.config import Settings
 from fronde.errors import BackendUnavailableError, FrondeError, openai_error_body
 from fronde.logging import get_logger
 from fronde.router.dispatch import Runtime, build_pool, build_runtime
-from fronde.router.dispatch.apis import INFILL, MESSAGES, RESPONSES, anthropic_error_body
+from fronde.router.dispatch.apis import INFILL, MESSAGES, RESPONSES, error_body_for
 
 __all__ = ["build_pool", "create_app"]
 
@@ -85,9 +85,8 @@ def _error_response(
     request: Request, status: int, body: dict[str, Any], headers: dict[str, str] | None = None
 ) -> JSONResponse:
     """The error as JSON: OpenAI's body, or Anthropic's under ``/v1/messages``."""
-    if request.url.path.startswith(MESSAGES.path):
-        body = anthropic_error_body(status, str(body["error"]["message"]))
-    return JSONResponse(body, status_code=status, headers=headers)
+    shaped = error_body_for(request.url.path, status, body)
+    return JSONResponse(shaped, status_code=status, headers=headers)
 
 
 async def _fronde_error(request: Request, error: Exception) -> Response:

@@ -18,7 +18,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from fronde.errors import AuthenticationError
 from fronde.metrics import Metrics
-from fronde.router.dispatch.apis import MESSAGES, anthropic_error_body
+from fronde.router.dispatch.apis import error_body_for
 
 __all__ = ["GateMiddleware"]
 
@@ -71,9 +71,7 @@ class GateMiddleware:
             exc = AuthenticationError(
                 "missing or wrong API key: send `Authorization: Bearer KEY` (or `x-api-key: KEY`)"
             )
-            body = exc.to_body()
-            if scope["path"].startswith(MESSAGES.path):  # Anthropic clients read their shape
-                body = anthropic_error_body(401, exc.message)
+            body = error_body_for(scope["path"], 401, exc.to_body())
             response = JSONResponse(body, status_code=401, headers={"www-authenticate": "Bearer"})
             self.metrics.requests.labels(path, "401", "", "").inc()
             await response(scope, receive, send)

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from statistics import median
 from typing import Any
 
@@ -37,7 +37,6 @@ __all__ = [
     "PredictionSample",
     "prediction_markdown",
     "run_prediction",
-    "to_json",
 ]
 
 
@@ -204,8 +203,3 @@ def prediction_markdown(samples: list[PredictionSample], title: str) -> str:
         *notes,
     ]
     return "\n".join(lines) + "\n"
-
-
-def to_json(samples: list[PredictionSample]) -> list[dict[str, Any]]:
-    """The samples as JSON-ready dicts."""
-    return [asdict(s) for s in samples]

@@ -30,7 +30,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any, cast
 
 import httpx
@@ -46,7 +46,6 @@ __all__ = [
     "judge",
     "matrix_markdown",
     "run_matrix",
-    "to_json",
 ]
 
 _PEOPLE = [
@@ -413,8 +412,3 @@ def matrix_markdown(table: list[Cell], title: str) -> str:
         "ended the answer (not judged). same as baseline: identical content at that prompt.",
     ]
     return "\n".join(lines) + "\n"
-
-
-def to_json(samples: list[Sample]) -> list[dict[str, Any]]:
-    """The samples as JSON-ready dicts (the records file)."""
-    return [asdict(s) for s in samples]

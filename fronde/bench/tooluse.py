@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from statistics import median
 from typing import Any
 
@@ -26,7 +26,7 @@ from fronde.bench.client import repetition_score, router_row
 from fronde.bench.verdict import LOOP_SCORE
 from fronde.bench.workloads import load_workload
 
-__all__ = ["AGENT_TOOLS", "ToolStep", "run_tool_session", "to_json", "tool_markdown"]
+__all__ = ["AGENT_TOOLS", "ToolStep", "run_tool_session", "tool_markdown"]
 
 
 def _tool(name: str, description: str, **params: str) -> dict[str, Any]:
@@ -134,8 +134,3 @@ def tool_markdown(steps: list[ToolStep], title: str) -> str:
         + (", ".join(looping) if looping else "none"),
     ]
     return "\n".join(lines) + "\n"
-
-
-def to_json(steps: list[ToolStep]) -> list[dict[str, Any]]:
-    """The steps as JSON-ready dicts."""
-    return [asdict(s) for s in steps]

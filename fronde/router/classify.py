@@ -157,6 +157,7 @@ def classify(
     *,
     edit_block_chars: int = EDIT_BLOCK_CHARS,
     unsafe: tuple[str, ...] = UNSAFE_FIELDS,
+    text: str | None = None,
 ) -> RequestClass:
     """Return the static class of an OpenAI chat or completions request body.
 
@@ -165,6 +166,7 @@ def classify(
         edit_block_chars: the EDIT block threshold, characters.
         unsafe: the fields that make it unsafe (:func:`unsafe_fields`); all of
             :data:`UNSAFE_FIELDS` by default.
+        text: ``request_text(body)`` when the caller has it already.
 
     Returns:
         UNSAFE if any field of ``unsafe`` is set; else EDIT with ``prediction`` or a
@@ -174,7 +176,7 @@ def classify(
         return RequestClass.UNSAFE
     if _set(body.get("prediction")):
         return RequestClass.EDIT
-    largest, verb = edit_signals(request_text(body))
+    largest, verb = edit_signals(request_text(body) if text is None else text)
     if largest >= edit_block_chars and verb:
         return RequestClass.EDIT
     return RequestClass.GENERAL

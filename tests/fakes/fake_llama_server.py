@@ -60,6 +60,9 @@ import uvicorn
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
+GARBAGE = b"data: {this is not json\n\n"
+"""What ``--fake-garbage`` sends in place of the second event."""
+
 
 class ClosingStream(StreamingResponse):
     """Closes its generator when the client leaves, as llama-server stops a slot whose
@@ -211,6 +214,23 @@ def build_app(args: argparse.Namespace) -> FastAPI:
                 yield words[i % len(words)] + " "
         finally:
             busy[0] -= 1
+
+    async def knobbed(body: dict[str, Any], request: Request) -> AsyncGenerator[str | bytes]:
+        """``generate``'s words under the stream knobs, then bytes that end the stream where a
+        knob cuts it: ``GARBAGE`` for ``--fake-garbage``, ``b""`` past
+        ``--fake-early-close`` words (the stream then closes as it is)."""
+        # aclosing: a client that leaves closes the generation at once (frees /slots).
+        async with contextlib.aclosing(generate(body, request)) as words:
+            n = 0
+            async for w in words:
+                n += 1
+                if args.fake_garbage and n == 2:
+                    yield GARBAGE
+                    return
+                if args.fake_early_close is not None and n > args.fake_early_close:
+                    yield b""
+                    return
+                yield w
 
     def split_write(data: bytes) -> list[bytes]:
         """Cut inside the first multi-byte character, if any (--fake-split-utf8)."""
@@ -378,14 +398,12 @@ def build_app(args: argparse.Namespace) -> FastAPI:
         async def events() -> AsyncIterator[bytes]:
             obj = "chat.completion.chunk" if chat else "text_completion"
             n = 0
-            # aclosing: a client that leaves closes the generation at once (frees /slots).
-            async with contextlib.aclosing(generate(body, request)) as words:
+            async with contextlib.aclosing(knobbed(body, request)) as words:
                 async for w in words:
                     n += 1
-                    if args.fake_garbage and n == 2:
-                        yield b"data: {this is not json\n\n"
-                        return
-                    if args.fake_early_close is not None and n > args.fake_early_close:
+                    if isinstance(w, bytes):  # a knob cut the stream here
+                        if w:
+                            yield w
                         return
                     delta: dict[str, Any] = {"index": 0, "finish_reason": None}
                     if chat:
@@ -681,13 +699,12 @@ def build_app(args: argparse.Namespace) -> FastAPI:
                 }
                 yield sse(start["type"], start)
             n = 0
-            async with contextlib.aclosing(generate(view, request)) as words:
+            async with contextlib.aclosing(knobbed(view, request)) as words:
                 async for w in words:
                     n += 1
-                    if args.fake_garbage and n == 2:
-                        yield b"data: {this is not json\n\n"
-                        return
-                    if args.fake_early_close is not None and n > args.fake_early_close:
+                    if isinstance(w, bytes):  # a knob cut the stream here
+                        if w:
+                            yield w
                         return
                     if api == "responses":
                         delta: dict[str, Any] = {

@@ -44,10 +44,12 @@ from fronde.router.native import Kind
 __all__ = [
     "INFILL",
     "MESSAGES",
+    "MESSAGES_PATH",
     "RESPONSES",
     "Api",
     "ResponsesIndexer",
     "anthropic_error_body",
+    "error_body_for",
     "infill_view",
     "messages_view",
     "responses_view",
@@ -170,6 +172,9 @@ def infill_view(body: dict[str, Any]) -> dict[str, Any]:
     return view
 
 
+MESSAGES_PATH = "/v1/messages"
+"""Anthropic Messages' endpoint, and the prefix of its token count."""
+
 _ANTHROPIC_TYPES = {
     400: "invalid_request_error",
     401: "authentication_error",
@@ -191,6 +196,17 @@ def anthropic_error_body(status: int, message: str) -> dict[str, Any]:
     """
     kind = _ANTHROPIC_TYPES.get(status, "invalid_request_error" if status < 500 else "api_error")
     return {"type": "error", "error": {"type": kind, "message": message}}
+
+
+def error_body_for(path: str, status: int, body: dict[str, Any]) -> dict[str, Any]:
+    """The error body a client of ``path`` reads.
+
+    Anthropic's under ``/v1/messages``, else ``body`` itself (OpenAI's
+    ``{"error": {"message", ...}}``).
+    """
+    if path.startswith(MESSAGES_PATH):
+        return anthropic_error_body(status, str(body["error"]["message"]))
+    return body
 
 
 def _sse(event: str | None, data: dict[str, Any]) -> bytes:
@@ -303,7 +319,7 @@ RESPONSES = Api(
 
 MESSAGES = Api(
     name="messages",
-    path="/v1/messages",
+    path=MESSAGES_PATH,
     view=messages_view,
     kind="chat",
     final="message_stop",

@@ -931,22 +931,111 @@ def bench_tools(
 @bench_app.command("load")
 def bench_load(
     config: ConfigOpt = None,
-    out: Annotated[Path, typer.Option(help="folder for records.jsonl")] = Path("runs/load"),
-    max_tokens: Annotated[int, typer.Option(help="tokens generated per request", min=8)] = 64,
-    reps: Annotated[int, typer.Option(help="repetitions", min=1)] = 1,
+    out: Annotated[Path, typer.Option(help="folder for records.jsonl, load.json, load.md")] = Path(
+        "runs/load"
+    ),
+    max_tokens: Annotated[
+        int, typer.Option(help="tokens per first-encounter prompt (agent steps: their own)", min=8)
+    ] = 64,
+    reps: Annotated[int, typer.Option(help="repetitions of every (arm, c) block", min=1)] = 1,
     clients: Annotated[
         list[int] | None,
-        typer.Option("--clients", help="closed-loop clients [default: 1 2 4]"),
+        typer.Option("--clients", help="closed-loop clients [default: 1 2 4 8 16 32]"),
+    ] = None,
+    slots: Annotated[
+        int | None,
+        typer.Option(help="llama-server slots (-np) per backend [default: the largest c]", min=1),
+    ] = None,
+    items: Annotated[
+        int | None,
+        typer.Option(help="send only the first N of the 74 agent-mix items [default: all]", min=1),
+    ] = None,
+    placement: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--placement",
+            help="router arms: marginal (router), threshold (router-t) [default: both]",
+        ),
     ] = None,
 ) -> None:
-    """Does the router keep its speed under load? Aggregate tok/s and latency, c clients."""
-    from fronde.bench.experiments import load_plan
+    """Many agents at once: Fronde against one llama-server at each concurrency c."""
+    import asyncio
+    import json
+
+    from fronde.bench.load import (
+        CLIENTS,
+        curves_from,
+        load_markdown,
+        load_plot,
+        load_rows,
+        load_setup,
+        looping_items,
+        rows_json,
+        verdict_lines,
+    )
+    from fronde.bench.protocol import planned_requests, run_plan
+    from fronde.bench.serve import run_info
+    from fronde.bench.store import Store
+    from fronde.router.calibration import load_key, save_load_curves
     from fronde.runtime.local import profile_of
 
     settings = _settings(config)
+    levels = tuple(sorted(set(clients or CLIENTS)))
+    if any(c < 1 for c in levels):
+        raise FrondeError("--clients: every c must be at least 1")
+    n_slots = slots or max(levels)
+    placements = placement or ["marginal", "threshold"]
+    wrong = sorted(set(placements) - {"marginal", "threshold"})
+    if wrong:
+        raise FrondeError(f"--placement {', '.join(wrong)}: use marginal or threshold")
     form = profile_of(settings).prompt_form
-    plan = load_plan(form, max_tokens, reps, clients or (1, 2, 4))
-    _experiment(plan, settings, config, out, "load", {"max_tokens": max_tokens})
+    setup = load_setup(settings, form, max_tokens, reps, levels, n_slots, items, placements)
+    store = Store(out / "records.jsonl")
+    info = run_info()
+    store.begin(
+        {**info, "arms": [a.name for a in (*setup.static.arms, *setup.router.arms)]},
+        {"machine": info["machine"], "max_tokens": max_tokens, "slots": n_slots},
+    )
+    console = _bench_console()
+    total = planned_requests(setup.static) + planned_requests(setup.router)
+    key = load_key(setup.settings)
+    with _bench_progress(console, total) as advance:
+        asyncio.run(run_plan(setup.static, setup.settings, config, store, out / "logs", advance))
+        samples = store.samples()
+        curves = curves_from(
+            load_rows(samples, looping_items(samples)), setup.calibration, str(out)
+        )
+        save_load_curves(setup.settings.cache_dir, key, curves)
+        advance(f"load curves saved for {key}: plain from c = {curves.threshold()}", 0)
+        asyncio.run(run_plan(setup.router, setup.settings, config, store, out / "logs", advance))
+    samples = store.samples()
+    loops = looping_items(samples)
+    rows = load_rows(samples, loops)
+    machine = info["machine"]
+    where = ", ".join(machine.get("gpus") or []) or f"{machine.get('cpus')} CPUs"
+    title = f"Load: {settings.profile}, {n_slots} slots per server, {where}"
+    legend = {a.name: a.about for a in (*setup.static.arms, *setup.router.arms)}
+    legend |= {f"(calibration) {m}": arm for m, arm in setup.calibration.items()}
+    (out / "load.json").write_text(
+        json.dumps(
+            {
+                "run": info,
+                "slots": n_slots,
+                "calibration": {str(m): a for m, a in setup.calibration.items()},
+                "curves": curves.as_dict(),
+                "looping": loops,
+                "rows": rows_json(rows),
+                "verdict": verdict_lines(rows),
+            },
+            indent=1,
+        )
+        + "\n"
+    )
+    (out / "load.md").write_text(load_markdown(rows, loops, title, legend, curves))
+    load_plot(rows, out / "load.png", title)
+    for line in verdict_lines(rows):
+        console.print(line, markup=False, highlight=False)
+    console.print(f"page: {out / 'load.md'}; plot: {out / 'load.png'}", markup=False)
 
 
 @bench_app.command("swap")

@@ -265,17 +265,33 @@ class RouterSettings(_Section):
         description="verify cost of a drafted token in decode steps (collapse rule; 0.19 "
         "measured on 2 CPU cores, 0.025 on an H200)",
     )
-    load_rule: Literal["serialize", "spread", "off"] = Field(
-        default="serialize",
+    load_rule: Literal["auto", "serialize", "spread", "measured", "off"] = Field(
+        default="auto",
         description="concurrent requests: serialize on the decoding backend (CPU), "
-        "spread to idle backends (GPU), or off",
+        "spread to idle backends, measured (the backend whose calibrated throughput "
+        "curve gains most, `fronde bench load`), or off; auto = measured with "
+        "backend.parallel > 1, else serialize",
     )
-    max_parallel_decodes: int = Field(
-        default=1,
+    max_parallel_decodes: int | None = Field(
+        default=None,
         ge=1,
         le=1024,
-        description="generations running at once across all backends; more wait in Fronde "
-        "(1 on a CPU: two decoding llama-servers oversubscribe its cores)",
+        description="generations running at once across all backends; more wait in Fronde; "
+        "default: 1 with backend.parallel = 1 (on a CPU two decoding llama-servers "
+        "oversubscribe its cores), else no gate (parallel × modes)",
+    )
+    load_placement: Literal["marginal", "threshold"] = Field(
+        default="marginal",
+        description="measured load rule: marginal = the backend whose curve gains most "
+        "(may use several servers at once); threshold = plain decoding once the requests "
+        "in flight reach the load from which its curve is the highest, else as planned",
+    )
+    load_band: float = Field(
+        default=0.05,
+        ge=0,
+        lt=1,
+        description="measured load rule: the planned mode is kept while its marginal "
+        "throughput is within this fraction of the best backend's",
     )
     cache_max_entries: int = Field(
         default=4096, ge=1, le=10_000_000, description="prompt-hash cache capacity, entries"
@@ -447,6 +463,29 @@ class Settings(BaseSettings):
     upstream: UpstreamSettings = Field(default_factory=UpstreamSettings)
     speculation: SpeculationSettings = Field(default_factory=SpeculationSettings)
     router: RouterSettings = Field(default_factory=RouterSettings)
+
+    def effective_load_rule(self) -> Literal["serialize", "spread", "measured", "off"]:
+        """``router.load_rule`` with ``auto`` resolved.
+
+        ``auto`` is ``measured`` when every backend has parallel slots
+        (``backend.parallel > 1``: a GPU serving several requests at once) and the
+        backends are resident, else ``serialize`` (a CPU, or swap residency).
+        """
+        rule = self.router.load_rule
+        if rule != "auto":
+            return rule
+        parallel = self.backend.parallel > 1 and self.residency == "resident"
+        return "measured" if parallel else "serialize"
+
+    def effective_max_parallel_decodes(self) -> int:
+        """``router.max_parallel_decodes``, or its default.
+
+        The default is 1 without parallel slots, else every slot of every mode (no gate).
+        """
+        given = self.router.max_parallel_decodes
+        if given is not None:
+            return given
+        return 1 if self.backend.parallel == 1 else self.backend.parallel * len(self.modes)
 
     @classmethod
     def settings_customise_sources(

@@ -8,7 +8,8 @@ no n-gram pool has seen a prompt before its first request, and stopped after it.
   profile's modes are started and the router decides.
 - A **static** arm is one llama-server with the argv `fronde serve` gives its
   baseline (model, context, threads, slots, chat template) plus ``flags``: what a
-  user would run instead of Fronde.
+  user would run instead of Fronde. With ``force`` set, it is the argv `fronde serve`
+  gives that mode's backend (the load benchmark measures each backend alone).
 
 ``--spec-default`` in b11434 is ngram-mod with n_match 24, n_min 48 and n_max 64
 (``common/arg.cpp``), which are also ngram-mod's defaults (``common/common.h``,
@@ -40,7 +41,7 @@ from fronde.modes import Mode
 from fronde.runtime.install import find_llama_binary
 from fronde.runtime.local import profile_of
 
-__all__ = ["ARMS", "Arm", "Target", "arms_named", "started"]
+__all__ = ["ARMS", "Arm", "Target", "arms_named", "started", "static_argv"]
 
 
 @dataclass(frozen=True)
@@ -51,7 +52,8 @@ class Arm:
         name: short key in records and tables (at most 9 characters, for 80 columns).
         kind: ``fronde`` (through `fronde serve`), ``static`` (one llama-server), or
             ``litellm`` (LiteLLM's proxy in front of one plain llama-server).
-        force: Fronde arms: the mode every request names; None routes.
+        force: Fronde arms: the mode every request names; None routes. Static arms:
+            the mode whose backend argv is started (None: baseline's plus ``flags``).
         flags: static arms: llama-server speculation flags added to baseline's argv.
         priming: Fronde arms: send the priming workload before measuring (router warm).
         about: one line for the report's legend.
@@ -102,6 +104,12 @@ ARMS: tuple[Arm, ...] = (
         about="Fronde, cascade forced (ngram-simple, then ngram-mod as in `mod`)",
     ),
     Arm("draft", "fronde", Mode.DRAFT, about="Fronde, draft model forced"),
+    Arm(
+        "plain",
+        "static",
+        about="llama-server, plain decoding (no speculation flag)",
+        default=False,
+    ),
     Arm(
         "default",
         "static",
@@ -208,16 +216,28 @@ async def started(
         await asyncio.to_thread(cm.__exit__, None, None, None)
 
 
-@contextlib.asynccontextmanager
-async def _static(arm: Arm, settings: Settings, log_dir: Path) -> AsyncGenerator[str]:
+def static_argv(arm: Arm, settings: Settings) -> tuple[Path, list[str]]:
+    """The llama-server binary and argv a static ``arm`` starts under ``settings``.
+
+    Raises:
+        FrondeError: llama-server is not installed, or the model is missing.
+    """
     binary = find_llama_binary(settings.cache_dir, settings.llama_server)
+    mode = arm.force or Mode.BASELINE
     plan = plan_pool(
-        settings.model_copy(update={"modes": [Mode.BASELINE]}),
+        settings.model_copy(update={"modes": [mode]}),
         profile_of(settings),
         binary,
         Path(tempfile.gettempdir()),
     )
-    args = [*plan.specs[Mode.BASELINE].args, *arm.flags]
+    if mode not in plan.specs:
+        raise FrondeError(f"arm {arm.name}: {plan.left_out.get(mode, f'no {mode} backend')}")
+    return binary, [*plan.specs[mode].args, *arm.flags]
+
+
+@contextlib.asynccontextmanager
+async def _static(arm: Arm, settings: Settings, log_dir: Path) -> AsyncGenerator[str]:
+    binary, args = static_argv(arm, settings)
     spec = LaunchSpec(arm.name, binary, args, log_dir / f"{arm.name}.log")
     proc = LlamaServerProcess(spec, start_timeout_s=settings.backend.start_timeout_s)
     try:

@@ -1,11 +1,8 @@
-"""Experiments declared on the harness: load, overhead and swap, and their latency table.
+"""Experiments declared on the harness: overhead and swap, and their latency table.
 
 Each is a :class:`~fronde.bench.protocol.Plan` (arms, a workload, levels) run by the
 same protocol into the same store as the verdict; only the table differs:
 
-- **load**: does the router keep its speed with several clients? Closed loops of
-  c = 1, 2, 4 clients on ten first-encounter prompts; Fronde's arms under its load
-  rule, and static servers.
 - **overhead**: what does the proxy itself cost? The same short requests straight to
   a llama-server (``direct``), through Fronde with one mode and the decode gate open
   (``fronde``), and through LiteLLM's proxy (``litellm``), at c = 1, 8, 32, 128,
@@ -32,19 +29,12 @@ from typing import Any, cast
 import numpy as np
 from rich.table import Table as RichTable
 
-from fronde.bench.arms import Arm, arms_named
+from fronde.bench.arms import Arm
 from fronde.bench.protocol import Level, Plan
-from fronde.bench.workloads import Item, Workload, load_workload
+from fronde.bench.workloads import Item, Workload
 from fronde.modes import Mode
 
-__all__ = ["latency_table", "load_plan", "overhead_plan", "swap_plan", "swap_table"]
-
-
-def load_plan(form: Any, max_tokens: int, reps: int, clients: Sequence[int]) -> Plan:
-    """C closed-loop clients over the first prompt of each domain, per arm."""
-    first = load_workload("first-encounter").first(1)
-    arms = arms_named(["base", "mod", "default", "router"], draft=False)
-    return Plan.single(first, arms, reps, form, max_tokens, tuple(Level(c) for c in clients))
+__all__ = ["latency_table", "overhead_plan", "swap_plan", "swap_table"]
 
 
 def overhead_plan(

@@ -11,6 +11,12 @@ fastest single server in the four verdicts of 2026-12-01.
 
 The file holds one JSON object, key → ``{"mode", "rates", "source", "at"}``, where
 ``rates`` are the measured total rates in tok/s per mode.
+
+**Load curves** (``<cache_dir>/load.json``, the same key plus ``|np<slots>``): for
+each mode, the aggregate decode tok/s of one llama-server with Fronde's argv for that
+mode when ``c`` closed-loop clients stream to it, as ``fronde bench load`` measured
+it (:class:`LoadCurves`). The ``measured`` load rule (:mod:`fronde.router.policy`)
+reads them at start.
 """
 
 from __future__ import annotations
@@ -18,6 +24,7 @@ from __future__ import annotations
 import json
 import os
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
@@ -32,11 +39,17 @@ from fronde.runtime.local import profile_of
 __all__ = [
     "FALLBACK_FLOOR",
     "FLOORS_FILE",
+    "LOAD_FILE",
     "Floor",
+    "LoadCurves",
     "calibration_key",
+    "load_curves",
     "load_floor",
+    "load_key",
     "resolve_floor",
+    "resolve_load",
     "save_floor",
+    "save_load_curves",
 ]
 
 FLOORS_FILE = "floors.json"
@@ -90,6 +103,14 @@ def load_floor(cache_dir: Path, key: str) -> Mode | None:
         return None
 
 
+def _write(path: Path, data: dict[str, Any]) -> None:
+    """Replace ``path`` with ``data`` as JSON in one rename (no half-written file)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
+    tmp.replace(path)
+
+
 def save_floor(cache_dir: Path, key: str, rates: dict[Mode, float], source: str) -> Mode:
     """Record the fastest of ``rates`` (tok/s per mode) as ``key``'s floor.
 
@@ -116,10 +137,7 @@ def save_floor(cache_dir: Path, key: str, rates: dict[Mode, float], source: str)
         "source": source,
         "at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
-    tmp.replace(path)
+    _write(path, data)
     return best
 
 
@@ -140,3 +158,124 @@ def resolve_floor(settings: Settings) -> Floor:
             "(`fronde bench verdict` measures it)",
         )
     return Floor(measured, f"{measured}: fastest mode `fronde bench verdict` measured for {key}")
+
+
+LOAD_FILE = "load.json"
+"""The file under the cache folder that keeps measured load curves."""
+
+
+@dataclass(frozen=True)
+class LoadCurves:
+    """Aggregate decode throughput of one backend per mode, against its load.
+
+    Attributes:
+        points: mode → ((c, tok/s), …), ``c`` ascending: the aggregate decode tok/s
+            (Σ tokens ÷ span) of one llama-server of that mode serving ``c``
+            closed-loop streaming clients, measured by ``fronde bench load``.
+        source: where they were measured (a run folder), for the log.
+    """
+
+    points: Mapping[Mode, tuple[tuple[int, float], ...]]
+    source: str = ""
+
+    def aggregate(self, mode: Mode, n: int) -> float | None:
+        """Aggregate tok/s of ``mode``'s backend with ``n`` requests in flight.
+
+        Linear between measured loads, 0 at ``n = 0``, flat past the largest load
+        measured (a backend past its knee gains nothing more). None when ``mode`` has
+        no curve.
+        """
+        pts = self.points.get(mode)
+        if not pts:
+            return None
+        if n <= 0:
+            return 0.0
+        prev_c, prev_r = 0, 0.0
+        for c, r in pts:
+            if n <= c:
+                return prev_r + (r - prev_r) * (n - prev_c) / (c - prev_c)
+            prev_c, prev_r = c, r
+        return prev_r
+
+    def marginal(self, mode: Mode, n: int) -> float | None:
+        """Aggregate tok/s gained by giving ``mode``'s backend one more request at load ``n``."""
+        after, before = self.aggregate(mode, n + 1), self.aggregate(mode, n)
+        return None if after is None or before is None else after - before
+
+    def threshold(self) -> int | None:
+        """The smallest measured load at which plain decoding's aggregate is the highest.
+
+        Speculation's worth falls as the batch grows; from this load on, a baseline
+        backend alone serves more tok/s than any speculative one alone. None when
+        baseline has no curve or never comes first.
+        """
+        base = self.points.get(Mode.BASELINE)
+        if not base:
+            return None
+        for c, rate in base:
+            others = [self.aggregate(m, c) for m in self.points if m is not Mode.BASELINE]
+            if all(o is None or rate >= o for o in others):
+                return c
+        return None
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON-ready: ``{"points": {mode: [[c, tok/s], …]}, "threshold", "source"}``."""
+        return {
+            "points": {str(m): [[c, round(r, 1)] for c, r in p] for m, p in self.points.items()},
+            "threshold": self.threshold(),
+            "source": self.source,
+        }
+
+
+def load_key(settings: Settings) -> str:
+    """:func:`calibration_key` plus ``|np<slots>``: load curves hold for one slot count.
+
+    Raises:
+        FrondeError: as :func:`calibration_key`.
+    """
+    return f"{calibration_key(settings)}|np{settings.backend.parallel}"
+
+
+def load_curves(cache_dir: Path, key: str) -> LoadCurves | None:
+    """The curves saved for ``key``, or None (no file, no entry, nothing readable)."""
+    entry = _read(cache_dir / LOAD_FILE).get(key)
+    if not isinstance(entry, dict):
+        return None
+    raw = cast("dict[str, Any]", entry).get("points")
+    points: dict[Mode, tuple[tuple[int, float], ...]] = {}
+    for name, pts in cast("dict[str, Any]", raw if isinstance(raw, dict) else {}).items():
+        try:
+            mode = Mode(name)
+            pairs = tuple(sorted((int(c), float(r)) for c, r in cast("list[Any]", pts)))
+        except (ValueError, TypeError):
+            continue
+        if pairs and all(c > 0 for c, _ in pairs):
+            points[mode] = pairs
+    source = str(cast("dict[str, Any]", entry).get("source", ""))
+    return LoadCurves(points, source) if points else None
+
+
+def save_load_curves(cache_dir: Path, key: str, curves: LoadCurves) -> None:
+    """Record ``curves`` under ``key`` in ``<cache_dir>/load.json`` (replacing any)."""
+    path = cache_dir / LOAD_FILE
+    data = _read(path)
+    data[key] = curves.as_dict() | {"at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+    _write(path, data)
+
+
+def resolve_load(settings: Settings) -> tuple[LoadCurves | None, str]:
+    """The load curves the ``measured`` rule uses, and one line saying where from.
+
+    None (the rule then acts as ``spread``) when llama-server is not found or nothing
+    was measured for :func:`load_key`.
+    """
+    try:
+        key = load_key(settings)
+    except FrondeError:
+        return None, "no load curves (llama-server not found): spread when busy"
+    curves = load_curves(settings.cache_dir, key)
+    if curves is None:
+        return None, (
+            f"no load curves for {key} (`fronde bench load` measures them): spread when busy"
+        )
+    return curves, f"load curves from {curves.source or 'load.json'} for {key}"

@@ -22,7 +22,7 @@ from fronde.config import Settings
 from fronde.logging import get_logger
 from fronde.modes import Mode
 from fronde.router.cache import RouteCache
-from fronde.router.calibration import Floor, resolve_floor
+from fronde.router.calibration import Floor, LoadCurves, resolve_floor, resolve_load
 from fronde.router.classify import RequestClass
 from fronde.router.counterfactual import Counterfactual, bucket_of
 from fronde.router.measure import MIN_TOKENS, Measurement, Measurements
@@ -182,6 +182,8 @@ class Router:
         floor_why: where ``policy.floor`` came from, for ``/fronde/v1/router``.
         counterfactual: the counterfactual book (:mod:`fronde.router.counterfactual`),
             or None to route without it.
+        load_curves: measured load curves for the ``measured`` load rule, or None.
+        load_why: where ``load_curves`` came from, for ``/fronde/v1/router``.
     """
 
     def __init__(
@@ -197,8 +199,12 @@ class Router:
         swap_residency: bool = False,
         floor_why: str = "",
         counterfactual: Counterfactual | None = None,
+        load_curves: LoadCurves | None = None,
+        load_why: str = "",
     ) -> None:
         self.policy = policy or RouterPolicy()
+        self.load_curves = load_curves
+        self.load_why = load_why
         self.counterfactual = counterfactual
         self.floor_why = floor_why or f"{self.policy.floor}: set by the policy"
         self.measurements = measurements if measurements is not None else Measurements()
@@ -240,18 +246,22 @@ class Router:
         """
         r = settings.router
         start = floor if floor is not None else resolve_floor(settings)
+        rule = settings.effective_load_rule()
+        curves, load_why = resolve_load(settings) if rule == "measured" else (None, "")
         policy = RouterPolicy(
             probe_tokens=r.probe_tokens,
             margin=r.margin,
             aggressive=tuple(r.aggressive),
             floor_candidates=tuple(r.floor_candidates),
             edit_mode=r.edit_mode,
-            load_rule=r.load_rule,
+            load_rule=rule,
             floor=start.mode,
             probe=r.probe,
             probe_min_tokens=r.probe_min_tokens,
             predict=r.predict,
             predict_band=r.predict_band,
+            load_band=r.load_band,
+            load_placement=r.load_placement,
         )
         book = Counterfactual(
             settings.speculation,
@@ -261,17 +271,22 @@ class Router:
             band=r.predict_band,
         )
         log.info("router.floor", floor=str(start.mode), why=start.why, probe=r.probe)
+        if rule == "measured":
+            threshold = curves.threshold() if curves is not None else None
+            log.info("router.load", rule=rule, why=load_why, plain_from=threshold)
         return cls(
             policy,
             measurements if measurements is not None else measurements_from(settings),
             cache if cache is not None else cache_from(settings),
             slots=settings.backend.parallel,
-            max_parallel_decodes=r.max_parallel_decodes,
+            max_parallel_decodes=settings.effective_max_parallel_decodes(),
             store=store,
             events=events,
             swap_residency=settings.residency == "swap",
             floor_why=start.why,
             counterfactual=book,
+            load_curves=curves,
+            load_why=load_why,
         )
 
     async def recall(self, key: str) -> None:
@@ -319,6 +334,9 @@ class Router:
             busy={m for m in Mode if self.in_flight[m] >= self.slots},
             active=set() if self.swap_residency else {m for m in Mode if self.in_flight[m] > 0},
             speedups=speedups,
+            in_flight=self.in_flight,
+            curves=self.load_curves,
+            slots=self.slots,
         )
         decision = Decision(plan, cls, key, now, rid=f"r{next(self._ids)}", bucket=bucket)
         if book is not None:
@@ -511,6 +529,14 @@ class Router:
                 "probe_min_tokens": self.policy.probe_min_tokens,
                 "predict": self.policy.predict,
                 "predict_band": self.policy.predict_band,
+                "load_band": self.policy.load_band,
+                "load_placement": self.policy.load_placement,
+                "slots": self.slots,
+            },
+            "load": {
+                "rule": self.policy.load_rule,
+                "why": self.load_why,
+                "curves": self.load_curves.as_dict() if self.load_curves is not None else None,
             },
             "counterfactual": (
                 self.counterfactual.snapshot() if self.counterfactual is not None else None

@@ -52,9 +52,22 @@ baseline cut aggregate throughput from 40 to 16.5 tok/s.
 - ``spread``: when the chosen backend is busy (all its slots taken), the request
   goes to baseline if baseline has a free slot, else to any usable mode with a
   free slot, floor first; for a GPU with room for several decodes.
+- ``measured`` (the default with parallel slots, ``backend.parallel > 1``): while
+  other requests are in flight, the planned mode keeps the request only if its
+  backend's **marginal throughput** — the aggregate decode tok/s its load curve
+  gains from one more request at its current in-flight count — is within
+  ``load_band`` of the best backend's; else the request goes to that best backend
+  (class ``load``). The curves are measured per machine, model and slot count by
+  ``fronde bench load`` (:class:`~fronde.router.calibration.LoadCurves`), so a
+  saturated speculative server hands new work to the plain one exactly where plain
+  decoding's curve climbs faster, and to another process where one server's curve
+  has flattened. A request alone is planned by the rules above. Without curves it
+  acts as ``spread``. With ``load_placement = "threshold"`` it only ever moves a
+  request to baseline: once the requests in flight, this one counted, reach the
+  load from which plain decoding's curve is the highest (one server, no spreading).
 - ``off``: requests queue where planned.
 
-Both rerouting rules answer with class ``fallback``.
+``serialize`` and ``spread`` answer with class ``fallback``.
 """
 
 from __future__ import annotations
@@ -62,7 +75,7 @@ from __future__ import annotations
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Literal
+from typing import Literal, Protocol
 
 from fronde.config import ROUTER_DEFAULTS, ProbePolicy
 from fronde.modes import Mode
@@ -72,6 +85,7 @@ __all__ = [
     "FALLBACK_FLOOR",
     "MARGIN",
     "PROBE_TOKENS",
+    "LoadModel",
     "LoadRule",
     "Plan",
     "ProbePolicy",
@@ -93,8 +107,24 @@ MARGIN: float = ROUTER_DEFAULTS.margin
 router; ``router.margin``)."""
 
 
-LoadRule = Literal["serialize", "spread", "off"]
+LoadRule = Literal["serialize", "spread", "measured", "off"]
 """How concurrent requests are placed (see the module docstring)."""
+
+
+class LoadModel(Protocol):
+    """What the ``measured`` load rule asks of the load curves."""
+
+    def marginal(self, mode: Mode, n: int) -> float | None:
+        """Aggregate tok/s ``mode``'s backend gains from one more request at load ``n``.
+
+        None when ``mode`` has no curve.
+        """
+        ...
+
+    def threshold(self) -> int | None:
+        """The load from which plain decoding's curve is the highest, or None."""
+        ...
+
 
 FALLBACK_FLOOR = Mode.NGRAM_MOD
 """The starting floor when none was measured (:mod:`fronde.router.calibration`)."""
@@ -110,6 +140,7 @@ class Route(StrEnum):
     PREDICTED = "predicted"
     PROBE = "probe"
     FALLBACK = "fallback"
+    LOAD = "load"
 
 
 @dataclass(frozen=True)
@@ -122,7 +153,8 @@ class RouterPolicy:
         aggressive: probe candidates, in order of preference.
         floor_candidates: modes that may serve as a class's floor once measured ≥ baseline.
         edit_mode: the mode for the EDIT class.
-        load_rule: ``serialize``, ``spread`` or ``off`` (see the module docstring).
+        load_rule: ``serialize``, ``spread``, ``measured`` or ``off`` (see the module
+            docstring).
         floor: the mode a class's floor starts from (see the module docstring).
         probe: ``auto``, ``always`` or ``never`` (see rule 5).
         probe_min_tokens: under ``auto``, the smallest token budget that is probed.
@@ -135,12 +167,14 @@ class RouterPolicy:
     aggressive: tuple[Mode, ...] = tuple(ROUTER_DEFAULTS.aggressive)
     floor_candidates: tuple[Mode, ...] = tuple(ROUTER_DEFAULTS.floor_candidates)
     edit_mode: Mode = ROUTER_DEFAULTS.edit_mode
-    load_rule: LoadRule = ROUTER_DEFAULTS.load_rule
+    load_rule: LoadRule = "serialize"
     floor: Mode = FALLBACK_FLOOR
     probe: ProbePolicy = ROUTER_DEFAULTS.probe
     probe_min_tokens: int = ROUTER_DEFAULTS.probe_min_tokens
     predict: bool = ROUTER_DEFAULTS.predict
     predict_band: float = ROUTER_DEFAULTS.predict_band
+    load_band: float = ROUTER_DEFAULTS.load_band
+    load_placement: Literal["marginal", "threshold"] = ROUTER_DEFAULTS.load_placement
 
 
 @dataclass(frozen=True)
@@ -344,6 +378,58 @@ def _serialize(plan: Plan, active: Collection[Mode], usable: Collection[Mode]) -
     return plan if target is None else Plan(Route.FALLBACK, target)
 
 
+def _measured(
+    plan: Plan,
+    in_flight: Mapping[Mode, int],
+    usable: Collection[Mode],
+    curves: LoadModel,
+    slots: int,
+    band: float,
+    placement: Literal["marginal", "threshold"] = "marginal",
+) -> Plan:
+    """The ``measured`` load rule (see the module docstring)."""
+    if sum(in_flight.values()) == 0 or plan.route in (Route.FORCED, Route.UNSAFE):
+        return plan
+    if placement == "threshold":
+        return _threshold(plan, in_flight, usable, curves.threshold(), slots)
+    gains = {
+        m: g
+        for m in Mode
+        if m in usable
+        and in_flight.get(m, 0) < slots
+        and (g := curves.marginal(m, in_flight.get(m, 0))) is not None
+    }
+    if not gains:
+        return plan
+    best = max(gains.values())
+    # A probe hands over between two backends; under load that costs more than it
+    # finds out, so a probe's floor stands for the planned mode.
+    probe = plan.route is Route.PROBE
+    planned = plan.floor if probe and plan.floor is not None else plan.mode
+    kept = gains.get(planned)
+    if kept is not None and kept >= (1 - band) * best:
+        return Plan(Route.LOAD, planned) if probe else plan
+    # Ties go to the least speculative mode (Mode's order): the cheapest to verify.
+    target = next(m for m in Mode if gains.get(m) == best)
+    return Plan(Route.LOAD, target)
+
+
+def _threshold(
+    plan: Plan,
+    in_flight: Mapping[Mode, int],
+    usable: Collection[Mode],
+    threshold: int | None,
+    slots: int,
+) -> Plan:
+    """``load_placement = "threshold"``: baseline from the measured load on, else as planned."""
+    planned = plan.floor if plan.route is Route.PROBE and plan.floor is not None else plan.mode
+    loaded = threshold is not None and sum(in_flight.values()) + 1 >= threshold
+    free = Mode.BASELINE in usable and in_flight.get(Mode.BASELINE, 0) < slots
+    if loaded and free and planned is not Mode.BASELINE:
+        return Plan(Route.LOAD, Mode.BASELINE)
+    return Plan(Route.LOAD, planned) if plan.route is Route.PROBE else plan
+
+
 def plan_route(
     cls: RequestClass,
     *,
@@ -358,6 +444,9 @@ def plan_route(
     busy: Collection[Mode] = (),
     active: Collection[Mode] = (),
     speedups: Mapping[Mode, float] | None = None,
+    in_flight: Mapping[Mode, int] | None = None,
+    curves: LoadModel | None = None,
+    slots: int = 1,
 ) -> Plan:
     """Decide how to route one request (pure; see the module docstring for the rules).
 
@@ -375,6 +464,9 @@ def plan_route(
         active: modes with a request in flight (for the ``serialize`` rule).
         speedups: the counterfactual book's predicted speed-up over baseline per
             mode for the request's bucket (rule 4½), or None.
+        in_flight: requests in flight per mode (for the ``measured`` rule).
+        curves: the measured load curves (``measured`` rule); None acts as ``spread``.
+        slots: requests one backend serves at once (llama-server ``-np``).
 
     Returns:
         The plan.
@@ -382,6 +474,7 @@ def plan_route(
     Raises:
         ValueError: no ready mode at all (the caller answers 503 before that).
     """
+    measured = policy.load_rule == "measured"
     plan = _plan(
         cls,
         ready=ready,
@@ -392,9 +485,20 @@ def plan_route(
         cached=cached,
         quarantined=quarantined,
         probation=probation,
-        busy=busy if policy.load_rule == "spread" else (),
+        busy=busy if policy.load_rule == "spread" or (measured and curves is None) else (),
         speedups=speedups,
     )
+    if measured and curves is not None:
+        usable = [m for m in Mode if m in ready and m not in quarantined]
+        plan = _measured(
+            plan,
+            in_flight or {},
+            usable,
+            curves,
+            slots,
+            policy.load_band,
+            policy.load_placement,
+        )
     if policy.load_rule == "serialize":
         usable = [m for m in Mode if m in ready and m not in quarantined]
         plan = _serialize(plan, active, usable)

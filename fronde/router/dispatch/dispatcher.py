@@ -119,7 +119,8 @@ class Dispatcher:
         self.router = router
         self.swap = swap
         self.tools = ToolTemplate(client, self._template_url)
-        self.hindsight = Hindsight(client, router)
+        gated = settings.effective_max_parallel_decodes() == 1
+        self.hindsight = Hindsight(client, router, wait_idle=gated)
 
     def _template_url(self) -> str:
         """A backend whose ``/props`` tells the chat template: baseline, else any ready one.

@@ -16,6 +16,11 @@ routed request's time outside llama-server from 26.0 to 22.0 ms (median, CPU gem
 verdicts), and a replay that runs during a decode takes cores from it. It never
 touches an answer, and any failure is logged at debug level and dropped. The tasks
 are kept in a :class:`Hindsight` so that shutdown can cancel them.
+
+With parallel slots (a GPU, no decode gate) nothing waits for idleness, which many
+clients at once would never give, and at most :data:`MAX_PENDING` replays are pending:
+past that an answer is not replayed (the book learns from a sample), so that a burst of
+short answers cannot pile up tasks in the proxy's one event loop.
 """
 
 from __future__ import annotations
@@ -36,7 +41,7 @@ from fronde.router.dispatch.splice import prompt_ids
 from fronde.router.engine import Decision, Router
 from fronde.router.native import Kind, max_new_tokens
 
-__all__ = ["DELAY_S", "IDLE_WAIT_S", "Hindsight", "answer_text", "text_of"]
+__all__ = ["DELAY_S", "IDLE_WAIT_S", "MAX_PENDING", "Hindsight", "answer_text", "text_of"]
 
 log = get_logger(__name__)
 
@@ -45,6 +50,9 @@ DELAY_S = 0.05
 
 IDLE_WAIT_S = 5.0
 """Longest wait, seconds, for this router's generations to end before a replay runs."""
+
+MAX_PENDING = 32
+"""Most replays pending at once; an answer past that is not replayed."""
 
 _IDLE_POLL_S = 0.02
 
@@ -93,11 +101,15 @@ class Hindsight:
     Args:
         client: the HTTP client to the backends.
         router: the router whose book is fed.
+        wait_idle: wait for this router's generations to end before a replay (a
+            machine whose decodes share the CPU with it; see the module docstring).
     """
 
-    def __init__(self, client: BackendClient, router: Router) -> None:
+    def __init__(self, client: BackendClient, router: Router, *, wait_idle: bool = True) -> None:
         self.client = client
         self.router = router
+        self.wait_idle = wait_idle
+        self.dropped = 0
         self._tasks: set[asyncio.Task[None]] = set()
 
     @property
@@ -124,6 +136,9 @@ class Hindsight:
             return
         if kind == "text" and not isinstance(body.get("prompt"), str):
             return  # a token-array or batched prompt: nothing to render
+        if len(self._tasks) >= MAX_PENDING:
+            self.dropped += 1
+            return
         answered = _Answered(decision, mode, url, kind, body)
         task = asyncio.create_task(self._run(answered, text, pieces))
         self._tasks.add(task)
@@ -131,7 +146,7 @@ class Hindsight:
 
     async def _run(self, a: _Answered, text: str | None, pieces: Sequence[bytes]) -> None:
         await asyncio.sleep(DELAY_S)
-        deadline = time.monotonic() + IDLE_WAIT_S
+        deadline = time.monotonic() + (IDLE_WAIT_S if self.wait_idle else 0.0)
         # Polled: the in-flight counts are plain counters the admissions own, and a
         # replay may wait; an event would have to be wired through every admission.
         while sum(self.router.in_flight.values()) > 0 and time.monotonic() < deadline:  # noqa: ASYNC110

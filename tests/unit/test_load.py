@@ -107,7 +107,9 @@ def speeds(table: dict[tuple[Mode, str], float]) -> Callable[[Mode, str], float 
     return lambda mode, cls: table.get((mode, cls))
 
 
-MEASURED = RouterPolicy(load_rule="measured", floor=Mode.NGRAM_MOD, probe="never")
+MEASURED = RouterPolicy(
+    load_rule="measured", floor=Mode.NGRAM_MOD, probe="never", load_placement="marginal"
+)
 route = partial(plan_route, ready=ALL, speed=speeds({}), policy=MEASURED, curves=CURVES, slots=32)
 
 
@@ -150,7 +152,9 @@ def test_full_backends_and_modes_without_a_curve_are_not_chosen() -> None:
 
 
 def test_a_probe_under_load_is_not_run() -> None:
-    probing = RouterPolicy(load_rule="measured", floor=Mode.BASELINE, probe="always")
+    probing = RouterPolicy(
+        load_rule="measured", floor=Mode.BASELINE, probe="always", load_placement="marginal"
+    )
     p = route(RequestClass.GENERAL, in_flight={}, policy=probing)
     assert p.route is Route.PROBE
     p = route(RequestClass.GENERAL, in_flight={Mode.CASCADE: 1}, policy=probing)

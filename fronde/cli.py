@@ -49,6 +49,29 @@ bench_app = typer.Typer(
     " speculation pays (atlas), what the proxy costs (overhead), load, swap, shadow.",
     no_args_is_help=True,
 )
+
+
+def _version(value: bool) -> None:
+    if value:
+        from fronde import __version__
+        from fronde.runtime.install import LLAMA_CPP_BUILD
+
+        typer.echo(f"fronde {__version__} (llama.cpp b{LLAMA_CPP_BUILD})")
+        raise typer.Exit
+
+
+@app.callback()
+def _main(
+    version: Annotated[
+        bool,
+        typer.Option(
+            "--version", help="print the version and exit", callback=_version, is_eager=True
+        ),
+    ] = False,
+) -> None:
+    """OpenAI-compatible proxy that routes each request to the fastest llama.cpp mode."""
+
+
 app.add_typer(models_app, name="models")
 app.add_typer(bench_app, name="bench")
 

@@ -23,6 +23,7 @@ from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from fronde import __version__
 from fronde.api.apis import COUNT_TOKENS_PATH, EMBEDDING_PATHS, agents
 from fronde.api.middleware import GateMiddleware
 from fronde.api.passthrough import NATIVE_GET, NATIVE_POST, native
@@ -39,9 +40,9 @@ __all__ = ["build_pool", "create_app"]
 
 log = get_logger(__name__)
 
-OPEN_PATHS = frozenset({"/health", "/health/live", "/ui"})
-"""Paths answered without an API key: liveness probes, and the live page (static HTML;
-its data comes from ``/fronde/v1/events``, which needs the key)."""
+OPEN_PATHS = frozenset({"/", "/health", "/health/live", "/ui"})
+"""Paths answered without an API key: liveness probes, the start page and the live page
+(static HTML; its data comes from ``/fronde/v1/events``, which needs the key)."""
 
 KNOWN_PATHS = frozenset(
     {
@@ -60,6 +61,7 @@ KNOWN_PATHS = frozenset(
         "/fronde/v1/events",
         "/fronde/v1/batch",
         "/ui",
+        "/",
         *NATIVE_POST,
         *NATIVE_GET,
     }
@@ -175,7 +177,7 @@ def create_app(
         async with runtime.running():
             yield
 
-    app = FastAPI(title="Fronde", version="0.1.0", lifespan=lifespan)
+    app = FastAPI(title="Fronde", version=__version__, lifespan=lifespan)
     app.state.runtime = runtime
     _add_error_handlers(app)
     if settings.server.cors_origins:

@@ -1,4 +1,6 @@
-"""The live page: ``GET /ui`` and the event stream behind it, ``GET /fronde/v1/events``.
+"""The live page (``GET /ui``, its events ``GET /fronde/v1/events``) and the start page.
+
+``GET /`` is a short page saying what this server is and where to go.
 
 The page is one static HTML file (``ui.html`` beside this module) with plain
 JavaScript and no build step. It reads ``/fronde/v1/events``, a server-sent
@@ -9,6 +11,7 @@ server requires one.
 
 from __future__ import annotations
 
+import html
 import json
 import time
 from collections.abc import AsyncIterator
@@ -16,13 +19,13 @@ from importlib import resources
 from typing import Any
 
 import anyio
-from fastapi import APIRouter
+from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse
 
 from fronde.api.asgi import SSE_HEADERS, RelayResponse
 from fronde.api.deps import RuntimeDep
 
-__all__ = ["EVENT_MIN_INTERVAL_S", "HEARTBEAT_S", "state_event", "ui"]
+__all__ = ["EVENT_MIN_INTERVAL_S", "HEARTBEAT_S", "ROOT_PAGE", "state_event", "ui"]
 
 ui = APIRouter()
 
@@ -49,6 +52,30 @@ def state_event(rt: RuntimeDep) -> bytes:
         "time": time.time(),
     }
     return b"event: state\ndata: " + json.dumps(body).encode() + b"\n\n"
+
+
+ROOT_PAGE = """<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><title>Fronde</title></head>
+<body style="font-family: sans-serif; max-width: 40em; margin: 2em auto">
+<h1>Fronde</h1>
+<p>An OpenAI-compatible proxy in front of llama.cpp servers, one per speculative-decoding
+mode; each request goes to the mode that decodes it fastest.</p>
+<ul>
+<li>Give an OpenAI client the base URL <code>{base}/v1</code>.</li>
+<li><a href="/ui">/ui</a>: the live page (routing, speeds, backends).</li>
+<li><a href="/v1/models">/v1/models</a>: the model name to send.</li>
+<li><a href="/health">/health</a>: whether the backends are ready.</li>
+</ul>
+</body></html>
+"""
+"""``GET /``: what this server is, with the base URL to use (``{base}``: scheme and host)."""
+
+
+@ui.get("/", include_in_schema=False)
+async def root(request: Request) -> HTMLResponse:
+    """A short page naming the base URL for an OpenAI client and linking the live page."""
+    base = str(request.base_url).rstrip("/")
+    return HTMLResponse(ROOT_PAGE.replace("{base}", html.escape(base)))
 
 
 @ui.get("/ui", include_in_schema=False)

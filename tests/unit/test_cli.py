@@ -84,3 +84,11 @@ def test_bench_verdict_reads_its_settings_file_from_config(tmp_path: Path) -> No
     r = fronde("bench", "verdict", "--config", str(missing), "--out", str(tmp_path / "out"))
     assert r.returncode == 1
     assert r.stderr.strip().splitlines() == [f"fronde: error: config file not found: {missing}"]
+
+
+def test_version_names_fronde_and_the_pinned_llama_cpp_build() -> None:
+    from fronde import __version__
+
+    r = fronde("--version")
+    assert r.returncode == 0
+    assert r.stdout.strip() == f"fronde {__version__} (llama.cpp b11434)"

@@ -108,11 +108,20 @@ def test_the_page_is_plain_html_that_reads_the_event_stream(fakes: TestClient) -
     assert "<script src=" not in page  # nothing to fetch or build
 
 
+def test_the_start_page_says_what_this_is_and_links_the_rest(fakes: TestClient) -> None:
+    r = fakes.get("/")
+    assert r.status_code == 200 and r.headers["content-type"].startswith("text/html")
+    assert "<code>http://testserver/v1</code>" in r.text  # the base URL for an SDK
+    for link in ('href="/ui"', 'href="/v1/models"', 'href="/health"'):
+        assert link in r.text
+
+
 def test_with_api_keys_the_page_is_open_but_its_data_is_not(
     fake_binary: Path, tmp_path: Path
 ) -> None:
     with make_client(fake_binary, tmp_path, server={"api_keys": ["k1"]}) as c:
         assert c.get("/ui").status_code == 200
+        assert c.get("/").status_code == 200
         assert c.get("/fronde/v1/events").status_code == 401
 
 

@@ -68,10 +68,10 @@ class Admission:
         finally:
             uncount()
 
-    def progress(self) -> None:
-        """One more event streamed to the client (live tok/s)."""
+    def progress(self, events: int = 1) -> None:
+        """``events`` more events streamed to the client (live tok/s)."""
         if self.decision is not None:
-            self.router.progress(self.decision)
+            self.router.progress(self.decision, events)
 
     def release(self) -> None:
         """Give the decode slot back and run the :meth:`on_release` callbacks; once."""

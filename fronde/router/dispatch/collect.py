@@ -109,6 +109,13 @@ class _Answer:
         return out | {"message": message}
 
 
+async def _split(pieces: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
+    """One line at a time: a relayed piece holds the lines of one upstream read."""
+    async for piece in pieces:
+        for line in piece.split(b"\n"):
+            yield line
+
+
 async def collect(lines: AsyncIterator[bytes], kind: Kind) -> dict[str, Any]:
     """Fold relayed SSE lines into one non-streamed OpenAI answer.
 
@@ -130,7 +137,7 @@ async def collect(lines: AsyncIterator[bytes], kind: Kind) -> dict[str, Any]:
     usage: Any = None
     timings: Any = None
     done = False
-    async for raw in lines:
+    async for raw in _split(lines):
         line = raw.decode().strip()
         if line.startswith(DONE_LINE):
             done = True

@@ -77,6 +77,8 @@ PATHS: dict[Kind, str] = {"chat": "/v1/chat/completions", "text": "/v1/completio
 """The OpenAI endpoint of each kind, on Fronde and on llama-server alike."""
 
 DONE_BYTES = DONE_LINE.encode()
+DONE_INSIDE = b"\n" + DONE_BYTES
+ERROR_PREFIX = b'\ndata: {"error"'
 
 
 def _include_usage(body: dict[str, Any]) -> bool:
@@ -353,9 +355,12 @@ class Dispatcher:
         try:
             async for piece in source:
                 if events is None:
-                    if piece.startswith(b"data: {"):
-                        adm.progress()
-                    elif piece.startswith(DONE_BYTES):
+                    # A piece may hold several events (one upstream read); a relay's own
+                    # error event comes alone and is not progress.
+                    n = piece.count(b"\ndata: {") + piece.startswith(b"data: {")
+                    if n and not piece.startswith(ERROR_PREFIX):
+                        adm.progress(n)
+                    if piece.startswith(DONE_BYTES) or DONE_INSIDE in piece:
                         outcome = "done"
                 yield piece
             if events is not None and events.ended:

@@ -238,6 +238,9 @@ async def relay_sse(
 ) -> AsyncIterator[bytes]:
     """Yield the backend's SSE lines, each with its newline, as they arrive.
 
+    The lines of one upstream read come as one piece (several events, each whole),
+    so a burst costs one write to the client, not one per event.
+
     The stream is normalized whatever the llama-server build does: exactly one
     ``data: [DONE]`` ends it (nothing after it is relayed), and the final usage
     chunk (empty ``choices``) is there if and only if ``include_usage`` — dropped
@@ -253,14 +256,31 @@ async def relay_sse(
             every chunk is then parsed.
 
     Yields:
-        Encoded lines; on failure a final error event instead of ``[DONE]``.
+        Encoded lines, those of one read joined; on failure a final error event (a
+        piece of its own) instead of ``[DONE]``.
     """
     relay = _Relay(on_timings, include_usage, stops)
     try:
-        async for line in upstream.lines():
-            out, over = relay.line(line)
-            for piece in out:
-                yield piece
+        async for batch in upstream.line_batches():
+            # The events of one read leave in one piece (one write to the client). A
+            # plain content event is forwarded as its bytes, unparsed and undecoded.
+            out: list[bytes] = []
+            over = False
+            for raw in batch:
+                if (
+                    stops is None
+                    and raw.startswith(b"data: {")
+                    and b'"usage"' not in raw
+                    and b'"timings"' not in raw
+                ):
+                    out.append(raw + b"\n")
+                    continue
+                pieces, over = relay.line(raw.decode("utf-8", "replace"))
+                out += pieces
+                if over:
+                    break
+            if out:
+                yield b"".join(out)
             if over:
                 return
     except BackendStreamError as exc:
@@ -340,16 +360,22 @@ class EventRelay:
     async def relay(self, upstream: UpstreamStream) -> AsyncIterator[bytes]:
         """Yield ``upstream``'s lines, each with its newline; an error event if it broke.
 
+        The lines of one upstream read come joined, as one piece.
+
         Data events go through the API's mender, when it has one.
         """
         mend = self.api.mender() if self.api.mender is not None else None
         try:
-            async for line in upstream.lines():
-                if line.startswith("data: {"):
-                    self._data(line)
-                    if mend is not None:
-                        line = self._mended(line, mend)
-                yield line.encode() + b"\n"
+            async for batch in upstream.line_batches():
+                out: list[bytes] = []
+                for raw in batch:
+                    if raw.startswith(b"data: {"):
+                        line = raw.decode("utf-8", "replace")
+                        self._data(line)
+                        if mend is not None:
+                            raw = self._mended(line, mend).encode()
+                    out.append(raw + b"\n")
+                yield b"".join(out)
         except BackendStreamError as exc:
             log.error("stream.broken", mode=self.mode, api=self.api.name, error=exc.message)
             yield b"\n" + self.api.error_event(

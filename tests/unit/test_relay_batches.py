@@ -1,0 +1,72 @@
+"""The relay forwards the events of one upstream read in one piece, whole and in order."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator
+
+import httpx
+
+from fronde.backends.client import UpstreamStream
+from fronde.router.dispatch.relay import relay_sse
+
+
+class _Reads(httpx.AsyncByteStream):
+    """A body that arrives in the given reads, then breaks if ``cut``."""
+
+    def __init__(self, reads: list[bytes], *, cut: bool = False) -> None:
+        self.reads = reads
+        self.cut = cut
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        for part in self.reads:
+            yield part
+        if self.cut:
+            raise httpx.ReadError("connection reset")
+
+
+def _event(text: str) -> bytes:
+    chunk = {"choices": [{"index": 0, "delta": {"content": text}}], "id": "c"}
+    return f"data: {json.dumps(chunk, ensure_ascii=False)}\n\n".encode()
+
+
+def _relayed(reads: list[bytes], *, cut: bool = False) -> list[bytes]:
+    upstream = UpstreamStream(httpx.Response(200, stream=_Reads(reads, cut=cut)), "http://x")
+
+    async def run() -> list[bytes]:
+        return [piece async for piece in relay_sse(upstream, "baseline")]
+
+    return asyncio.run(run())
+
+
+def test_events_of_one_read_come_whole_in_order_in_one_piece() -> None:
+    """Three events in one read: one piece, byte for byte the events, then [DONE]."""
+    events = [_event(t) for t in ("a", "b", "c")]
+    pieces = _relayed([b"".join(events), b"data: [DONE]\n\n"])
+    assert pieces == [b"".join(events), b"data: [DONE]\n\n"]
+
+
+def test_event_split_across_reads_and_utf8_stays_whole() -> None:
+    """An event cut inside a multi-byte character arrives intact."""
+    event = _event("héllo ✓")
+    cut = event.index("✓".encode()) + 1
+    stream = event + b"data: [DONE]\n\n"
+    out = b"".join(_relayed([stream[:cut], stream[cut:]]))
+    assert out == stream
+    assert "héllo ✓" in out.decode()
+
+
+def test_a_cut_stream_ends_with_the_error_event_and_no_done() -> None:
+    """Events before the break go through; an in-band error event ends it, no [DONE]."""
+    pieces = _relayed([_event("a") + _event("b")], cut=True)
+    assert pieces[0] == _event("a") + _event("b")
+    assert pieces[-1].startswith(b'\ndata: {"error"')
+    assert b"[DONE]" not in b"".join(pieces)
+
+
+def test_crlf_lines_lose_their_carriage_return() -> None:
+    """As httpx's line iterator did: a ``\\r\\n`` ending relays as ``\\n``."""
+    event = _event("a")
+    pieces = _relayed([event.replace(b"\n", b"\r\n") + b"data: [DONE]\r\n\r\n"])
+    assert b"".join(pieces) == event + b"data: [DONE]\n\n"

@@ -13,7 +13,7 @@ import sys
 from collections.abc import Callable, Generator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 import uvicorn
@@ -30,6 +30,9 @@ from fronde.config import Settings, load_settings
 from fronde.errors import FrondeError
 from fronde.logging import configure_logging
 from fronde.modes import Mode
+
+if TYPE_CHECKING:
+    from fronde.bench.workloads import Form
 
 __all__ = ["app", "main"]
 
@@ -977,11 +980,19 @@ def bench_load(
         Path | None,
         typer.Option(help="leave out the items an earlier run's load.json lists as looping"),
     ] = None,
+    screen: Annotated[
+        bool,
+        typer.Option(
+            help="first send the whole mix once to a fresh plain server at the largest c "
+            "(not counted) and leave out the items whose answer loops there"
+        ),
+    ] = True,
     placement: Annotated[
         list[str] | None,
         typer.Option(
             "--placement",
-            help="router arms: marginal (router), threshold (router-t) [default: both]",
+            help="router arms: marginal (router), best (router-b), threshold (router-t) "
+            "[default: marginal and best]",
         ),
     ] = None,
 ) -> None:
@@ -1011,10 +1022,10 @@ def bench_load(
     if any(c < 1 for c in levels):
         raise FrondeError("--clients: every c must be at least 1")
     n_slots = slots or max(levels)
-    placements = placement or ["marginal", "threshold"]
-    wrong = sorted(set(placements) - {"marginal", "threshold"})
+    placements = placement or ["marginal", "best"]
+    wrong = sorted(set(placements) - {"marginal", "threshold", "best"})
     if wrong:
-        raise FrondeError(f"--placement {', '.join(wrong)}: use marginal or threshold")
+        raise FrondeError(f"--placement {', '.join(wrong)}: use marginal, best or threshold")
     skip: list[str] = []
     if skip_from is not None:
         try:
@@ -1022,14 +1033,21 @@ def bench_load(
         except (OSError, ValueError, KeyError, TypeError) as exc:
             raise FrondeError(f"--skip-from {skip_from}: not a load.json ({exc})") from exc
     form = profile_of(settings).prompt_form
+    info = run_info()
+    console = _bench_console()
+    if screen and not skip:
+        skip = _screen_loops(settings, config, form, max_tokens, levels, n_slots, items, out)
+        console.print(
+            f"screened: {len(skip)} looping item(s) left out: {', '.join(skip) or 'none'}",
+            markup=False,
+            highlight=False,
+        )
     setup = load_setup(settings, form, max_tokens, reps, levels, n_slots, items, placements, skip)
     store = Store(out / "records.jsonl")
-    info = run_info()
     store.begin(
         {**info, "arms": [a.name for a in (*setup.static.arms, *setup.router.arms)]},
         {"machine": info["machine"], "max_tokens": max_tokens, "slots": n_slots, "skip": skip},
     )
-    console = _bench_console()
     total = planned_requests(setup.static) + planned_requests(setup.router)
     key = load_key(setup.settings)
     with _bench_progress(console, total) as advance:
@@ -1057,6 +1075,7 @@ def bench_load(
                 "calibration": {str(m): a for m, a in setup.calibration.items()},
                 "curves": curves.as_dict(),
                 "looping": loops,
+                "screened": skip,
                 "rows": rows_json(rows),
                 "verdict": verdict_lines(rows),
             },
@@ -1069,6 +1088,43 @@ def bench_load(
     for line in verdict_lines(rows):
         console.print(line, markup=False, highlight=False)
     console.print(f"page: {out / 'load.md'}; plot: {out / 'load.png'}", markup=False)
+
+
+def _screen_loops(
+    settings: Settings,
+    config: Path | None,
+    form: Form,
+    max_tokens: int,
+    levels: tuple[int, ...],
+    slots: int,
+    items: int | None,
+    out: Path,
+) -> list[str]:
+    """The agent-mix items whose answer loops on a fresh plain server (``bench load``).
+
+    One block, not counted: every item once at the largest c, into
+    ``out/screen.jsonl`` (resumed like any block). A looping answer holds a slot for
+    its whole budget and, drafted perfectly by n-grams, flatters every speculative
+    arm; leaving such items out of every measured block keeps them out of the window
+    as well as out of the tokens.
+    """
+    import asyncio
+
+    from fronde.bench.load import load_setup, looping_items
+    from fronde.bench.protocol import Level, Plan, run_plan
+    from fronde.bench.serve import run_info
+    from fronde.bench.store import Store
+
+    top = max(levels)
+    setup = load_setup(settings, form, max_tokens, 1, (top,), slots, items, ())
+    plain = next(a for a in setup.static.arms if a.name == "plain")
+    plan = Plan.single(setup.static.workloads[0], [plain], 1, form, max_tokens, (Level(top),))
+    store = Store(out / "screen.jsonl")
+    store.begin({**run_info(), "arms": ["plain"]}, {"screen": top, "max_tokens": max_tokens})
+    console = _bench_console()
+    with _bench_progress(console, len(setup.static.workloads[0].items)) as advance:
+        asyncio.run(run_plan(plan, setup.settings, config, store, out / "logs", advance))
+    return looping_items(store.samples())
 
 
 @bench_app.command("swap")

@@ -280,12 +280,13 @@ class RouterSettings(_Section):
         "default: 1 with backend.parallel = 1 (on a CPU two decoding llama-servers "
         "oversubscribe its cores), else no gate (parallel × modes)",
     )
-    load_placement: Literal["marginal", "threshold"] = Field(
+    load_placement: Literal["marginal", "threshold", "best"] = Field(
         default="threshold",
         description="measured load rule: threshold = plain decoding once the requests "
         "in flight reach the load from which its curve is the highest, else as planned "
-        "(one server at a time); marginal = the backend whose curve gains most (several "
-        "servers at once: the worse of the two on the H200, results/load-gpu-h200-*)",
+        "(one server at a time); best = the mode whose server alone serves the load in "
+        "flight best, joining the busiest server within load_band of it (one batch); "
+        "marginal = the backend whose curve gains most (several servers at once)",
     )
     load_band: float = Field(
         default=0.05,

@@ -27,18 +27,22 @@ seeded shuffle, each sent once per block: a prompt repeated within a block would
 drafted from ngram-mod's memory. c clients run a closed loop over it.
 
 **Figures** per (arm, c), medians over repetitions: ``tok_s``, aggregate decode tok/s
-(Σ tokens ÷ span, from the first request sent to the last answer); ``p50_s``,
+in the block's **steady window**, from the first request sent to the last one sent
+(:func:`steady_window`: all c clients busy; each request's tokens spread evenly from
+its first token to its end, the part inside the window counted); ``p50_s``,
 ``p99_s``, end-to-end latency of one request; ``ttft_s``, its median time to first
-token; ``in_flight``, Σ latency ÷ span (how many were in flight on average: the tail of
-a block has fewer than c). An item whose answer looped (repetition score above
-:data:`~fronde.bench.verdict.LOOP_SCORE`) in any arm is left out of the tokens and the
-latencies of every arm, and listed; its time still counts in the span.
+token; ``in_flight``, mean requests in flight in that window. An item whose answer
+looped (repetition score above :data:`~fronde.bench.verdict.LOOP_SCORE`) in any arm
+is left out of the tokens and the latencies of every arm, and listed; its time still
+counts in the window (``--skip-from`` leaves such items out of a later run).
 
 **Verdict** per router arm and c: its tok/s ≥ the best static arm's (calibration
 servers included: a user could run any of them), and its p99 ≤ that arm's. Two router
-arms: ``router`` (placement ``marginal``: the backend whose curve gains most, so
-several servers may decode at once) and ``router-t`` (``threshold``: plain decoding
-from the measured load on, one server at a time).
+arms by default: ``router`` (placement ``marginal``: the backend whose curve gains
+most, so several servers may decode at once) and ``router-b`` (``best``: the mode
+whose server alone serves the load in flight best, gathering the requests in one
+batch); ``--placement threshold`` adds ``router-t`` (plain decoding from the
+measured load on).
 """
 
 from __future__ import annotations
@@ -75,6 +79,7 @@ __all__ = [
     "looping_items",
     "rows_json",
     "spec_of",
+    "steady_window",
     "verdict_lines",
 ]
 
@@ -84,7 +89,7 @@ CLIENTS: tuple[int, ...] = (1, 2, 4, 8, 16, 32)
 STATIC = ("plain", "default", "cascade")
 """The static arms a user would run instead of Fronde."""
 
-ROUTERS = {"marginal": "router", "threshold": "router-t"}
+ROUTERS = {"marginal": "router", "threshold": "router-t", "best": "router-b"}
 """The router arm of each placement of the measured load rule."""
 
 SHORT = {
@@ -161,7 +166,7 @@ def load_setup(
     clients: Sequence[int],
     slots: int,
     items: int | None = None,
-    placements: Sequence[str] = ("marginal", "threshold"),
+    placements: Sequence[str] = ("marginal", "best"),
     skip: Sequence[str] = (),
 ) -> LoadSetup:
     """The arms and plans of a load run (see the module docstring).
@@ -176,7 +181,7 @@ def load_setup(
             no request waits in a queue the arms do not share.
         items: how many items of the agent mix to send (all when None).
         placements: the measured rule's placements, one router arm each (``router``
-            for marginal, ``router-t`` for threshold).
+            for marginal, ``router-t`` for threshold, ``router-b`` for best).
         skip: item ids to leave out (see :func:`agent_mix`).
 
     Raises:
@@ -232,13 +237,13 @@ class LoadRow:
     Attributes:
         arm: the arm.
         c: concurrent clients.
-        tok_s: aggregate decode tok/s, Σ tokens ÷ span (median over repetitions).
+        tok_s: aggregate decode tok/s in the steady window (median over repetitions).
         tok_s_lo: the lowest repetition's.
         tok_s_hi: the highest repetition's.
         p50_s: median end-to-end latency of a request, s.
         p99_s: 99th percentile, s.
         ttft_s: median time to first token, s.
-        in_flight: mean requests in flight (Σ latency ÷ span).
+        in_flight: mean requests in flight in the steady window.
         n: requests counted (all repetitions).
         failed: requests that failed.
         reps: repetitions measured.
@@ -267,6 +272,34 @@ def looping_items(samples: Iterable[dict[str, Any]]) -> list[str]:
     )
 
 
+def steady_window(samples: Sequence[dict[str, Any]]) -> tuple[float, float]:
+    """The steady part of one closed-loop block: from the first request sent to the last.
+
+    ``c`` clients share one queue of items; until the last item is sent every client
+    has a request in flight, after it the block drains and fewer than ``c`` are. The
+    first H200 run measured Σ tokens ÷ the whole span instead, and the drain (a few
+    whole-file answers finishing alone) filled most of it at c = 32, so every arm's
+    figure read as flat in c. Returns (start, end) in the records' ``t0`` clock, s;
+    end ≤ start when the block had one request.
+    """
+    starts = [s["t0"] for s in samples]
+    return min(starts), max(starts)
+
+
+def _overlap(a0: float, a1: float, lo: float, hi: float) -> float:
+    return max(0.0, min(a1, hi) - max(a0, lo))
+
+
+def _tokens_between(s: dict[str, Any], lo: float, hi: float) -> float:
+    """A request's tokens decoded inside [lo, hi], spread evenly from its first token on."""
+    first = s["t0"] + (s.get("ttft_s") or 0.0)
+    end = s["t0"] + s["wall_s"]
+    n = float(s["tokens"] or 0)
+    if end <= first:
+        return n if lo <= end <= hi else 0.0
+    return n * _overlap(first, end, lo, hi) / (end - first)
+
+
 def _level_c(level: str) -> int:
     return int(level[1:]) if level.startswith("c") else 1
 
@@ -290,10 +323,17 @@ def load_rows(samples: Sequence[dict[str, Any]], loops: Sequence[str]) -> list[L
             ok = [s for s in rep if s["ok"]]
             if not ok:
                 continue
-            span = max(s["t0"] + s["wall_s"] for s in ok) - min(s["t0"] for s in ok)
             kept = [s for s in ok if s["item"] not in left]
-            rates.append(sum(s["tokens"] or 0 for s in kept) / span if span > 0 else 0.0)
-            loads.append(sum(s["wall_s"] for s in ok) / span if span > 0 else 0.0)
+            lo, hi = steady_window(ok)
+            span = max(s["t0"] + s["wall_s"] for s in ok) - min(s["t0"] for s in ok)
+            if hi > lo:
+                rates.append(sum(_tokens_between(s, lo, hi) for s in kept) / (hi - lo))
+                loads.append(
+                    sum(_overlap(s["t0"], s["t0"] + s["wall_s"], lo, hi) for s in ok) / (hi - lo)
+                )
+            elif span > 0:  # one request: its own span
+                rates.append(sum(s["tokens"] or 0 for s in kept) / span)
+                loads.append(sum(s["wall_s"] for s in ok) / span)
             walls += [s["wall_s"] for s in kept]
             ttfts += [s["ttft_s"] for s in kept if s.get("ttft_s") is not None]
             for s in ok:
@@ -379,9 +419,10 @@ def load_markdown(
         f"# {title}",
         "",
         "One row per (arm, c): c closed-loop streaming clients, every block on fresh "
-        "servers; tok/s = aggregate decode tok/s (Σ tokens ÷ span), median over "
+        "servers; tok/s = aggregate decode tok/s from the first request sent to the "
+        "last one sent (all c clients busy; the drain after it left out), median over "
         "repetitions [lowest, highest]; p50, p99 = end-to-end latency of one request; "
-        "ttft = median time to first token; load = mean requests in flight.",
+        "ttft = median time to first token; load = mean requests in flight then.",
         "",
         "| c | arm | tok/s | [lo, hi] | p50 s | p99 s | ttft s | load | n | failed |",
         "|---:|---|---:|---|---:|---:|---:|---:|---:|---:|",

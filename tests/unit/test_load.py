@@ -19,6 +19,7 @@ from fronde.bench.load import (
     load_setup,
     looping_items,
     spec_of,
+    steady_window,
     verdict_lines,
 )
 from fronde.config import Settings, load_settings
@@ -219,8 +220,8 @@ def test_a_mode_is_calibrated_by_the_static_arm_that_starts_the_same_speculation
     env = dict(setup.router.arms[0].env)
     assert env["FRONDE_BACKEND__PARALLEL"] == "4"
     assert env["FRONDE_ROUTER__LOAD_RULE"] == "measured"
-    assert [a.name for a in setup.router.arms] == ["router", "router-t"]
-    assert dict(setup.router.arms[1].env)["FRONDE_ROUTER__LOAD_PLACEMENT"] == "threshold"
+    assert [a.name for a in setup.router.arms] == ["router", "router-b"]
+    assert dict(setup.router.arms[1].env)["FRONDE_ROUTER__LOAD_PLACEMENT"] == "best"
     assert [lv.concurrency for lv in setup.router.levels] == [1, 4]
     # With llama-server's defaults, --spec-default and the static cascade stand for them.
     spec = settings.speculation.model_copy(update={"ngram_mod_n_min": 48, "ngram_mod_n_max": 64})
@@ -251,9 +252,12 @@ def _sample(
     return base | kw
 
 
-def test_rows_count_aggregate_tokens_over_the_span_and_leave_loops_out(tmp_path: Path) -> None:
+def test_rows_count_aggregate_tokens_in_the_steady_window_and_leave_loops_out(
+    tmp_path: Path,
+) -> None:
     samples = [
-        # plain, c = 2: two 1-s requests side by side, then one more: span 2 s.
+        # plain, c = 2: two 1-s requests side by side, then one more: the steady window
+        # is [0, 1] s (first send to last send), the drain after it is left out.
         _sample("plain", 2, 0, "a", 0.0, 1.0),
         _sample("plain", 2, 0, "b", 0.0, 1.0),
         _sample("plain", 2, 0, "loop", 1.0, 1.0, repetition=0.9),
@@ -267,21 +271,77 @@ def test_rows_count_aggregate_tokens_over_the_span_and_leave_loops_out(tmp_path:
     assert loops == ["loop"]
     rows = {r.arm: r for r in load_rows(samples, loops)}
     plain, router = rows["plain"], rows["router"]
-    assert plain.tok_s == pytest.approx(10.0)  # 20 tokens (the loop left out) ÷ 2 s
-    assert plain.in_flight == pytest.approx(1.5) and plain.n == 3 and plain.failed == 0
-    assert router.tok_s == pytest.approx(20.0) and router.failed == 1
+    assert plain.tok_s == pytest.approx(20.0)  # 20 tokens (the loop left out) ÷ 1 s
+    assert plain.in_flight == pytest.approx(2.0) and plain.n == 3 and plain.failed == 0
+    assert router.tok_s == pytest.approx(40.0) and router.failed == 1
     assert router.routes == {"load→baseline": 1, "fallback→ngram-mod": 1}
     assert router.p99_s <= 0.5 < plain.p99_s
     [line] = verdict_lines(list(rows.values()))
-    assert line.startswith("c=2: router 20 tok/s = 2.000× plain") and line.endswith("PASS")
+    assert line.startswith("c=2: router 40 tok/s = 2.000× plain") and line.endswith("PASS")
     slower = [r for r in load_rows(samples, loops) if r.arm == "plain"]
     assert verdict_lines(slower) == ["c=2: router not run"]
     curves = curves_from(list(rows.values()), {Mode.BASELINE: "plain"}, "here")
-    assert curves.points == {Mode.BASELINE: ((2, 10.0),)}
+    assert curves.points == {Mode.BASELINE: ((2, 20.0),)}
     page = load_markdown(list(rows.values()), loops, "t", {"plain": "p"}, curves)
-    assert "| 2 | router | 20 |" in page and "looping in some arm): 1: loop" in page
+    assert "| 2 | router | 40 |" in page and "looping in some arm): 1: loop" in page
     load_plot(list(rows.values()), tmp_path / "load.png", "t")
     assert (tmp_path / "load.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_the_steady_window_leaves_the_drain_out_and_counts_the_part_of_a_request_inside() -> None:
+    # c = 2 over three items: "long" runs 0 → 10 s (100 tokens from t = 1 s), "a" 0 → 2 s,
+    # then "b" is sent at 2 s and ends at 4 s; the block drains alone until 10 s.
+    samples = [
+        _sample("plain", 2, 0, "long", 0.0, 10.0, ttft_s=1.0, tokens=100),
+        _sample("plain", 2, 0, "a", 0.0, 2.0, ttft_s=0.0, tokens=20),
+        _sample("plain", 2, 0, "b", 2.0, 2.0, ttft_s=0.0, tokens=20),
+    ]
+    assert steady_window(samples) == (0.0, 2.0)
+    [row] = load_rows(samples, [])
+    # inside [0, 2]: "long" 100 × 1/9 (its decode spans 1 → 10 s), "a" all 20, "b" none.
+    assert row.tok_s == pytest.approx(round((100 / 9 + 20) / 2, 1))
+    assert row.in_flight == pytest.approx(2.0)  # both clients busy throughout
+    # The whole span would have read (100 + 40) ÷ 10 = 14 tok/s: the drain, not the load.
+    assert row.tok_s > 14
+
+
+def test_the_best_placement_gathers_the_load_on_the_server_that_serves_it_best() -> None:
+    policy = RouterPolicy(
+        load_rule="measured", floor=Mode.NGRAM_MOD, probe="never", load_placement="best"
+    )
+    at = partial(route, RequestClass.GENERAL, policy=policy)
+    assert at(in_flight={}) == Plan(Route.FALLBACK, Mode.NGRAM_MOD)  # alone: as planned
+    # Load 2: every curve is within 5 % of ngram-mod's 1200: the request joins the
+    # batch already on cascade rather than start a second one.
+    assert at(in_flight={Mode.CASCADE: 1}) == Plan(Route.LOAD, Mode.CASCADE)
+    # With a narrower band only ngram-mod (the planned mode) is near the best.
+    narrow = RouterPolicy(
+        load_rule="measured",
+        floor=Mode.NGRAM_MOD,
+        probe="never",
+        load_placement="best",
+        load_band=0.001,
+    )
+    p = route(RequestClass.GENERAL, policy=narrow, in_flight={Mode.CASCADE: 1})
+    assert p == Plan(Route.FALLBACK, Mode.NGRAM_MOD)
+    # Load 4: plain decoding's 2200 against ngram-mod's 1900: baseline.
+    assert at(in_flight={Mode.NGRAM_MOD: 3}) == Plan(Route.LOAD, Mode.BASELINE)
+    # Within the band the busiest server keeps gathering (one batch on the GPU).
+    tie = LoadCurves({Mode.BASELINE: ((1, 100.0), (8, 800.0)), Mode.CASCADE: ((8, 790.0),)})
+    busy = {Mode.CASCADE: 6}
+    assert at(in_flight=busy, curves=tie) == Plan(Route.LOAD, Mode.CASCADE)
+    # Baseline full: the best of the others.
+    full = {Mode.NGRAM_MOD: 3, Mode.BASELINE: 32}
+    assert at(in_flight=full) == Plan(Route.FALLBACK, Mode.NGRAM_MOD)
+    # A probe under load runs no probe: its floor, or the best server.
+    probe = RouterPolicy(
+        load_rule="measured", floor=Mode.NGRAM_MOD, probe="always", load_placement="best"
+    )
+    p = route(RequestClass.GENERAL, policy=probe, in_flight={Mode.CASCADE: 1})
+    assert p == Plan(Route.LOAD, Mode.CASCADE)  # the batch on cascade, no probe
+    # Forced requests never move.
+    forced = at(in_flight={Mode.NGRAM_MOD: 3}, forced=Mode.CASCADE)
+    assert forced == Plan(Route.FORCED, Mode.CASCADE)
 
 
 def test_the_threshold_placement_sends_everything_to_baseline_from_the_measured_load() -> None:

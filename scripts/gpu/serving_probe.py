@@ -1,0 +1,149 @@
+"""How one GPU serves many requests: one llama-server against several, and server flags.
+
+A diagnostic for the load benchmark (``fronde bench load``), run on the GPU machine
+before it: the first H200 load run found one llama-server's aggregate decode tok/s
+nearly flat from c = 1 to 32 (630 → 818 tok/s for a 135 M model, each request's decode
+falling from 698 to 58 tok/s), far below what the GPU computes. This measures, per
+configuration, the steady aggregate decode tok/s of ``c`` closed-loop clients spread
+evenly over ``k`` servers of the same argv (Fronde's baseline argv, or a mode's, plus
+extra flags), each request a fixed ``n_predict`` with ``ignore_eos`` so that every
+configuration decodes the same number of tokens whatever the model writes.
+
+Figures: tok/s = tokens decoded inside the window ÷ the window, a request's tokens
+spread evenly over its life (the window starts after ``--warm-s``); step_ms = c ÷ tok/s
+× 1000 per server, the time one decode step of a batch takes.
+
+    python scripts/gpu/serving_probe.py --config plain:1:1 --config plain:1:32
+    python scripts/gpu/serving_probe.py --config plain:4:32 --config plain-bs:1:32
+
+A config is ``NAME:K:C`` where NAME is ``plain``, ``cascade`` or ``mod`` (Fronde's
+argv for baseline, the cascade or ngram-mod) with ``-bs`` (``--backend-sampling``)
+and/or ``-kvu`` (``--kv-unified``) appended. The prompts repeat across requests: a
+speculative configuration's figure includes ngram-mod's memory (read it for scaling,
+not for speculation's worth).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import httpx
+
+from fronde.backends.process import LaunchSpec, LlamaServerProcess
+from fronde.bench.arms import Arm, static_argv
+from fronde.bench.workloads import load_workload
+from fronde.config import load_settings
+from fronde.modes import Mode
+
+MODES = {"plain": None, "cascade": Mode.CASCADE, "mod": Mode.NGRAM_MOD}
+FLAGS = {"bs": ["--backend-sampling"], "kvu": ["--kv-unified"]}
+
+
+def _argv(name: str, slots: int) -> tuple[Path, list[str], str]:
+    base, *extras = name.split("-")
+    settings = load_settings()
+    backend = settings.backend.model_copy(
+        update={"parallel": slots, "ctx_size": max(settings.backend.ctx_size, slots * 2048)}
+    )
+    run = settings.model_copy(update={"backend": backend})
+    flags = [f for e in extras for f in FLAGS[e]]
+    binary, args = static_argv(Arm(name, "static", force=MODES[base]), run)
+    return binary, [*args, *flags], base
+
+
+async def _client(
+    http: httpx.AsyncClient,
+    url: str,
+    prompts: list[str],
+    n_predict: int,
+    stop_at: float,
+    spans: list[tuple[float, float, int]],
+    k: int,
+) -> None:
+    i = k
+    while time.monotonic() < stop_at:
+        body = {
+            "prompt": f"[{i}] {prompts[i % len(prompts)]}",
+            "n_predict": n_predict,
+            "ignore_eos": True,
+            "temperature": 0.0,
+            "cache_prompt": False,
+        }
+        t0 = time.monotonic()
+        r = await http.post(f"{url}/completion", json=body)
+        r.raise_for_status()
+        spans.append((t0, time.monotonic(), int(r.json()["tokens_predicted"])))
+        i += 97
+
+
+async def measure(name: str, k: int, c: int, args: argparse.Namespace) -> dict[str, object]:
+    """One configuration: start ``k`` servers, run ``c`` clients, stop them; the figures."""
+    binary, argv, _ = _argv(name, args.slots)
+    prompts = [i.prompt for i in load_workload("first-encounter").items]
+    procs = [
+        LlamaServerProcess(
+            LaunchSpec(f"{name}{j}", binary, argv, Path(tempfile.gettempdir()) / f"probe-{j}.log")
+        )
+        for j in range(k)
+    ]
+    async with contextlib.AsyncExitStack() as stack:
+        for p in procs:
+            await p.start()
+            stack.push_async_callback(p.stop)
+        spans: list[tuple[float, float, int]] = []
+        start = time.monotonic()
+        lo, hi = start + args.warm_s, start + args.warm_s + args.window_s
+        limits = httpx.Limits(max_connections=c + 8)
+        async with httpx.AsyncClient(timeout=120, limits=limits) as http:
+            await asyncio.gather(
+                *[
+                    _client(http, procs[j % k].url, prompts, args.n_predict, hi, spans, j)
+                    for j in range(c)
+                ]
+            )
+    tokens = 0.0
+    for t0, t1, n in spans:
+        overlap = max(0.0, min(t1, hi) - max(t0, lo))
+        tokens += n * overlap / (t1 - t0) if t1 > t0 else 0.0
+    tok_s = tokens / args.window_s
+    return {
+        "config": name,
+        "servers": k,
+        "c": c,
+        "tok_s": round(tok_s, 1),
+        "per_request_tok_s": round(tok_s / c, 1),
+        "step_ms": round(c / k / tok_s * 1000, 2) if tok_s else None,
+        "requests": len(spans),
+    }
+
+
+def main() -> int:
+    """Measure each ``--config`` in turn; one JSON line each, to stdout and ``--out``."""
+    ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    ap.add_argument("--config", action="append", required=True, help="NAME:K:C (see above)")
+    ap.add_argument("--slots", type=int, default=32, help="-np of every server")
+    ap.add_argument("--n-predict", type=int, default=128)
+    ap.add_argument("--warm-s", type=float, default=2.0)
+    ap.add_argument("--window-s", type=float, default=6.0)
+    ap.add_argument("--out", type=Path, default=None)
+    args = ap.parse_args()
+    rows: list[dict[str, object]] = []
+    for spec in args.config:
+        name, k, c = spec.split(":")
+        row = asyncio.run(measure(name, int(k), int(c), args))
+        rows.append(row)
+        print(json.dumps(row), flush=True)
+    if args.out is not None:
+        args.out.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -18,7 +18,10 @@ spread evenly over its life (the window starts after ``--warm-s``); step_ms = c 
 
 A config is ``NAME:K:C`` where NAME is ``plain``, ``cascade`` or ``mod`` (Fronde's
 argv for baseline, the cascade or ngram-mod) with ``-bs`` (``--backend-sampling``)
-and/or ``-kvu`` (``--kv-unified``) appended. The prompts repeat across requests: a
+and/or ``-kvu`` (``--kv-unified``), ``-noidle`` (``--no-cache-idle-slots``),
+``-nocache`` (``--cache-ram 0``) appended. ``--chat`` sends streamed chat completions
+with the server's default prompt cache, as the load benchmark does, instead of
+non-streamed ``/completion`` without it. The prompts repeat across requests: a
 speculative configuration's figure includes ngram-mod's memory (read it for scaling,
 not for speculation's worth).
 """
@@ -43,7 +46,12 @@ from fronde.config import load_settings
 from fronde.modes import Mode
 
 MODES = {"plain": None, "cascade": Mode.CASCADE, "mod": Mode.NGRAM_MOD}
-FLAGS = {"bs": ["--backend-sampling"], "kvu": ["--kv-unified"]}
+FLAGS = {
+    "bs": ["--backend-sampling"],
+    "kvu": ["--kv-unified"],
+    "noidle": ["--no-cache-idle-slots"],
+    "nocache": ["--cache-ram", "0"],
+}
 
 
 def _argv(name: str, slots: int) -> tuple[Path, list[str], str]:
@@ -62,25 +70,43 @@ async def _client(
     http: httpx.AsyncClient,
     url: str,
     prompts: list[str],
-    n_predict: int,
+    args: argparse.Namespace,
     stop_at: float,
     spans: list[tuple[float, float, int]],
     k: int,
 ) -> None:
     i = k
     while time.monotonic() < stop_at:
-        body = {
-            "prompt": f"[{i}] {prompts[i % len(prompts)]}",
-            "n_predict": n_predict,
+        prompt = f"[{i}] {prompts[i % len(prompts)]}"
+        i += 97
+        t0 = time.monotonic()
+        if not args.chat:
+            body = {
+                "prompt": prompt,
+                "n_predict": args.n_predict,
+                "ignore_eos": True,
+                "temperature": 0.0,
+                "cache_prompt": False,
+            }
+            r = await http.post(f"{url}/completion", json=body)
+            r.raise_for_status()
+            spans.append((t0, time.monotonic(), int(r.json()["tokens_predicted"])))
+            continue
+        # As the load benchmark sends: streamed chat, the server's default prompt cache.
+        chat = {
+            "messages": [{"role": "user", "content": prompt}],
+            "max_tokens": args.n_predict,
             "ignore_eos": True,
             "temperature": 0.0,
-            "cache_prompt": False,
+            "stream": True,
         }
-        t0 = time.monotonic()
-        r = await http.post(f"{url}/completion", json=body)
-        r.raise_for_status()
-        spans.append((t0, time.monotonic(), int(r.json()["tokens_predicted"])))
-        i += 97
+        n = 0
+        async with http.stream("POST", f"{url}/v1/chat/completions", json=chat) as r:
+            r.raise_for_status()
+            async for line in r.aiter_lines():
+                if line.startswith("data: {") and '"content"' in line:
+                    n += 1
+        spans.append((t0, time.monotonic(), n))
 
 
 async def measure(name: str, k: int, c: int, args: argparse.Namespace) -> dict[str, object]:
@@ -103,10 +129,7 @@ async def measure(name: str, k: int, c: int, args: argparse.Namespace) -> dict[s
         limits = httpx.Limits(max_connections=c + 8)
         async with httpx.AsyncClient(timeout=120, limits=limits) as http:
             await asyncio.gather(
-                *[
-                    _client(http, procs[j % k].url, prompts, args.n_predict, hi, spans, j)
-                    for j in range(c)
-                ]
+                *[_client(http, procs[j % k].url, prompts, args, hi, spans, j) for j in range(c)]
             )
     tokens = 0.0
     for t0, t1, n in spans:
@@ -133,6 +156,11 @@ def main() -> int:
     ap.add_argument("--warm-s", type=float, default=2.0)
     ap.add_argument("--window-s", type=float, default=6.0)
     ap.add_argument("--out", type=Path, default=None)
+    ap.add_argument(
+        "--chat",
+        action="store_true",
+        help="streamed chat completions with the default prompt cache (as bench load sends)",
+    )
     args = ap.parse_args()
     rows: list[dict[str, object]] = []
     for spec in args.config:

@@ -121,6 +121,8 @@ def plan_pool(settings: Settings, profile: Profile, binary: Path, log_dir: Path)
                 left_out[mode] = exc.message
                 continue
         args = [*common, *mode_args(mode, settings.speculation, draft)]
+        if mode is Mode.BASELINE:
+            args += b.plain_args
         specs[mode] = LaunchSpec(mode, binary, args, log_dir / f"{mode}.log")
     return PoolPlan(specs, left_out, remote)
 

@@ -219,13 +219,19 @@ async def started(
 def static_argv(arm: Arm, settings: Settings) -> tuple[Path, list[str]]:
     """The llama-server binary and argv a static ``arm`` starts under ``settings``.
 
+    ``backend.plain_args`` go to the plain arm (baseline's argv) only, never to an arm
+    that adds speculation flags to it.
+
     Raises:
         FrondeError: llama-server is not installed, or the model is missing.
     """
     binary = find_llama_binary(settings.cache_dir, settings.llama_server)
     mode = arm.force or Mode.BASELINE
+    update: dict[str, Any] = {"modes": [mode]}
+    if arm.flags:  # a speculative static arm: baseline's argv without its plain-only flags
+        update["backend"] = settings.backend.model_copy(update={"plain_args": []})
     plan = plan_pool(
-        settings.model_copy(update={"modes": [mode]}),
+        settings.model_copy(update=update),
         profile_of(settings),
         binary,
         Path(tempfile.gettempdir()),

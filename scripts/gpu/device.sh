@@ -142,7 +142,7 @@ case "${1:?step}" in
     FRONDE_PROFILE=$profile FRONDE_SPECULATION__NGRAM_MOD_N_MIN=48 \
       FRONDE_SPECULATION__NGRAM_MOD_N_MAX=64 FRONDE_ROUTER__DRAFT_COST=0.025 \
       FRONDE_MODES=${LOAD_MODES:-'["baseline", "ngram-simple", "ngram-mod", "cascade"]'} \
-      FRONDE_BACKEND__EXTRA_ARGS=${LOAD_EXTRA:-'[]'} \
+      FRONDE_BACKEND__EXTRA_ARGS=${LOAD_EXTRA:-'[]'} FRONDE_BACKEND__PLAIN_ARGS=${LOAD_PLAIN:-'[]'} \
       timeout "${LOAD_TIMEOUT_S:-560}" python3 -m fronde bench load --out "$out" ${LOAD_ARGS:-} \
       >> "$out/console.log" 2>&1 || echo "bench load exited with $?"
     grep -v "^requests" "$out/console.log" | tail -30

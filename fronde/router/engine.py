@@ -25,8 +25,9 @@ from fronde.router.cache import RouteCache
 from fronde.router.calibration import Floor, LoadCurves, resolve_floor, resolve_load
 from fronde.router.classify import RequestClass
 from fronde.router.counterfactual import Counterfactual, bucket_of
-from fronde.router.measure import MIN_TOKENS, Measurement, Measurements
-from fronde.router.policy import Plan, Route, RouterPolicy, plan_route
+from fronde.router.measure import MIN_TOKENS, MIN_TRUSTED_SAMPLES, Measurement, Measurements
+from fronde.router.policy import Plan, Route, RouterPolicy, choose_floor, plan_route
+from fronde.router.savings import Reference, Served, time_saved
 from fronde.timings import Timings
 
 __all__ = ["Decision", "Router", "RouterEvents", "StateStore", "Status"]
@@ -48,7 +49,10 @@ class Decision:
 
     Times are ``time.monotonic()`` seconds unless named ``_ms``. ``streamed``
     counts the events relayed to the client so far (llama-server sends one per
-    token), which gives the live decode tok/s of a running stream.
+    token), which gives the live decode tok/s of a running stream. ``class_floor``:
+    for a ``fallback`` route, the class's floor when it was planned (the live page
+    says "floor" when the request went there, "fallback" when a load rule sent it
+    elsewhere).
     """
 
     plan: Plan
@@ -76,6 +80,7 @@ class Decision:
     predicted: dict[str, float] = field(default_factory=dict[str, float])
     counterfactual: dict[str, float] = field(default_factory=dict[str, float])
     measurement: Measurement | None = None
+    class_floor: Mode | None = None
 
     @property
     def predicted_tok_s(self) -> float | None:
@@ -105,6 +110,7 @@ class Decision:
             "probe_tok_s": self.probe_tok_s,
             "floor": str(self.plan.floor) if self.plan.floor is not None else None,
             "floor_tok_s": self.floor_tok_s,
+            "class_floor": str(self.class_floor) if self.class_floor is not None else None,
             "decode_tok_s": self.decode_tok_s,
             "live_tok_s": self.live_tok_s(),
             "streamed": self.streamed,
@@ -118,6 +124,10 @@ class Decision:
             "predicted": self.predicted,
             "counterfactual": self.counterfactual,
         }
+
+
+_NOT_ROUTED = (Route.FORCED, Route.UNSAFE)
+"""Routes left out of the time saved: the client, or a correctness rule, chose the mode."""
 
 
 def _round(value: float | None, digits: int) -> float | None:
@@ -221,6 +231,10 @@ class Router:
         self.swap_residency = swap_residency
         self._version = 0
         self._ids = itertools.count(1)
+        # Routed requests per static class, for the time saved (fronde.router.savings).
+        self.served: dict[str, Served] = {}
+        self.last_of_class: dict[str, Decision] = {}
+        self._ready: frozenset[Mode] = frozenset()  # the ready modes of the last plan
 
     @property
     def version(self) -> int:
@@ -339,6 +353,11 @@ class Router:
             slots=self.slots,
         )
         decision = Decision(plan, cls, key, now, rid=f"r{next(self._ids)}", bucket=bucket)
+        self._ready = frozenset(ready)
+        if plan.route is not Route.FORCED:
+            self.last_of_class[str(cls)] = decision
+        if plan.route is Route.FALLBACK:  # the page tells "the floor" from "another mode"
+            decision.class_floor = self.class_floor(str(cls), now)[0]
         if book is not None:
             decision.predicted = {str(m): round(v, 2) for m, v in book.predict(bucket).items()}
         self.recent.append(decision)
@@ -401,6 +420,10 @@ class Router:
         )
         if self.events is not None:
             self.events.finished(decision.overhead_ms, probed, won)
+        served = self.served.get(str(decision.cls))
+        routed = decision.plan.route not in _NOT_ROUTED
+        if routed and served is not None and decision.measurement is not None and status == "done":
+            served.answered(row["mode"])
 
     def record(
         self,
@@ -422,6 +445,10 @@ class Router:
         m = Measurement.of(timings)
         now = time.monotonic() if now is None else now
         feeds = decision.plan.route is not Route.FORCED
+        if decision.plan.route not in _NOT_ROUTED and m.decode_ms > 0:
+            # Every segment's time counts, a collapsed one too: it was spent.
+            served = self.served.setdefault(str(decision.cls), Served())
+            served.add(str(mode), m.tokens, m.decode_ms / 1000.0)
         collapsed = feeds and self.measurements.record(mode, str(decision.cls), m, now)
         if self.store is not None and feeds:
             if collapsed:
@@ -512,9 +539,94 @@ class Router:
         self.remember(decision.key, mode if beats else plan.floor, decision.started)
         self._version += 1
 
+    def class_floor(self, cls: str, now: float) -> tuple[Mode, str]:
+        """The floor of class ``cls`` now, and why, as :func:`plan_route` would pick it.
+
+        Over the ready modes of the last plan, less the quarantined (and, with
+        ``probe = "always"``, those on probation; all of the last plan's ready modes
+        when that leaves none); the policy's floor before any plan.
+        """
+        ms = self.measurements
+        policy = self.policy
+        ready = self._ready or frozenset({policy.floor})
+        out = {m for m in Mode if ms.quarantined(m, now)}
+        if policy.probe == "always":  # as in plan(): probation only waits for a probe there
+            out |= {m for m in Mode if ms.on_probation(m, now)}
+        usable = [m for m in Mode if m in ready and m not in out] or [m for m in Mode if m in ready]
+        floor = choose_floor(cls, usable, lambda m, c: ms.trusted_speed(m, c, now), policy)
+        if floor == policy.floor:
+            return floor, self.floor_why
+        if policy.floor not in usable:
+            return floor, f"{policy.floor}, the starting floor, is not usable now"
+        return floor, f"measured ≥ {policy.margin}× {policy.floor} in this class"
+
+    def _reference(self, mode: Mode, cls: str, now: float) -> Reference:
+        speed = self.measurements.trusted_speed(mode, cls, now)
+        if speed is not None:
+            return Reference(str(mode), speed)
+        fresh = self.measurements.summary(mode, cls, now).fresh
+        why = f"{mode} has {fresh} of {MIN_TRUSTED_SAMPLES} fresh samples in class {cls}"
+        return Reference(str(mode), None, why)
+
+    def classes_snapshot(self, now: float) -> tuple[dict[str, Any], dict[str, Any]]:
+        """Per class the floor, the mode chosen and the evidence; and the time saved.
+
+        Returns:
+            ``(classes, saved)``: ``classes`` maps each static class seen to
+            ``{"floor", "floor_why", "last": {id, route, mode, class_floor}, "served":
+            Served.as_dict(), "measured": {mode: SpeedSummary.as_dict()},
+            "predicted": {bucket: {"samples", "decode_tok_s": {mode: tok/s}}},
+            "saved": {"floor": s, "baseline": s}}`` (seconds or None); ``saved`` maps
+            ``floor`` and ``baseline`` to :meth:`Saving.as_dict`
+            (:func:`~fronde.router.savings.time_saved`).
+        """
+        ms = self.measurements
+        names = sorted(set(ms.classes()) | set(self.served) | set(self.last_of_class))
+        buckets: dict[str, Any] = (
+            self.counterfactual.snapshot()["buckets"] if self.counterfactual is not None else {}
+        )
+        floors = {c: self.class_floor(c, now) for c in names}
+        refs = {
+            "floor": {c: self._reference(floors[c][0], c, now) for c in names},
+            "baseline": {c: self._reference(Mode.BASELINE, c, now) for c in names},
+        }
+        saved = {k: time_saved(self.served, r) for k, r in refs.items()}
+        classes: dict[str, Any] = {}
+        for c in names:
+            last = self.last_of_class.get(c)
+            classes[c] = {
+                "floor": str(floors[c][0]),
+                "floor_why": floors[c][1],
+                "last": None
+                if last is None
+                else {
+                    "id": last.rid,
+                    "route": str(last.plan.route),
+                    "mode": str(last.winner or last.plan.mode),
+                    "class_floor": str(last.class_floor) if last.class_floor else None,
+                },
+                "served": self.served.get(c, Served()).as_dict(),
+                "measured": {
+                    str(m): ms.summary(m, c, now).as_dict()
+                    for m in Mode
+                    if ms.summary(m, c, now).state != "unmeasured"
+                },
+                "predicted": {
+                    b: {"samples": v["samples"], "decode_tok_s": v["decode_tok_s"]}
+                    for b, v in buckets.items()
+                    if b.split("|")[0] == c
+                },
+                "saved": {k: s.by_class.get(c) for k, s in saved.items()},
+            }
+        return classes, {k: s.as_dict() for k, s in saved.items()}
+
     def snapshot(self, now: float | None = None) -> dict[str, Any]:
-        """JSON-ready state for ``GET /fronde/v1/router``."""
+        """JSON-ready state for ``GET /fronde/v1/router``.
+
+        ``classes`` and ``saved``: see :meth:`classes_snapshot`.
+        """
         now = time.monotonic() if now is None else now
+        classes, saved = self.classes_snapshot(now)
         return {
             "policy": {
                 "probe_tokens": self.policy.probe_tokens,
@@ -546,6 +658,8 @@ class Router:
             "cache": {"entries": len(self.cache), "max_entries": self.cache.max_entries},
             "recent": [d.as_dict(now) for d in list(self.recent)[-20:]],
             "shared": self.store.snapshot() if self.store is not None else None,
+            "classes": classes,
+            "saved": saved,
         }
 
 

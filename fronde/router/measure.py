@@ -34,14 +34,19 @@ so every rule is testable with numbers.
   otherwise None, and the router measures the mode again. A single noisy sample
   (1.3 tok/s during outside load, against 37–42 in the requests around it) set a
   class floor for good when the EMA alone decided.
+- **Speed summary** (the live page's figure for a mode, :func:`speed_summary`): the same
+  median over the mode's last ``SPEED_WINDOW`` samples of any class, with their count
+  and age, and a state: ``unmeasured``, ``stale`` (none younger than ``STALE_S``),
+  ``few`` (fewer than ``MIN_TRUSTED_SAMPLES`` fresh ones) or ``trusted``.
 """
 
 from __future__ import annotations
 
 import statistics
 from collections import deque
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from fronde.config import ROUTER_DEFAULTS
 from fronde.modes import Mode
@@ -60,7 +65,9 @@ __all__ = [
     "Ema",
     "Measurement",
     "Measurements",
+    "SpeedSummary",
     "measurement_from_timings",
+    "speed_summary",
 ]
 
 EMA_ALPHA: float = ROUTER_DEFAULTS.ema_alpha
@@ -178,6 +185,55 @@ class Ema:
         return self.value
 
 
+@dataclass(frozen=True)
+class SpeedSummary:
+    """Recent decode speed samples in one figure, with what it rests on.
+
+    Attributes:
+        median_tok_s: median decode tok/s of the fresh samples (younger than
+            :data:`STALE_S`), or None when there is none.
+        fresh: how many samples are fresh.
+        kept: how many samples are kept (at most :data:`SPEED_WINDOW`).
+        newest_age_s: age of the newest sample, seconds, or None when there is none.
+        state: ``unmeasured`` (no sample), ``stale`` (none fresh), ``few`` (fewer than
+            :data:`MIN_TRUSTED_SAMPLES` fresh) or ``trusted``.
+    """
+
+    median_tok_s: float | None
+    fresh: int
+    kept: int
+    newest_age_s: float | None
+    state: Literal["unmeasured", "stale", "few", "trusted"]
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON-ready view (tok/s to 0.1, age to 0.1 s)."""
+        med, age = self.median_tok_s, self.newest_age_s
+        return {
+            "median_tok_s": None if med is None else round(med, 1),
+            "fresh": self.fresh,
+            "kept": self.kept,
+            "newest_age_s": None if age is None else round(age, 1),
+            "state": self.state,
+        }
+
+
+def speed_summary(samples: Iterable[tuple[float, float]], now: float) -> SpeedSummary:
+    """Summarize ``(time s, tok/s)`` samples at ``now`` (monotonic s): median of the fresh ones.
+
+    Example: samples of 38, 1.3 and 41 tok/s, 5–20 s old, give a trusted median of 38;
+    the one sample 1.3 alone gives state ``few``, shown small, never as the mode's speed.
+    """
+    kept = list(samples)
+    if not kept:
+        return SpeedSummary(None, 0, 0, None, "unmeasured")
+    fresh = [v for t, v in kept if now - t <= STALE_S]
+    newest = now - max(t for t, _ in kept)
+    if not fresh:
+        return SpeedSummary(None, 0, len(kept), newest, "stale")
+    state = "trusted" if len(fresh) >= MIN_TRUSTED_SAMPLES else "few"
+    return SpeedSummary(statistics.median(fresh), len(fresh), len(kept), newest, state)
+
+
 @dataclass
 class _ModeState:
     speed: Ema = field(default_factory=Ema)
@@ -188,6 +244,9 @@ class _ModeState:
     on_probation: bool = False
     collapses: int = 0
     strikes: int = 0
+    recent: deque[tuple[float, float]] = field(
+        default_factory=lambda: deque[tuple[float, float]](maxlen=SPEED_WINDOW)
+    )
 
 
 @dataclass
@@ -267,6 +326,7 @@ class Measurements:
             return True  # a collapsed sample does not drag the EMA down
         st.strikes = 0
         st.speed.update(m.decode_tok_s)
+        st.recent.append((now, m.decode_tok_s))
         st.steps.update(rate)
         per_class = self._class(mode, cls)
         per_class.ema.update(m.decode_tok_s)
@@ -325,6 +385,18 @@ class Measurements:
             return per_class.ema.value  # shared by another replica
         return None
 
+    def summary(self, mode: Mode, cls: str | None, now: float) -> SpeedSummary:
+        """:func:`speed_summary` of ``mode``'s recent samples (of class ``cls`` if given)."""
+        if cls is None:
+            st = self._modes.get(mode)
+            return speed_summary(st.recent if st else (), now)
+        per_class = self._by_class.get((mode, cls))
+        return speed_summary(per_class.recent if per_class else (), now)
+
+    def classes(self) -> list[str]:
+        """The classes measured on any mode, sorted."""
+        return sorted({c for _, c in self._by_class})
+
     def quarantined(self, mode: Mode, now: float) -> bool:
         """True while ``mode`` is quarantined; on expiry it moves to probation."""
         st = self._modes.get(mode)
@@ -347,7 +419,12 @@ class Measurements:
         return {m for m in self._modes if self.quarantined(m, now) or self.on_probation(m, now)}
 
     def snapshot(self, now: float) -> dict[str, Any]:
-        """JSON-ready state for ``/fronde/v1/router``: EMAs, α, τ, quarantines."""
+        """JSON-ready state for ``/fronde/v1/router``: EMAs, α, τ, quarantines.
+
+        ``speed`` is the mode's :class:`SpeedSummary` (the live page's figure),
+        ``by_class_speed`` the same per class (its median is the trusted speed when
+        its state is ``trusted``).
+        """
         out: dict[str, Any] = {}
         for mode, st in self._modes.items():
             q = st.quarantined_until
@@ -363,6 +440,10 @@ class Measurements:
                 "by_class": {c: e.ema.value for (m, c), e in self._by_class.items() if m == mode},
                 "by_class_trusted": {
                     c: self.trusted_speed(m, c, now) for (m, c) in self._by_class if m == mode
+                },
+                "speed": self.summary(mode, None, now).as_dict(),
+                "by_class_speed": {
+                    c: self.summary(m, c, now).as_dict() for (m, c) in self._by_class if m == mode
                 },
             }
         return out

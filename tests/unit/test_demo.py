@@ -6,6 +6,8 @@ The same run against the real gemma backends is tests/integration/test_demo_real
 from __future__ import annotations
 
 import os
+import re
+import shlex
 import stat
 import subprocess
 import sys
@@ -22,11 +24,11 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def parse_plain(out: str) -> dict[str, dict[str, str]]:
-    """``scene=... key=value ...`` lines of ``demo.py --plain``, by scene."""
+    """``scene=... key=value ...`` lines of ``demo.py --plain`` (shell-quoted), by scene."""
     rows: dict[str, dict[str, str]] = {}
     for line in out.splitlines():
         if line.startswith("scene="):
-            fields = dict(f.split("=", 1) for f in line.split())
+            fields = dict(f.split("=", 1) for f in shlex.split(line))
             rows[fields["scene"]] = fields
     return rows
 
@@ -100,7 +102,7 @@ def test_plain_run_names_class_and_mode_for_every_scene(tmp_path: Path, fake_bin
         )
     assert out.returncode == 0, out.stderr[-2000:]
     rows = parse_plain(out.stdout)
-    assert list(rows) == ["prose", "code", "JSON", "edit", "edit-again-(primed)"]
+    assert list(rows) == ["prose", "code", "JSON", "edit", "edit again (primed)"]
     for row in rows.values():
         assert row["mode"] in {"baseline", "ngram-simple", "ngram-mod"}
         assert float(row["decode_tok_s"]) > 0
@@ -109,7 +111,9 @@ def test_plain_run_names_class_and_mode_for_every_scene(tmp_path: Path, fake_bin
     # at the same speed, so ngram-mod misses the 1.10 margin and baseline continues.
     # A floor needs three fresh samples of each mode, so the next scenes probe again.
     assert rows["prose"]["class"] == "probe"
-    assert rows["prose"]["probe"].startswith("ngram-mod_")
+    # The probe's result reads as words: "ngram-mod 500.0 vs baseline 500.0 tok/s".
+    assert re.fullmatch(r"ngram-mod \d+\.\d vs baseline \d+\.\d tok/s", rows["prose"]["probe"])
+    assert "probe='ngram-mod " in out.stdout
     for scene in ("code", "JSON"):
         assert (rows[scene]["class"], rows[scene]["mode"]) in {
             ("probe", "baseline"),
@@ -120,3 +124,45 @@ def test_plain_run_names_class_and_mode_for_every_scene(tmp_path: Path, fake_bin
         "warm-up: 8 tokens of a neutral prompt on baseline, ngram-simple, ngram-mod" in out.stdout
     )
     assert "Fronde demo: one row per scene" in out.stdout
+
+
+SHORT = ("--no-compare", "--max-tokens", "12")
+
+
+def test_max_tokens_shortens_every_scene(tmp_path: Path, fake_binary: Path) -> None:
+    with real_serve(tmp_path, fake_binary, modes=["baseline", "ngram-mod"]) as s:
+        out = subprocess.run(
+            [sys.executable, str(ROOT / "demo.py"), "--url", s.base, "--plain", *SHORT],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+    assert out.returncode == 0, out.stderr[-2000:]
+    rows = parse_plain(out.stdout)
+    # The fakes generate the prompt's words: the edit's first "```" may end it sooner.
+    assert [rows[s]["tokens"] for s in ("prose", "code", "JSON")] == ["12", "12", "12"]
+    assert 0 < int(rows["edit"]["tokens"]) <= 12
+    assert [scene.max_tokens for scene in demo.scenes()] == [128, 128, 128, 320]
+
+
+@pytest.mark.parametrize("value", ["0", "-3", "many", "1.5"])
+def test_a_bad_max_tokens_is_one_line_that_says_what_to_give(value: str) -> None:
+    out = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "demo.py"),
+            "--url",
+            "http://127.0.0.1:9",
+            "--max-tokens",
+            value,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert out.returncode == 1
+    assert out.stderr.strip() == (
+        f"demo: --max-tokens {value}: give a whole number of tokens ≥ 1, e.g. 48"
+    )

@@ -19,6 +19,7 @@ from fastapi.testclient import TestClient
 from fronde.modes import Mode
 from fronde.router.classify import RequestClass
 from fronde.router.engine import Router
+from fronde.router.policy import Route
 
 from .test_contract import chat, make_client, ready, real_serve, sse_events
 
@@ -106,6 +107,43 @@ def test_the_page_is_plain_html_that_reads_the_event_stream(fakes: TestClient) -
     assert "<title>Fronde — live routing</title>" in page
     assert 'fetch("/fronde/v1/events"' in page
     assert "<script src=" not in page  # nothing to fetch or build
+
+
+def test_the_page_names_every_route_in_user_words(fakes: TestClient) -> None:
+    page = fakes.get("/ui").text
+    legend = page[page.index("const ROUTES = {") : page.index("};", page.index("const ROUTES"))]
+    for route in Route:
+        assert f'"{route}": [' in legend, route
+    assert '"fallback": ["floor (nothing to probe)"' in legend
+    for section in ('id="saved"', 'id="classes"', 'id="legend"', "not enough measurements"):
+        assert section in page
+
+
+def test_routed_requests_show_their_class_floor_and_the_time_saved(
+    fake_binary: Path, tmp_path: Path
+) -> None:
+    with make_client(fake_binary, tmp_path) as c:
+        ready(c)
+        for word in ("alpha", "beta", "gamma"):  # 20-token budgets: no probe, the floor
+            r = c.post("/v1/chat/completions", json=chat(f"{word} delta", max_tokens=20))
+            assert r.headers["x-fronde-class"] == "fallback"
+        c.post("/v1/chat/completions", json=chat(model="fronde:baseline", max_tokens=20))
+        state = c.get("/fronde/v1/router").json()
+    floor = state["recent"][0]["mode"]
+    assert state["recent"][0]["class_floor"] == floor
+    general = state["classes"]["general"]
+    assert (general["floor"], general["served"]["requests"]) == (floor, 3)  # forced: not
+    assert general["measured"][floor]["state"] == "trusted"
+    assert general["measured"][floor]["median_tok_s"] == 500.0  # the fakes' speed
+    # Served by the floor alone: nothing saved or lost against it, whatever the noise;
+    # against baseline, unmeasured in this class, no figure.
+    assert state["saved"]["floor"]["saved_s"] == 0.0
+    assert state["saved"]["baseline"]["saved_s"] is None
+    assert state["saved"]["baseline"]["missing"] == {
+        "general": "baseline has 0 of 3 fresh samples in class general"
+    }
+    assert state["modes"][floor]["speed"]["state"] == "trusted"
+    assert "baseline" not in state["modes"]  # forced: it fed no measurement
 
 
 def test_the_start_page_says_what_this_is_and_links_the_rest(fakes: TestClient) -> None:

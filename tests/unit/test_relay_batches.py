@@ -1,15 +1,21 @@
-"""The relay forwards the events of one upstream read in one piece, whole and in order."""
+"""The relay forwards the events of one upstream read in one piece, whole and in order;
+a stream it cuts on a stop string keeps consistent timings."""
 
 from __future__ import annotations
 
 import asyncio
 import json
 from collections.abc import AsyncIterator
+from typing import Any
 
 import httpx
+import pytest
 
 from fronde.backends.client import UpstreamStream
-from fronde.router.dispatch.relay import relay_sse
+from fronde.router.dispatch.relay import OwnedStops, relay_sse
+from fronde.timings import Timings
+
+from .test_timings import per_token
 
 
 class _Reads(httpx.AsyncByteStream):
@@ -70,3 +76,30 @@ def test_crlf_lines_lose_their_carriage_return() -> None:
     event = _event("a")
     pieces = _relayed([event.replace(b"\n", b"\r\n") + b"data: [DONE]\r\n\r\n"])
     assert b"".join(pieces) == event + b"data: [DONE]\n\n"
+
+
+def test_a_stream_cut_on_a_stop_string_inside_a_pass_reports_a_tau() -> None:
+    """The demo's edit row showed α and τ "-": cut at its fence inside a verify pass, the
+    last per-token timings counted 32 accepted drafts for 22 tokens sent."""
+    timings = per_token([(8, 8), (8, 8), (16, 16)])
+    reads: list[bytes] = []
+    for i, t in enumerate(timings):
+        text = "END" if i == 21 else f"w{i} "
+        chunk = {"choices": [{"index": 0, "delta": {"content": text}}], "timings": t}
+        reads.append(f"data: {json.dumps(chunk)}\n\n".encode())
+    upstream = UpstreamStream(httpx.Response(200, stream=_Reads(reads)), "http://x")
+    reported: list[dict[str, Any]] = []
+    stops = OwnedStops(["END"], chat=True)
+
+    async def run() -> bytes:
+        relayed = relay_sse(upstream, "ngram-mod", reported.append, stops=stops)
+        return b"".join([piece async for piece in relayed])
+
+    out = asyncio.run(run())
+    assert b"w22" not in out and out.endswith(b"data: [DONE]\n\n")
+    [t] = reported
+    got = Timings.parse(t)
+    assert got is not None
+    assert (got.predicted_n, got.draft_n_accepted, got.draft_n) == (22, 19, 19)
+    assert got.tau == pytest.approx(22 / 3)
+    assert b'"draft_n_accepted": 19' in out  # the client's timings say the same

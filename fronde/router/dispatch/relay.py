@@ -15,7 +15,9 @@ sends the request without ``stop`` and matches the strings itself
 it is decided, a match ends the answer (``finish_reason: "stop"``, the upstream
 closed, which stops its generation), and held text is released at the end. The
 streamed text then equals the non-streamed one. ``timings_per_token`` is asked for so
-that an answer cut here still has timings to measure.
+that an answer cut here still has timings to measure; they are folded by a
+:class:`~fronde.timings.TimingsTrail`, so that a cut inside a verify pass does not count
+drafts that were never sent.
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ from fronde.errors import BackendStreamError, openai_error_body
 from fronde.logging import get_logger
 from fronde.router.dispatch.apis import Api
 from fronde.router.stops import StopMatcher
-from fronde.timings import Timings
+from fronde.timings import Timings, TimingsTrail
 
 __all__ = [
     "DONE_LINE",
@@ -161,7 +163,12 @@ class _Relay:
         self.stops = stops
         self.usage_seen = False
         self.last: dict[str, Any] | None = None
-        self.timings: dict[str, Any] | None = None
+        self.trail = TimingsTrail()
+
+    @property
+    def timings(self) -> dict[str, Any] | None:
+        """The latest ``timings`` (counting only the accepted drafts sent), or None."""
+        return self.trail.latest
 
     def _report(self, timings: dict[str, Any]) -> None:
         if self.on_timings is not None:
@@ -177,7 +184,7 @@ class _Relay:
 
     def _owned(self, chunk: dict[str, Any], stops: OwnedStops) -> tuple[list[bytes], bool]:
         """A content chunk under Fronde's stop strings: (what to send, the answer ended)."""
-        self.timings = chunk.pop("timings", None) or self.timings  # per token: the latest
+        self.trail.add(chunk.pop("timings", None))  # per token: the latest
         if not self.include_usage:
             chunk.pop("usage", None)
         stopped = stops.rewrite(chunk)
@@ -197,8 +204,8 @@ class _Relay:
         except ValueError:
             event = {}
         if isinstance(event.get("timings"), dict):
-            self.timings = event["timings"]
-            self._report(event["timings"])
+            folded = self.trail.add(event["timings"])
+            self._report(folded if folded is not None else event["timings"])
         if "usage" in event and event.get("choices") == []:
             if not self.include_usage:
                 return None  # the usage chunk the client did not ask for
@@ -218,8 +225,7 @@ class _Relay:
                 chunk = {}
             if chunk.get("choices"):
                 return self._owned(chunk, self.stops)
-            if isinstance(chunk.get("timings"), dict):
-                self.timings = chunk["timings"]
+            self.trail.add(chunk.get("timings"))
         if line.startswith(DONE_LINE):
             return self._end(self.last), True
         if line.startswith("data: {") and ('"usage"' in line or '"timings"' in line):

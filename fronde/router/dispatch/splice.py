@@ -56,7 +56,7 @@ from fronde.router.engine import Decision, Router
 from fronde.router.native import Kind, max_new_tokens, sampling_params
 from fronde.router.policy import Route, hand_over_pays
 from fronde.router.stops import StopMatcher
-from fronde.timings import Timings
+from fronde.timings import Timings, TimingsTrail
 
 __all__ = [
     "Segment",
@@ -77,7 +77,9 @@ class Segment:
         text: generated text, as the backend sent it.
         stop_type: llama-server's ``stop_type`` (``eos``, ``limit``), ``word`` when Fronde
             ended it on a stop string, or None while running.
-        timings: llama-server's latest ``timings`` of this segment (sent per token).
+        timings: llama-server's latest ``timings`` of this segment (sent per token), as
+            its :class:`~fronde.timings.TimingsTrail` folds them (a segment cut on a stop
+            string inside a verify pass counts only the accepted drafts it sent).
         truncated: llama-server stopped because the slot's context was full (its final
             event's ``truncated``, ``tools/server/server-context.cpp``): nothing can
             follow, on any backend.
@@ -89,6 +91,7 @@ class Segment:
     stop_type: str | None = None
     timings: dict[str, Any] = field(default_factory=dict[str, Any])
     truncated: bool = False
+    trail: TimingsTrail = field(default_factory=TimingsTrail, repr=False, compare=False)
 
     @property
     def decode_tok_s(self) -> float:
@@ -198,8 +201,7 @@ async def segment_stream(
             if "error" in event:
                 raise BackendConnectionError(f"{seg.mode} failed: {event['error']}")
             seg.tokens.extend(int(t) for t in event.get("tokens") or ())
-            if isinstance(event.get("timings"), dict):
-                seg.timings = event["timings"]
+            seg.timings = seg.trail.add(event.get("timings")) or seg.timings
             piece = event.get("content") or ""
             if piece:
                 seg.text += piece

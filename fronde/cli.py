@@ -26,6 +26,7 @@ from rich.progress import (
     TimeElapsedColumn,
 )
 
+from fronde.cli_help import fronde_typer
 from fronde.config import Settings, load_settings
 from fronde.errors import FrondeError
 from fronde.logging import configure_logging
@@ -33,21 +34,14 @@ from fronde.modes import Mode
 
 __all__ = ["app", "main"]
 
-app = typer.Typer(
-    name="fronde",
-    help="OpenAI-compatible proxy that routes each request to the fastest llama.cpp "
-    "speculative-decoding mode.",
-    no_args_is_help=True,
-    pretty_exceptions_enable=False,
-    add_completion=False,
+app = fronde_typer(
+    "OpenAI-compatible proxy that routes each request to the fastest llama.cpp "
+    "speculative-decoding mode."
 )
-models_app = typer.Typer(
-    help="List and fetch model profiles (models/*.toml).", no_args_is_help=True
-)
-bench_app = typer.Typer(
-    help="Benchmarks on one harness: is Fronde faster than one llama-server (verdict), where"
-    " speculation pays (atlas), what the proxy costs (overhead), load, swap, shadow.",
-    no_args_is_help=True,
+models_app = fronde_typer("List and fetch model profiles (models/*.toml).")
+bench_app = fronde_typer(
+    "Benchmarks on one harness: is Fronde faster than one llama-server (verdict), where"
+    " speculation pays (atlas), what the proxy costs (overhead), load, swap, shadow."
 )
 
 

@@ -1,13 +1,22 @@
-"""The CLI's failures are one line that says what to fix, and exit status 1."""
+"""The CLI: failures are one line that says what to fix, and exit status 1; its help."""
 
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import socket
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
+
+import pytest
+import typer
+from typer.testing import CliRunner
+
+from fronde.cli import app
 
 REPO_MODELS = Path(__file__).resolve().parents[2] / "models"
 
@@ -76,6 +85,55 @@ def test_a_port_in_use_is_one_line_before_any_backend_starts(tmp_path: Path) -> 
     assert r.stderr.strip().splitlines() == [
         f"fronde: error: 127.0.0.1:{port} is in use: pass --port N, or stop what listens there"
     ]
+
+
+def _commands(command: Any, path: tuple[str, ...] = ()) -> Iterator[tuple[str, ...]]:
+    """The path of every command and group under ``command``, itself first."""
+    yield path
+    for name, sub in getattr(command, "commands", {}).items():
+        yield from _commands(sub, (*path, name))
+
+
+def _help(*path: str) -> str:
+    r = CliRunner().invoke(app, [*path, "--help"], env={"COLUMNS": "80"}, prog_name="fronde")
+    assert r.exit_code == 0, r.output
+    return r.output
+
+
+def test_serve_help_shows_its_defaults_and_click_metavars() -> None:
+    text = _help("serve")
+    for shown in (
+        "--port INTEGER",
+        "[default: 8080]",
+        "[default: 127.0.0.1]",
+        "[default: cpu-smollm2-135m]",
+        "--model PATH",
+        "--mode [baseline|ngram-simple|ngram-mod|cascade|draft]",
+    ):
+        assert shown in text
+    assert "<" not in text
+
+
+@pytest.mark.parametrize(
+    "path", list(_commands(typer.main.get_command(app))), ids=lambda p: " ".join(p) or "fronde"
+)
+def test_every_help_fits_80_columns_keeps_its_defaults_and_no_python_types(
+    path: tuple[str, ...],
+) -> None:
+    """No ``<bool>``, ``<int>``, ``<list[str]>``; a ``[default: ...]`` written in a help
+    text is shown, not taken for rich markup; a list of commands is not cut with "..."."""
+    text = _help(*path)
+    assert re.findall(r"<[\w|\[\].-]+>", text) == []
+    assert [line for line in text.splitlines() if len(line) > 80] == []
+    flat = " ".join(text.split())
+    command: Any = typer.main.get_command(app)
+    for name in path:
+        command = command.commands[name]
+    for param in command.params:
+        for written in re.findall(r"\[default: [^\]]*\]", param.help or ""):
+            assert " ".join(written.split()) in flat
+    for sub in getattr(command, "commands", {}).values():
+        assert " ".join(sub.get_short_help_str(1000).split()) in flat
 
 
 def test_bench_verdict_reads_its_settings_file_from_config(tmp_path: Path) -> None:

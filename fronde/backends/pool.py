@@ -76,7 +76,7 @@ def plan_pool(settings: Settings, profile: Profile, binary: Path, log_dir: Path)
     remote = {m: urls for m, urls in settings.remote.items() if m in settings.modes}
     if all(m in remote for m in settings.modes):
         return PoolPlan(specs, left_out, remote)  # a proxy-only host needs no model
-    target = model_path(settings.models_dir, profile.target)
+    target = model_path(settings.models_dir, profile.target, profile.name)
     common = [
         "-m",
         str(target),
@@ -116,7 +116,7 @@ def plan_pool(settings: Settings, profile: Profile, binary: Path, log_dir: Path)
                 )
                 continue
             try:
-                draft = model_path(settings.models_dir, profile.draft)
+                draft = model_path(settings.models_dir, profile.draft, profile.name)
             except ModelError as exc:
                 left_out[mode] = exc.message
                 continue

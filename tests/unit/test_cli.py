@@ -66,7 +66,22 @@ def test_serve_with_missing_model_says_fetch(tmp_path: Path, fake_binary: Path) 
     assert r.returncode == 1
     [line] = r.stderr.strip().splitlines()
     assert line.startswith("fronde: error: smollm2-135m-instruct-q4_1 is missing")
-    assert line.endswith("run `fronde models fetch`")
+    assert line.endswith("run `fronde models fetch cpu-smollm2-135m`")
+
+
+def test_a_missing_gpu_model_names_its_profile_in_the_hint(
+    tmp_path: Path, fake_binary: Path
+) -> None:
+    shutil.copy(REPO_MODELS / "gpu-qwen3-8b.toml", tmp_path)
+    env = {
+        "FRONDE_CACHE_DIR": str(tmp_path),
+        "FRONDE_LLAMA_SERVER": str(fake_binary),
+        "FRONDE_MODELS_DIR": str(tmp_path),
+    }
+    r = fronde("serve", "--profile", "gpu-qwen3-8b", env=env)
+    assert r.returncode == 1
+    [line] = r.stderr.strip().splitlines()
+    assert line.endswith("run `fronde models fetch gpu-qwen3-8b`")
 
 
 def test_models_fetch_unknown_profile(tmp_path: Path) -> None:
@@ -75,15 +90,46 @@ def test_models_fetch_unknown_profile(tmp_path: Path) -> None:
     assert r.stderr.startswith("fronde: error: no profile 'nope'")
 
 
-def test_a_port_in_use_is_one_line_before_any_backend_starts(tmp_path: Path) -> None:
-    with socket.socket() as taken:
-        taken.bind(("127.0.0.1", 0))
-        taken.listen()
+def _occupy(where: str) -> socket.socket:
+    """A socket listening on a free port: on loopback, on every IPv4 address, or on both
+    IPv4 and IPv6 (one dual-stack socket, as many servers listen)."""
+    if where == "dual-stack":
+        sock = socket.socket(socket.AF_INET6)
+        sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
+        sock.bind(("::", 0))
+    else:
+        sock = socket.socket()
+        sock.bind(("0.0.0.0" if where == "any" else "127.0.0.1", 0))  # noqa: S104 (the point)
+    sock.listen()
+    return sock
+
+
+@pytest.mark.parametrize(
+    ("where", "host"),
+    [("loopback", None), ("any", None), ("dual-stack", None), ("loopback", "localhost")],
+)
+def test_a_port_in_use_is_one_line_before_any_backend_starts(
+    tmp_path: Path, where: str, host: str | None
+) -> None:
+    """Fronde's line and status 1, never uvicorn's bind error and its exit status 3."""
+    if where == "dual-stack" and not socket.has_ipv6:
+        pytest.skip("no IPv6 on this machine")
+    flags = ["--host", host] if host else []
+    with _occupy(where) as taken:
         port = taken.getsockname()[1]
-        r = fronde("serve", "--port", str(port), env={"FRONDE_CACHE_DIR": str(tmp_path)})
+        r = fronde("serve", "--port", str(port), *flags, env={"FRONDE_CACHE_DIR": str(tmp_path)})
     assert r.returncode == 1
     assert r.stderr.strip().splitlines() == [
-        f"fronde: error: 127.0.0.1:{port} is in use: pass --port N, or stop what listens there"
+        f"fronde: error: {host or '127.0.0.1'}:{port} is in use: pass --port N, "
+        "or stop what listens there"
+    ]
+
+
+def test_a_port_out_of_range_blames_the_flag() -> None:
+    r = fronde("serve", "--port", "99999")
+    assert r.returncode == 1
+    assert r.stderr.strip().splitlines() == [
+        "fronde: error: --port 99999: Input should be less than or equal to 65535"
     ]
 
 

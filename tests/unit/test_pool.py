@@ -81,7 +81,7 @@ def test_a_missing_template_file_is_a_manifest_error(tmp_path: Path) -> None:
 def test_plan_without_target_says_fetch(tmp_path: Path) -> None:
     profile = load_profile(REPO_MODELS, "cpu-gemma-270m")
     settings = load_settings(models_dir=tmp_path, cache_dir=tmp_path)
-    with pytest.raises(ModelMissingError, match="run `fronde models fetch`"):
+    with pytest.raises(ModelMissingError, match=r"run `fronde models fetch cpu-gemma-270m`$"):
         plan_pool(settings, profile, Path("/bin/llama-server"), tmp_path)
 
 

@@ -135,6 +135,20 @@ def _listen(host: str, port: int) -> list[socket.socket]:
     return sockets
 
 
+def ready_line(url: str, modes: Sequence[Mode]) -> str:
+    """The line ``fronde serve`` prints on stdout once its backends have started.
+
+    Args:
+        url: the server's root URL, ``http://HOST:PORT`` (:attr:`ServerSettings.url`).
+        modes: the modes up (at least one).
+
+    Returns:
+        The base URL to give an OpenAI client, the live page's URL and the modes up.
+    """
+    up = ", ".join(str(m) for m in modes)
+    return f"Fronde is ready · OpenAI base URL {url}/v1 · live page {url}/ui · modes up: {up}"
+
+
 def _settings(
     config: Path | None, flags: dict[str, str] | None = None, **overrides: Any
 ) -> Settings:
@@ -189,7 +203,11 @@ def serve(
         ),
     ] = None,
 ) -> None:
-    """Start the backends and serve the OpenAI API until Ctrl-C or SIGTERM."""
+    """Start the backends and serve the OpenAI API until Ctrl-C or SIGTERM.
+
+    Once the backends are up, one line on stdout gives the base URL for an OpenAI
+    client, the live page's URL and the modes up; the logs go to stderr.
+    """
     from fronde.api.app import create_app
 
     if model is not None and profile is not None:
@@ -214,8 +232,11 @@ def serve(
         fatal.append(reason)
         holder["server"].should_exit = True
 
+    def on_ready(modes: list[Mode]) -> None:
+        typer.echo(ready_line(settings.server.url, modes))
+
     try:
-        fastapi_app = create_app(settings, on_fatal=on_fatal)
+        fastapi_app = create_app(settings, on_fatal=on_fatal, on_ready=on_ready)
     except BaseException:
         for sock in sockets:
             sock.close()

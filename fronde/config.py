@@ -118,6 +118,15 @@ class ServerSettings(_Section):
         description="on SIGTERM, in-flight requests get this long to finish, seconds",
     )
 
+    @property
+    def url(self) -> str:
+        """The server's root URL, ``http://HOST:PORT`` (an IPv6 host in brackets).
+
+        An OpenAI client's base URL is this plus ``/v1``; the live page is ``/ui``.
+        """
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"http://{host}:{self.port}"
+
 
 class BackendSettings(_Section):
     """How each llama-server backend process is started and supervised."""

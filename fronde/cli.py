@@ -26,7 +26,8 @@ from rich.progress import (
     TimeElapsedColumn,
 )
 
-from fronde.config import Settings, load_settings
+from fronde.cli_help import fronde_typer
+from fronde.config import ServerSettings, Settings, load_settings
 from fronde.errors import FrondeError
 from fronde.logging import configure_logging
 from fronde.modes import Mode
@@ -36,21 +37,14 @@ if TYPE_CHECKING:
 
 __all__ = ["app", "main"]
 
-app = typer.Typer(
-    name="fronde",
-    help="OpenAI-compatible proxy that routes each request to the fastest llama.cpp "
-    "speculative-decoding mode.",
-    no_args_is_help=True,
-    pretty_exceptions_enable=False,
-    add_completion=False,
+app = fronde_typer(
+    "OpenAI-compatible proxy that routes each request to the fastest llama.cpp "
+    "speculative-decoding mode."
 )
-models_app = typer.Typer(
-    help="List and fetch model profiles (models/*.toml).", no_args_is_help=True
-)
-bench_app = typer.Typer(
-    help="Benchmarks on one harness: is Fronde faster than one llama-server (verdict), where"
-    " speculation pays (atlas), what the proxy costs (overhead), load, swap, shadow.",
-    no_args_is_help=True,
+models_app = fronde_typer("List and fetch model profiles (models/*.toml).")
+bench_app = fronde_typer(
+    "Benchmarks on one harness: is Fronde faster than one llama-server (verdict), where"
+    " speculation pays (atlas), what the proxy costs (overhead), load, swap, shadow."
 )
 
 
@@ -103,46 +97,98 @@ ConfigOpt = Annotated[
 ]
 
 
-def _check_port(host: str, port: int) -> None:
-    """Fail in one line when ``host:port`` cannot be listened on, before backends start.
+def _listen(host: str, port: int) -> list[socket.socket]:
+    """Bind ``host:port`` before any backend starts; uvicorn then serves on these sockets.
 
-    Bound with ``SO_REUSEADDR`` as uvicorn binds, so a socket in TIME_WAIT does not
-    count as taken; one that listens does.
+    Bound as asyncio binds for uvicorn (every address ``host`` resolves to,
+    ``SO_REUSEADDR`` so a socket in TIME_WAIT does not count as taken, IPv6 sockets
+    IPv6-only) and listening at once. Doing it here rather than in uvicorn holds the
+    port while the backends load, and a taken port is Fronde's one line, not
+    uvicorn's log line and exit status 3. The llama-server children do not inherit
+    the sockets (Python's are not inheritable).
 
     Raises:
-        FrondeError: the port is taken, or the address is not this machine's.
+        FrondeError: the port is taken, needs root, or the address is not this machine's.
     """
     try:
-        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
     except OSError as exc:
-        raise FrondeError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from exc
-    family, kind, proto, _, address = infos[0]
-    with socket.socket(family, kind, proto) as sock:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
+        msg = f"cannot listen on {host}:{port}: {exc.strerror or exc}: check --host"
+        raise FrondeError(msg) from exc
+    sockets: list[socket.socket] = []
+    try:
+        for family, kind, proto, _, address in dict.fromkeys(infos):
+            sock = socket.socket(family, kind, proto)
+            sockets.append(sock)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            if family == socket.AF_INET6:
+                sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
             sock.bind(address)
-        except OSError as exc:
-            what = "is in use" if exc.errno == errno.EADDRINUSE else f"fails ({exc.strerror})"
-            raise FrondeError(
-                f"{host}:{port} {what}: pass --port N, or stop what listens there"
-            ) from exc
+            sock.listen()  # held from now on: another SO_REUSEADDR bind cannot take it
+    except OSError as exc:
+        for sock in sockets:
+            sock.close()
+        if exc.errno == errno.EADDRINUSE:
+            why = "is in use: pass --port N, or stop what listens there"
+        elif exc.errno == errno.EACCES:
+            why = "needs more privileges (ports below 1024 need root): pass --port N"
+        else:
+            why = f"cannot be listened on ({exc.strerror}): check --host"
+        raise FrondeError(f"{host}:{port} {why}") from exc
+    return sockets
 
 
-def _settings(config: Path | None, **overrides: Any) -> Settings:
-    return load_settings(config, **{k: v for k, v in overrides.items() if v is not None})
+def ready_line(url: str, modes: Sequence[Mode]) -> str:
+    """The line ``fronde serve`` prints on stdout once its backends have started.
+
+    Args:
+        url: the server's root URL, ``http://HOST:PORT`` (:attr:`ServerSettings.url`).
+        modes: the modes up (at least one).
+
+    Returns:
+        The base URL to give an OpenAI client, the live page's URL and the modes up.
+    """
+    up = ", ".join(str(m) for m in modes)
+    return f"Fronde is ready · OpenAI base URL {url}/v1 · live page {url}/ui · modes up: {up}"
+
+
+def _settings(
+    config: Path | None, flags: dict[str, str] | None = None, **overrides: Any
+) -> Settings:
+    given = {k: v for k, v in overrides.items() if v is not None}
+    return load_settings(config, flags=flags, **given)
+
+
+SERVE_FLAGS = {
+    "server.host": "--host",
+    "server.port": "--port",
+    "profile": "--profile",
+    "modes": "--mode",
+    "model": "--model",
+    "draft": "--draft",
+    "chat_template": "--chat-template",
+}
+"""The settings field each `fronde serve` flag sets: a bad value is blamed on the flag."""
+
+_SERVER = ServerSettings.model_fields
+_DEFAULT_PROFILE = Settings.model_fields["profile"].default
 
 
 @app.command()
 def serve(
     config: ConfigOpt = None,
-    host: Annotated[str | None, typer.Option(help="bind address [default: 127.0.0.1]")] = None,
-    port: Annotated[int | None, typer.Option(help="TCP port [default: 8080]")] = None,
+    host: Annotated[
+        str | None, typer.Option(help=f"bind address [default: {_SERVER['host'].default}]")
+    ] = None,
+    port: Annotated[
+        int | None, typer.Option(help=f"TCP port [default: {_SERVER['port'].default}]")
+    ] = None,
     profile: Annotated[
-        str | None, typer.Option(help="model profile [default: cpu-smollm2-135m]")
+        str | None, typer.Option(help=f"model profile [default: {_DEFAULT_PROFILE}]")
     ] = None,
     mode: Annotated[
         list[Mode] | None,
-        typer.Option("--mode", help="run only these modes (repeatable)"),
+        typer.Option("--mode", help="run only these modes (repeatable) [default: all]"),
     ] = None,
     model: Annotated[
         Path | None,
@@ -160,7 +206,11 @@ def serve(
         ),
     ] = None,
 ) -> None:
-    """Start the backends and serve the OpenAI API until Ctrl-C or SIGTERM."""
+    """Start the backends and serve the OpenAI API until Ctrl-C or SIGTERM.
+
+    Once the backends are up, one line on stdout gives the base URL for an OpenAI
+    client, the live page's URL and the modes up; the logs go to stderr.
+    """
     from fronde.api.app import create_app
 
     if model is not None and profile is not None:
@@ -168,6 +218,7 @@ def serve(
     server_over = {k: v for k, v in {"host": host, "port": port}.items() if v is not None}
     settings = _settings(
         config,
+        SERVE_FLAGS,
         profile=profile,
         modes=mode,
         server=server_over or None,
@@ -176,7 +227,7 @@ def serve(
         chat_template=chat_template,
     )
     configure_logging(settings.log_format, settings.log_level)
-    _check_port(settings.server.host, settings.server.port)  # before any backend starts
+    sockets = _listen(settings.server.host, settings.server.port)  # before any backend starts
     fatal: list[str] = []
     holder: dict[str, uvicorn.Server] = {}
 
@@ -184,18 +235,24 @@ def serve(
         fatal.append(reason)
         holder["server"].should_exit = True
 
-    fastapi_app = create_app(settings, on_fatal=on_fatal)
+    def on_ready(modes: list[Mode]) -> None:
+        typer.echo(ready_line(settings.server.url, modes))
+
+    try:
+        fastapi_app = create_app(settings, on_fatal=on_fatal, on_ready=on_ready)
+    except BaseException:
+        for sock in sockets:
+            sock.close()
+        raise
     server = uvicorn.Server(
         uvicorn.Config(
             fastapi_app,
-            host=settings.server.host,
-            port=settings.server.port,
             log_config=None,
             timeout_graceful_shutdown=max(1, round(settings.server.drain_s)),
         )
     )
     holder["server"] = server
-    server.run()
+    server.run(sockets=sockets)
     if fatal:
         raise FrondeError(fatal[0])
     if not server.started:
@@ -360,7 +417,7 @@ def models_list(
     from fronde.runtime.local import known_local_files, profile_of
     from fronde.runtime.models import list_profiles, load_profile
 
-    settings = _settings(config, model=model)
+    settings = _settings(config, {"model": "--model"}, model=model)
     out = _console()
     for name in list_profiles(settings.models_dir):
         profile = load_profile(settings.models_dir, name)
@@ -401,7 +458,7 @@ def models_fetch(
 
     from fronde.runtime.models import fetch_model, load_profile
 
-    settings = _settings(config, profile=profile)
+    settings = _settings(config, {"profile": "PROFILE"}, profile=profile)
     prof = load_profile(settings.models_dir, settings.profile)
     for entry in prof.models:
         t0 = time.monotonic()
@@ -533,7 +590,8 @@ def bench_atlas(
     check_quants(quant or ())
     settings = _settings(config)
     console = _bench_console()
-    target = model_path(settings.models_dir, profile_of(settings).target)
+    profile = profile_of(settings)
+    target = model_path(settings.models_dir, profile.target, profile.name)
     costs_file = out / "verify-cost.json"
     if verify and not costs_file.is_file():
         console.print(f"verify cost: llama-bench, k = 1…{max_k} at depth {verify_depth}")

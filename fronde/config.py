@@ -10,6 +10,7 @@ shows every field and is loaded by a test.
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from contextvars import ContextVar
 from pathlib import Path
 from typing import Any, Literal
@@ -116,6 +117,15 @@ class ServerSettings(_Section):
         le=3600,
         description="on SIGTERM, in-flight requests get this long to finish, seconds",
     )
+
+    @property
+    def url(self) -> str:
+        """The server's root URL, ``http://HOST:PORT`` (an IPv6 host in brackets).
+
+        An OpenAI client's base URL is this plus ``/v1``; the live page is ``/ui``.
+        """
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"http://{host}:{self.port}"
 
 
 class BackendSettings(_Section):
@@ -512,25 +522,50 @@ class Settings(BaseSettings):
         return tuple(sources)
 
 
-def _one_line(exc: ValidationError, origin: str) -> str:
-    parts: list[str] = []
+def _flag_of(where: str, flags: Mapping[str, str]) -> str | None:
+    """The command-line flag that set the field at dotted path ``where``, if one did."""
+    for field, flag in flags.items():
+        if where == field or where.startswith(field + "."):
+            return flag
+    return None
+
+
+def _one_line(exc: ValidationError, origin: str, flags: Mapping[str, str]) -> str:
+    """One line for a validation error: a bad flag is named as typed, other fields by path."""
     if all(not err["loc"] for err in exc.errors()):
         # Whole-settings rules (model validators) name their flags themselves.
         return "; ".join(err["msg"].removeprefix("Value error, ") for err in exc.errors())
+    given: list[str] = []
+    other: list[str] = []
     for err in exc.errors():
         where = ".".join(str(p) for p in err["loc"])
         got = err.get("input")
-        shown = "" if isinstance(got, dict | list) else f" (got {got!r})"
+        plain = not isinstance(got, dict | list)
         msg = err["msg"].removeprefix("Value error, ")
-        parts.append(f"{where}: {msg}{shown}" if where else msg)
-    return f"invalid setting in {origin}: " + "; ".join(parts)
+        flag = _flag_of(where, flags)
+        if flag is not None:
+            given.append(f"{flag} {got}: {msg}" if plain else f"{flag}: {msg}")
+        else:
+            shown = f" (got {got!r})" if plain else ""
+            other.append(f"{where}: {msg}{shown}" if where else msg)
+    if other:
+        given.append(f"invalid setting in {origin}: " + "; ".join(other))
+    return "; ".join(given)
 
 
-def load_settings(config_file: Path | None = None, **overrides: Any) -> Settings:
+def load_settings(
+    config_file: Path | None = None,
+    *,
+    flags: Mapping[str, str] | None = None,
+    **overrides: Any,
+) -> Settings:
     """Build :class:`Settings` from defaults, ``config_file``, the environment and overrides.
 
     Args:
         config_file: a TOML file shaped like ``config.example.toml``, or None.
+        flags: the command-line flag of each override, by dotted field path
+            (``{"server.port": "--port"}``): a bad value is blamed on the flag as typed,
+            ``--port 99999: ...``, not on the file or the environment.
         **overrides: field values that win over every other source (CLI flags).
 
     Returns:
@@ -538,7 +573,7 @@ def load_settings(config_file: Path | None = None, **overrides: Any) -> Settings
 
     Raises:
         ConfigError: the file is missing or unreadable, or a value is invalid; the
-            message is one line naming the field and why.
+            message is one line naming the flag or the field, and why.
     """
     if config_file is not None and not config_file.is_file():
         raise ConfigError(f"config file not found: {config_file}")
@@ -547,13 +582,13 @@ def load_settings(config_file: Path | None = None, **overrides: Any) -> Settings
         if config_file is not None
         else "the FRONDE_* environment or the defaults"
     )
-    if overrides:
+    if overrides and not flags:
         origin = "the command line, " + origin
     token = _CONFIG_FILE.set(config_file)
     try:
         return Settings(**overrides)
     except ValidationError as exc:
-        raise ConfigError(_one_line(exc, origin)) from exc
+        raise ConfigError(_one_line(exc, origin, flags or {})) from exc
     except (OSError, ValueError) as exc:  # tomllib.TOMLDecodeError is a ValueError
         raise ConfigError(f"cannot read {origin}: {exc}") from exc
     finally:

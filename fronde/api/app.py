@@ -33,6 +33,7 @@ from fronde.backends.pool import BackendPool
 from fronde.config import Settings
 from fronde.errors import BackendUnavailableError, FrondeError, openai_error_body
 from fronde.logging import get_logger
+from fronde.modes import Mode
 from fronde.router.dispatch import Runtime, build_pool, build_runtime
 from fronde.router.dispatch.apis import INFILL, MESSAGES, RESPONSES, error_body_for
 
@@ -155,6 +156,7 @@ def create_app(
     settings: Settings,
     pool: BackendPool | None = None,
     on_fatal: Callable[[str], None] | None = None,
+    on_ready: Callable[[list[Mode]], None] | None = None,
 ) -> FastAPI:
     """Build the Fronde app.
 
@@ -163,6 +165,8 @@ def create_app(
         pool: a pool to use instead of :func:`~fronde.router.dispatch.compose.build_pool`
             (tests pass one with a fake llama-server).
         on_fatal: called with a one-line reason when no backend could start.
+        on_ready: called once with the modes up when the backends have started and
+            at least one serves.
 
     Returns:
         The ASGI app; its lifespan starts and stops the backends.
@@ -170,7 +174,7 @@ def create_app(
     Raises:
         InstallError, ManifestError, ConfigError: from the runtime, before anything starts.
     """
-    runtime = build_runtime(settings, pool, on_fatal)
+    runtime = build_runtime(settings, pool, on_fatal, on_ready)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncGenerator[None]:

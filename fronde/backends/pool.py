@@ -43,11 +43,17 @@ RESTART_BACKOFF_S = (1.0, 2.0, 4.0, 8.0, 16.0, 30.0)
 
 @dataclass(frozen=True)
 class PoolPlan:
-    """What to start: a launch spec per local mode, remote URLs, the modes left out with why."""
+    """What to start: a launch spec per local mode, remote URLs, the modes left out with why.
+
+    ``missing`` names the left-out modes whose model should be on disk and is not (a
+    warning: fetch it); the others are left out by design (a profile without a draft
+    model), which is information, not a fault.
+    """
 
     specs: dict[Mode, LaunchSpec]
     left_out: dict[Mode, str]
     remote: dict[Mode, list[str]] = field(default_factory=dict[Mode, list[str]])
+    missing: frozenset[Mode] = frozenset()
 
 
 Backend = LlamaServerProcess | RemoteMode
@@ -73,10 +79,11 @@ def plan_pool(settings: Settings, profile: Profile, binary: Path, log_dir: Path)
     b = settings.backend
     specs: dict[Mode, LaunchSpec] = {}
     left_out: dict[Mode, str] = {}
+    missing: set[Mode] = set()
     remote = {m: urls for m, urls in settings.remote.items() if m in settings.modes}
     if all(m in remote for m in settings.modes):
         return PoolPlan(specs, left_out, remote)  # a proxy-only host needs no model
-    target = model_path(settings.models_dir, profile.target)
+    target = model_path(settings.models_dir, profile.target, profile.name)
     common = [
         "-m",
         str(target),
@@ -116,15 +123,16 @@ def plan_pool(settings: Settings, profile: Profile, binary: Path, log_dir: Path)
                 )
                 continue
             try:
-                draft = model_path(settings.models_dir, profile.draft)
+                draft = model_path(settings.models_dir, profile.draft, profile.name)
             except ModelError as exc:
                 left_out[mode] = exc.message
+                missing.add(mode)
                 continue
         args = [*common, *mode_args(mode, settings.speculation, draft)]
         if mode is Mode.BASELINE:
             args += b.plain_args
         specs[mode] = LaunchSpec(mode, binary, args, log_dir / f"{mode}.log")
-    return PoolPlan(specs, left_out, remote)
+    return PoolPlan(specs, left_out, remote, frozenset(missing))
 
 
 class BackendPool:
@@ -162,7 +170,10 @@ class BackendPool:
         """Running supervisors; a finished one removes itself (swaps start many)."""
         self._stopping = False
         for mode, reason in self.left_out.items():
-            log.warning("backend.left_out", mode=str(mode), reason=reason)
+            # No draft model in the profile is the usual case, not worth a yellow line
+            # on every start; a model that should be there and is not is.
+            level = log.warning if mode in plan.missing else log.info
+            level("backend.left_out", mode=str(mode), reason=reason)
 
     @classmethod
     def from_settings(

@@ -183,10 +183,16 @@ def load_profile(models_dir: Path, name: str) -> Profile:
     return profile
 
 
-def model_path(models_dir: Path, entry: ModelEntry) -> Path:
+def model_path(models_dir: Path, entry: ModelEntry, profile: str | None = None) -> Path:
     """Return the on-disk path of ``entry``, checking that it is there.
 
     Only the size is checked (cheap); the sha256 was checked when it was fetched.
+
+    Args:
+        models_dir: the models folder.
+        entry: a model of a profile.
+        profile: the profile's name, for the hint ``fronde models fetch PROFILE``
+            (without it the hint fetches the default profile, perhaps not this one).
 
     Raises:
         ModelMissingError: the file is absent or has the wrong size.
@@ -196,13 +202,14 @@ def model_path(models_dir: Path, entry: ModelEntry) -> Path:
         if not path.is_file():
             raise ModelMissingError(f"{entry.name} is missing ({path}): it was given with --model")
         return path
+    fetch = f"fronde models fetch {profile}" if profile else "fronde models fetch"
     path = models_dir / entry.file
     if not path.is_file():
-        raise ModelMissingError(f"{entry.name} is missing ({path}): run `fronde models fetch`")
+        raise ModelMissingError(f"{entry.name} is missing ({path}): run `{fetch}`")
     if entry.size is not None and path.stat().st_size != entry.size:
         raise ModelMissingError(
             f"{path} has {path.stat().st_size} bytes, expected {entry.size}: "
-            "delete it and run `fronde models fetch`"
+            f"delete it and run `{fetch}`"
         )
     return path
 

@@ -52,6 +52,23 @@ def test_models_lists_the_gemma_modes(real_serve: Serve) -> None:
     assert health["backends"]["draft"]["state"] == "left-out"
 
 
+def test_one_ready_line_names_the_base_url_the_live_page_and_the_modes_up(
+    real_serve: Serve,
+) -> None:
+    deadline = time.monotonic() + 10  # printed just after /health turned all-ready
+    lines: list[str] = []
+    while not lines and time.monotonic() < deadline:
+        text = real_serve.log.read_text()
+        lines = [x for x in text.splitlines() if x.startswith("Fronde is ready")]
+        time.sleep(0.1)
+    url = real_serve.base_url
+    assert lines == [
+        f"Fronde is ready · OpenAI base URL {url}/v1 · live page {url}/ui · "
+        f"modes up: {', '.join(MODES)}"
+    ]
+    assert client(real_serve).models.list().data  # the base URL is the one to give
+
+
 @pytest.mark.parametrize("mode", MODES)
 def test_chat_in_each_mode_returns_real_text(real_serve: Serve, mode: str) -> None:
     raw = client(real_serve).chat.completions.with_raw_response.create(

@@ -64,6 +64,19 @@ def test_bad_values_give_one_line_naming_the_field(tmp_path: Path, toml: str, ne
     assert "\n" not in info.value.message
 
 
+def test_a_bad_flag_is_blamed_on_the_flag_and_a_bad_setting_on_its_source(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("FRONDE_BACKEND__THREADS", "0")
+    with pytest.raises(ConfigError) as info:
+        load_settings(flags={"server.port": "--port"}, server={"port": 0})
+    assert info.value.message == (
+        "--port 0: Input should be greater than or equal to 1; "
+        "invalid setting in the FRONDE_* environment or the defaults: "
+        "backend.threads: Input should be greater than or equal to 1 (got '0')"
+    )
+
+
 def test_missing_config_file() -> None:
     with pytest.raises(ConfigError, match="config file not found"):
         load_settings(Path("/nonexistent/fronde.toml"))

@@ -8,6 +8,7 @@ import signal
 from pathlib import Path
 
 import pytest
+from structlog.testing import capture_logs
 
 from fronde.backends.pool import BackendPool, PoolPlan, plan_pool
 from fronde.backends.process import BackendState, LaunchSpec
@@ -81,8 +82,32 @@ def test_a_missing_template_file_is_a_manifest_error(tmp_path: Path) -> None:
 def test_plan_without_target_says_fetch(tmp_path: Path) -> None:
     profile = load_profile(REPO_MODELS, "cpu-gemma-270m")
     settings = load_settings(models_dir=tmp_path, cache_dir=tmp_path)
-    with pytest.raises(ModelMissingError, match="run `fronde models fetch`"):
+    with pytest.raises(ModelMissingError, match=r"run `fronde models fetch cpu-gemma-270m`$"):
         plan_pool(settings, profile, Path("/bin/llama-server"), tmp_path)
+
+
+def test_a_missing_draft_model_is_a_warning_no_draft_model_is_information(
+    tmp_path: Path,
+) -> None:
+    """The profile without a draft model is the usual case; a draft not fetched is a fault."""
+    gpu = load_profile(REPO_MODELS, "gpu-qwen3-8b")
+    (tmp_path / gpu.target.file).write_bytes(b"gguf")  # the draft's file is not there
+    settings = load_settings(models_dir=tmp_path, cache_dir=tmp_path)
+    missing = plan_pool(settings, gpu, Path("/bin/llama-server"), tmp_path)
+    assert missing.missing == {Mode.DRAFT}
+    assert missing.left_out[Mode.DRAFT].endswith("run `fronde models fetch gpu-qwen3-8b`")
+    cpu = load_profile(REPO_MODELS, "cpu-gemma-270m")
+    _sparse_gguf(tmp_path, cpu.target.size or 1)
+    by_design = plan_pool(settings, cpu, Path("/bin/llama-server"), tmp_path)
+    assert by_design.missing == frozenset()
+    with capture_logs() as logs:
+        BackendPool(missing)
+        BackendPool(by_design)
+    left = [(e["log_level"], e["reason"]) for e in logs if e["event"] == "backend.left_out"]
+    assert left == [
+        ("warning", missing.left_out[Mode.DRAFT]),
+        ("info", by_design.left_out[Mode.DRAFT]),
+    ]
 
 
 def test_plan_gpu_profile_uses_the_draft_model(tmp_path: Path) -> None:

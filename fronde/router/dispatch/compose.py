@@ -90,6 +90,8 @@ class Runtime:
         swap: the swap scheduler with ``residency = "swap"``, else None.
         store: the Redis-shared state with ``shared.redis_url``, else None.
         on_fatal: called with a one-line reason when no backend could start.
+        on_ready: called once with the modes up when the backends have started and
+            at least one serves (the CLI prints its ready line then).
         started_at: when it was built, epoch seconds.
     """
 
@@ -102,6 +104,7 @@ class Runtime:
     swap: SwapScheduler | None = None
     store: SharedState | None = None
     on_fatal: Callable[[str], None] | None = None
+    on_ready: Callable[[list[Mode]], None] | None = None
     started_at: float = 0.0
 
     # --- views for the API -------------------------------------------------------------
@@ -172,11 +175,16 @@ class Runtime:
             await self.pool.start()
         ready = self.pool.ready_modes()
         if ready:
+            url = self.settings.server.url
             log.info(
                 "serve.ready",
                 modes=[str(m) for m in ready],
+                base_url=f"{url}/v1",
+                ui=f"{url}/ui",
                 upstream_client=self.settings.upstream.client,
             )
+            if self.on_ready is not None:
+                self.on_ready(ready)
             return
         reasons = "; ".join(
             f"{mode}: {info.get('error')}" for mode, info in self.pool.status().items()
@@ -250,6 +258,7 @@ def build_runtime(
     settings: Settings,
     pool: BackendPool | None = None,
     on_fatal: Callable[[str], None] | None = None,
+    on_ready: Callable[[list[Mode]], None] | None = None,
 ) -> Runtime:
     """Build every part of a Fronde server for ``settings`` (nothing starts yet).
 
@@ -258,6 +267,7 @@ def build_runtime(
         pool: a pool to use instead of :func:`build_pool` (tests pass one with a fake
             llama-server).
         on_fatal: called with a one-line reason when no backend could start.
+        on_ready: called once with the modes up when the backends have started.
 
     Raises:
         InstallError, ManifestError: from :func:`build_pool`.
@@ -293,4 +303,6 @@ def build_runtime(
     late.router, late.swap = router, swap
     client = BackendClient(make_http_client(settings.upstream))
     dispatcher = Dispatcher(settings, the_pool, client, router, swap)
-    return Runtime(settings, the_pool, client, router, metrics, dispatcher, swap, store, on_fatal)
+    return Runtime(
+        settings, the_pool, client, router, metrics, dispatcher, swap, store, on_fatal, on_ready
+    )

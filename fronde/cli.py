@@ -642,7 +642,7 @@ def bench_verdict(
         Path | None,
         typer.Option(
             help="folder for records.jsonl, the charts, summary.md; a run resumes with the"
-            " same --out [default: runs/verdict-<profile>-<UTC time>, new each run]"
+            " same --out (default: runs/verdict-<profile>-<UTC time>, new each run)"
         ),
     ] = None,
     quick: Annotated[
@@ -685,8 +685,9 @@ def bench_verdict(
 ) -> None:
     """Is Fronde faster than the one llama-server you would run instead? Every arm fresh.
 
-    Then the tables, the verdict and a short answer (./reproduce.sh runs this). Resumes:
-    blocks already in OUT/records.jsonl are skipped. Exit status 0 PASS, 2 FAIL.
+    Then the tables, the verdict and a short answer; ./reproduce.sh runs this.
+    Resumes: blocks already in OUT/records.jsonl are skipped.
+    Exit status 0 PASS, 2 FAIL.
     """
     import asyncio
 

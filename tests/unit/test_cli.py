@@ -113,3 +113,9 @@ def test_bench_help_maps_each_question_to_its_command_and_time() -> None:
         assert BENCH_MAP[name] in row, row
     assert "Measure decode speed" not in r.stdout
     assert "./reproduce.sh runs it" in r.stdout
+
+
+def test_bench_verdict_help_names_the_folder_it_writes_by_default() -> None:
+    r = fronde("bench", "verdict", "--help", env={"COLUMNS": "300"})
+    assert r.returncode == 0, r.stderr
+    assert "(default: runs/verdict-<profile>-<UTC time>, new each run)" in r.stdout

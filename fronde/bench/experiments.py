@@ -31,6 +31,7 @@ from rich.table import Table as RichTable
 
 from fronde.bench.arms import Arm
 from fronde.bench.protocol import Level, Plan
+from fronde.bench.tables import fitted_table
 from fronde.bench.workloads import Item, Workload
 from fronde.modes import Mode
 
@@ -120,16 +121,14 @@ def latency_table(samples: Sequence[dict[str, Any]], title: str) -> RichTable:
     )
     for s in samples:
         cells[(s["arm"], s["level"])][s["rep"]].append(s)
-    tab = RichTable(title=title, title_justify="left")
-    cols = ("arm", "level", "n", "err", "tok/s", "p50", "p99", "ttft", "+p50", "+p99")
-    for col in cols:
-        tab.add_column(col, justify="left" if col in ("arm", "level") else "right")
-    tab.caption = (
-        "level: c = requests in flight, gap = s between launches, stream or plain (one"
+    tab = fitted_table(
+        title,
+        ("arm", "level", "n", "err", "tok/s", "p50", "p99", "ttft", "+p50", "+p99"),
+        left={"arm", "level"},
+        caption="level: c = requests in flight, gap = s between launches, stream or plain (one"
         " answer); tok/s: aggregate, Σ tokens ÷ span; p50, p99, ttft (first text), +p50,"
-        " +p99 (added to the first arm's): ms"
+        " +p99 (added to the first arm's): ms",
     )
-    tab.caption_justify = "left"
     ref = next(iter(cells), ("", ""))[0]
     for (arm, level), reps in cells.items():
         ok = [s for r in reps.values() for s in r if s["ok"]]
@@ -170,9 +169,8 @@ def _added(arm: Sequence[dict[str, Any]], ref: Sequence[dict[str, Any]]) -> tupl
 
 def swap_table(blocks: Sequence[dict[str, Any]]) -> RichTable:
     """Per swap arm: swaps, failed swaps and fallbacks per block (the router's own count)."""
-    tab = RichTable(title="swaps (per block, from /fronde/v1/router)", title_justify="left")
-    for col in ("arm", "rep", "swaps", "failed", "fallbacks"):
-        tab.add_column(col, justify="left" if col == "arm" else "right")
+    cols = ("arm", "rep", "swaps", "failed", "fallbacks")
+    tab = fitted_table("swaps (per block, from /fronde/v1/router)", cols, left={"arm"})
     for b in blocks:
         router = cast("dict[str, Any]", b.get("router") or {})
         swap = cast("dict[str, Any]", router.get("swap") or {})

@@ -29,12 +29,14 @@ from typing import Any
 import httpx
 
 from fronde.bench.client import repetition_score, router_row
+from fronde.bench.tables import Grid
 from fronde.bench.verdict import LOOP_SCORE
 
 __all__ = [
     "EDITS",
     "Edit",
     "PredictionSample",
+    "prediction_grid",
     "prediction_markdown",
     "run_prediction",
 ]
@@ -150,15 +152,22 @@ def _median(values: list[float]) -> str:
     return f"{median(values):.2f}" if values else "-"
 
 
-def prediction_markdown(samples: list[PredictionSample], title: str) -> str:
+def prediction_grid(samples: list[PredictionSample], title: str) -> Grid:
     """Medians per scenario and arm, and the ratios with ÷ without over the same edits."""
-    lines = [
-        f"# {title}",
-        "",
-        "| scenario | arm | decode tok/s | α | wall s | feed ms | accepted prediction tokens "
-        "| same answer as without |",
-        "|---|---|---|---|---|---|---|---|",
-    ]
+    grid = Grid(
+        title,
+        (
+            "scenario",
+            "arm",
+            "decode tok/s",
+            "α",
+            "wall s",
+            "feed ms",
+            "accepted",
+            "same",
+        ),
+        left=2,
+    )
     looping = {(s.scenario, s.edit) for s in samples if repetition_score(s.text) > LOOP_SCORE}
     notes: list[str] = []
     for scenario in ("file-in-prompt", "diff-only"):
@@ -171,7 +180,7 @@ def prediction_markdown(samples: list[PredictionSample], title: str) -> str:
             group = [s for s in kept if s.arm == arm]
             if not group:
                 if any(s.scenario == scenario and s.arm == arm for s in samples):
-                    lines.append(f"| {scenario} | {arm} | every answer looped: left out |")
+                    grid.rows.append((scenario, arm, "all looped"))
                 continue
             alphas = [s.alpha for s in group if s.alpha is not None]
             feeds = [s.feed_ms for s in group if s.feed_ms is not None]
@@ -181,25 +190,35 @@ def prediction_markdown(samples: list[PredictionSample], title: str) -> str:
                 if s.accepted_prediction_tokens is not None
             ]
             same = sum(1 for s in group if s.edit in without and without[s.edit].text == s.text)
-            cols = [
-                _median([s.decode_tok_s for s in group]),
-                _median(alphas),
-                _median([s.wall_s for s in group]),
-                _median(feeds),
-                _median(accepted),
-                f"{same}/{len(group)}",
-            ]
-            lines.append(f"| {scenario} | {arm} | " + " | ".join(cols) + " |")
+            grid.rows.append(
+                (
+                    scenario,
+                    arm,
+                    _median([s.decode_tok_s for s in group]),
+                    _median(alphas),
+                    _median([s.wall_s for s in group]),
+                    _median(feeds),
+                    _median(accepted),
+                    f"{same}/{len(group)}",
+                )
+            )
         pairs = [(s, without[s.edit]) for s in kept if s.arm == "with" and s.edit in without]
         speed = [w.decode_tok_s / o.decode_tok_s for w, o in pairs if o.decode_tok_s]
         wall = [w.wall_s / o.wall_s for w, o in pairs if o.wall_s]
         if pairs:
-            ratio = f"| {scenario} | with ÷ without | {_median(speed)} | | {_median(wall)} |"
-            lines.append(ratio + " | | |")
-    lines += [
-        "",
+            grid.rows.append((scenario, "with ÷ without", _median(speed), "", _median(wall)))
+    grid.notes.append(
+        "accepted: the prediction's tokens found in the answer (OpenAI's"
+        " accepted_prediction_tokens); same: answers identical to the arm without's."
+    )
+    grid.notes.append(
         "Medians over the edits; the ratios are medians of per-edit ratios. An edit whose "
-        f"answer loops in either arm (repetition score > {LOOP_SCORE}) counts in neither.",
-        *notes,
-    ]
-    return "\n".join(lines) + "\n"
+        f"answer loops in either arm (repetition score > {LOOP_SCORE}) counts in neither."
+    )
+    grid.notes.extend(notes)
+    return grid
+
+
+def prediction_markdown(samples: list[PredictionSample], title: str) -> str:
+    """:func:`prediction_grid` as a Markdown page (``prediction.md``)."""
+    return prediction_grid(samples, title).markdown()

@@ -46,6 +46,8 @@ __all__ = [
     "RESUMED",
     "Level",
     "Plan",
+    "Progress",
+    "Status",
     "block_key",
     "planned_requests",
     "run_plan",
@@ -152,6 +154,25 @@ RESUMED = "done in an earlier run"
 Progress = Callable[[str, int], None]
 """Called with a line to show (or "") and how many requests just ended."""
 
+Status = Callable[[str], None]
+"""Called with what runs now, e.g. ``first-encounter, rep 1 of 2: starting arm 3 of 9, mod``:
+the minutes a repetition spends starting servers show as what they are."""
+
+
+def _doing(plan: Plan, rep: int, workload: Workload, level: Level = Level()) -> str:
+    """The head of a status line: workload, repetition of all, level if not the default."""
+    reps = plan.session_reps if workload.sessions else plan.reps
+    return f"{workload.name}{' ' + level.tag if level.tag else ''}, rep {rep + 1} of {reps}"
+
+
+def _silent(what: str) -> None:
+    """A :data:`Status` that shows nothing."""
+
+
+def _arm_line(arm: Arm) -> str:
+    """``mod (Fronde, ngram-mod forced)``: the arm's name and what serves it."""
+    return f"{arm.name} ({arm.about})" if arm.about else arm.name
+
 
 async def _prepare(http: httpx.AsyncClient, plan: Plan, target: Target, arm: Arm) -> None:
     """Warm a started arm with one neutral request; prime it if it is a warm arm."""
@@ -230,8 +251,13 @@ async def run_plan(
     store: Store,
     log_dir: Path,
     progress: Progress,
+    status: Status | None = None,
 ) -> None:
     """Run every block of ``plan`` not already done in ``store``; append its records.
+
+    ``progress`` hears of every request that ends and every block that ends;
+    ``status`` of each step between (an arm starting, a warm arm priming, the
+    requests being sent).
 
     Each level of a plan is a block of its own, on fresh servers: a level sent to
     servers that had answered the same prompts at another level found them in the
@@ -241,6 +267,7 @@ async def run_plan(
     the block ended ok).
     """
     done = store.done_blocks()
+    say: Status = status or _silent
 
     def head_of(rep: int, workload: Workload, arm: Arm, level: Level) -> dict[str, Any]:
         key = block_key(rep, workload, arm, level)
@@ -271,9 +298,15 @@ async def run_plan(
             store.append({"type": "sample", **head, **rec})
 
         t0 = time.monotonic()
+        doing = _doing(plan, rep, workload, level)
         try:
+            say(f"{doing}: starting {_arm_line(arm)}")
             async with started(arm, settings, config_file, logs(head)) as t:
+                if arm.priming:
+                    say(f"{doing}: priming {arm.name} ({len(plan.priming.items)} requests)")
                 await _prepare(http, plan, t, arm)
+                what = "steps" if workload.sessions else "requests"
+                say(f"{doing}: {arm.name}, {len(workload.items)} {what}")
                 await _pass(http, plan, t, workload, level, emit, progress)
                 await ended(head, arm, t, t0)
         except (FrondeError, httpx.HTTPError, OSError) as exc:
@@ -283,18 +316,25 @@ async def run_plan(
         """Every arm of ``arms`` on fresh servers at once, each item sent to each in turn."""
         t0 = time.monotonic()
         heads = {a.name: head_of(rep, workload, a, Level()) for a in arms}
+        doing = _doing(plan, rep, workload)
         async with contextlib.AsyncExitStack() as stack:
             live: list[tuple[Arm, Target]] = []
-            for arm in arms:
+            for k, arm in enumerate(arms, 1):
                 try:
+                    say(f"{doing}: starting arm {k} of {len(arms)}, {_arm_line(arm)}")
                     t = await stack.enter_async_context(
                         started(arm, settings, config_file, logs(heads[arm.name]))
                     )
+                    if arm.priming:
+                        n = len(plan.priming.items)
+                        say(f"{doing}: priming {arm.name} ({n} requests)")
                     await _prepare(http, plan, t, arm)
                     live.append((arm, t))
                 except (FrondeError, httpx.HTTPError, OSError) as exc:
                     failed(heads[arm.name], exc)
             t_start = time.perf_counter()
+            n, arms_up = len(workload.items), f"{len(live)} arm{'s' * (len(live) != 1)}"
+            say(f"{doing}: {n} prompts, each sent to the {arms_up} in turn")
             for order, item in enumerate(workload.items):
                 for j in range(len(live)):
                     arm, t = live[(order + rep + j) % len(live)]

@@ -20,8 +20,10 @@ from typing import Any, cast
 from rich.console import Console
 from rich.table import Table as RichTable
 
+from fronde.bench.answer import answer_lines
 from fronde.bench.arms import ARMS
 from fronde.bench.store import Store
+from fronde.bench.tables import fitted_table
 from fronde.bench.verdict import (
     DRIFT_WARN,
     Check,
@@ -38,6 +40,11 @@ from fronde.bench.verdict import (
 __all__ = ["Report", "build_report", "prediction_errors"]
 
 _ABOUT = {a.name: a.about for a in ARMS}
+
+
+def _legend(arms: Iterable[str]) -> str:
+    """``arms: base = Fronde, baseline forced; ...``: what serves each arm of a table."""
+    return "arms: " + "; ".join(f"{a} = {_ABOUT[a]}" if a in _ABOUT else a for a in arms)
 
 
 def _f(x: float, digits: int = 2) -> str:
@@ -128,15 +135,14 @@ class Report:
 
     def arms_table(self, t: Table, title: str) -> RichTable:
         """Per arm: total rate, ×baseline (geomean, 95 % CI), α, share of texts equal to base's."""
-        tab = RichTable(title=title, title_justify="left")
-        for col in ("arm", "Σ tok/s", "× base", "95 % CI", "α", "same", "differs at"):
-            tab.add_column(col, justify="left" if col == "arm" else "right")
-        tab.caption = (
-            "Σ tok/s: all tokens ÷ all seconds; × base: geometric mean over prompts of the"
-            " per-prompt ratio; same: answers identical to base's; differs at: median first"
-            " differing character"
+        tab = fitted_table(
+            title,
+            ("arm", "Σ tok/s", "× base", "95 % CI", "α", "same", "differs at"),
+            left={"arm"},
+            caption="Σ tok/s: all tokens ÷ all seconds; × base: geometric mean over prompts of"
+            " the per-prompt ratio; same: answers identical to base's; differs at: median"
+            " first differing character",
         )
-        tab.caption_justify = "left"
         for arm in t.arms:
             if not t.items:
                 break
@@ -178,11 +184,8 @@ class Report:
         if not t.items or "base" not in t.arms:
             return RichTable(title="A, per domain: no valid item or no base arm")
         cols = [*(a for a in t.arms if a.startswith("router")), best_static(t)]
-        tab = RichTable(title="A, per domain: × base (geomean, 95 % CI)", title_justify="left")
-        tab.add_column("domain")
-        tab.add_column("n", justify="right")
-        for c in cols:
-            tab.add_column(c, justify="right")
+        title = "A, per domain: × base (geomean, 95 % CI)"
+        tab = fitted_table(title, ("domain", "n", *cols), left={"domain"})
         ratios = {c: t.by_domain(c, "base") for c in cols}
         for d, first in ratios[cols[0]].items():
             cells: list[str] = []
@@ -195,10 +198,9 @@ class Report:
 
     def routes_table(self) -> RichTable:
         """Per domain and routed arm: class → mode counts over all reps; lost probes named."""
-        tab = RichTable(title="A, routing decisions (class→mode: count)", title_justify="left")
-        tab.add_column("domain")
-        tab.add_column("arm")
-        tab.add_column("decisions")
+        title = "A, routing decisions (class→mode: count)"
+        cols = ("domain", "arm", "decisions")
+        tab = fitted_table(title, cols, left=cols)
         t = self.a
         for arm in (a for a in t.arms if a.startswith("router")):
             by_domain: dict[str, Counter[str]] = defaultdict(Counter)
@@ -234,9 +236,8 @@ class Report:
     def session_table(self) -> RichTable:
         """Workload B per arm: wall seconds per repetition (median), ms per generated token."""
         t = self.b
-        tab = RichTable(title="B, agent sessions", title_justify="left")
-        for col in ("arm", "wall s", "ms/tok", "time ÷ router"):
-            tab.add_column(col, justify="left" if col == "arm" else "right")
+        cols = ("arm", "wall s", "ms/tok", "time ÷ router")
+        tab = fitted_table("B, agent sessions", cols, left={"arm"})
         ref = 1000.0 / t.total("router") if "router" in t.arms and t.items else math.nan
         for arm in t.arms:
             if not t.items:
@@ -248,9 +249,8 @@ class Report:
 
     def checks_table(self) -> RichTable:
         """The verdict's checks, each with its value, interval, bound and result."""
-        tab = RichTable(title="Verdict (workload A)", title_justify="left")
-        for col in ("check", "value", "95 % CI", "bound", ""):
-            tab.add_column(col, justify="left" if col == "check" else "right")
+        cols = ("check", "value", "95 % CI", "bound", "")
+        tab = fitted_table("Verdict (workload A)", cols, left={"check"})
         for c in self.checks:
             ci = f"{_f(c.low)}–{_f(c.high)}" if not math.isnan(c.low) else ""
             result = "ok" if c.passed else "FAIL" if c.measured else "n/a"
@@ -258,9 +258,10 @@ class Report:
         return tab
 
     def show(self, console: Console) -> None:
-        """Print every table and the verdict line."""
+        """Print every table, then the answer in words (:mod:`fronde.bench.answer`), last."""
         if self.a.arms:
             console.print(self.arms_table(self.a, "A, first encounter: arms"))
+            console.print(_legend(self.a.arms), style="dim", markup=False, highlight=False)
             console.print(self._left_out(self.a), style="dim")
             if len(self.a.reps) > 1 and self.a.items:
                 console.print(self._drift(self.a))
@@ -276,10 +277,11 @@ class Report:
                 f"n/a: {len(skipped)} domain check(s) with fewer than 2 valid items, not counted",
                 style="dim",
             )
-        if self.verdict is None:
-            console.print("no verdict: it needs a routed arm and the base arm", style="bold")
-        else:
-            console.print(f"VERDICT: {self.verdict}", style="bold")
+        console.print()
+        *lines, last = answer_lines(self.a, self.b, self.checks, _ABOUT)
+        for line in lines:
+            console.print(line, markup=False, highlight=False)
+        console.print(last, style="bold", markup=False, highlight=False)
 
     def write(self, folder: Path) -> None:
         """Write ``summary.md`` (the tables as text, the arms' legend) and the charts."""

@@ -29,6 +29,7 @@ from rich.table import Table
 
 from fronde.bench.atlas import atlas_arms
 from fronde.bench.protocol import Plan
+from fronde.bench.tables import fitted_table
 from fronde.bench.workloads import Workload, load_workload
 from fronde.config import Settings
 from fronde.router.shadow import NgramModTable, ShadowStats, shadow_ngram_mod, shadow_ngram_simple
@@ -119,10 +120,8 @@ def _f(x: float | None) -> str:
 
 def shadow_table(rows: Sequence[dict[str, Any]]) -> Table:
     """Real against shadow α per prompt and arm, with Pearson r of each estimate."""
-    table = Table(title="real vs shadow α", title_justify="left")
     cols = ("prompt", "mode", "real", "own", "from_base", "window", "tau", "speed")
-    for col in cols:
-        table.add_column(col, justify="left" if col in ("prompt", "mode") else "right")
+    table = fitted_table("real vs shadow α", cols, left={"prompt", "mode"})
     for r in rows:
         table.add_row(r["prompt"], r["mode"], *(_f(r[c]) for c in cols[2:]))
     notes: list[str] = []

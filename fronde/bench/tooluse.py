@@ -23,10 +23,11 @@ from typing import Any
 import httpx
 
 from fronde.bench.client import repetition_score, router_row
+from fronde.bench.tables import Grid
 from fronde.bench.verdict import LOOP_SCORE
 from fronde.bench.workloads import load_workload
 
-__all__ = ["AGENT_TOOLS", "ToolStep", "run_tool_session", "tool_markdown"]
+__all__ = ["AGENT_TOOLS", "ToolStep", "run_tool_session", "tool_grid", "tool_markdown"]
 
 
 def _tool(name: str, description: str, **params: str) -> dict[str, Any]:
@@ -96,14 +97,13 @@ def run_tool_session(
     return out
 
 
-def tool_markdown(steps: list[ToolStep], title: str) -> str:
+def tool_grid(steps: list[ToolStep], title: str) -> Grid:
     """Per arm: routes, Σ tokens ÷ Σ decode time, wall time; and after ÷ before."""
-    lines = [
-        f"# {title}",
-        "",
-        "| arm | routes (class→mode: count) | Σ tok ÷ Σ decode s | Σ wall s | median step tok/s |",
-        "|---|---|---|---|---|",
-    ]
+    grid = Grid(
+        title,
+        ("arm", "routes", "decode tok/s", "wall s", "step tok/s"),
+        left=2,
+    )
     totals: dict[str, tuple[float, float]] = {}
     looping = sorted({s.step for s in steps if repetition_score(s.text) > LOOP_SCORE})
     for arm in ("before", "after"):
@@ -119,18 +119,26 @@ def tool_markdown(steps: list[ToolStep], title: str) -> str:
         decode_s = sum(s.tokens / s.decode_tok_s for s in group if s.decode_tok_s)
         wall = sum(s.wall_s for s in group)
         totals[arm] = (tokens / decode_s if decode_s else 0.0, wall)
-        listed = ", ".join(f"{k}: {v}" for k, v in sorted(routes.items()))
+        listed = "\n".join(f"{k}: {v}" for k, v in sorted(routes.items()))
         step_speed = median(s.decode_tok_s for s in group)
         rate = totals[arm][0]
-        lines.append(f"| {arm} | {listed} | {rate:.1f} | {wall:.1f} | {step_speed:.1f} |")
+        grid.rows.append((arm, listed, f"{rate:.1f}", f"{wall:.1f}", f"{step_speed:.1f}"))
     if len(totals) == 2:
         speed = totals["after"][0] / totals["before"][0] if totals["before"][0] else 0.0
         wall = totals["after"][1] / totals["before"][1] if totals["before"][1] else 0.0
-        lines.append(f"| after ÷ before | | {speed:.3f} | {wall:.3f} | |")
-    lines += [
-        "",
+        grid.rows.append(("after ÷ before", "", f"{speed:.3f}", f"{wall:.3f}"))
+    grid.notes.append(
+        "routes: class→mode: steps; decode tok/s: Σ tokens ÷ Σ decode seconds; wall s:"
+        " Σ wall seconds; step tok/s: the median step's decode tok/s."
+    )
+    grid.notes.append(
         "Routes count every step; the speeds and times leave out the steps whose answer "
         f"loops in either arm (repetition score > {LOOP_SCORE}): "
-        + (", ".join(looping) if looping else "none"),
-    ]
-    return "\n".join(lines) + "\n"
+        + (", ".join(looping) if looping else "none")
+    )
+    return grid
+
+
+def tool_markdown(steps: list[ToolStep], title: str) -> str:
+    """:func:`tool_grid` as a Markdown page (``tools.md``)."""
+    return tool_grid(steps, title).markdown()

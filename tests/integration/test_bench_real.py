@@ -91,14 +91,25 @@ def test_every_kind_of_arm_runs_on_fresh_servers_and_the_report_reads_it(
 
 
 def test_the_command_runs_one_arm_and_says_there_is_no_verdict(tmp_path: Path) -> None:
+    """With no --out it writes where reproduce.sh's runs go; piped, it prints its progress."""
     require_real_parts()
     argv = [
-        sys.executable, "-m", "fronde", "bench", "verdict", "--out", str(tmp_path),
+        sys.executable, "-m", "fronde", "bench", "verdict",
         "--per-domain", "1", "--sessions", "0", "--reps", "1", "--max-tokens", "4",
         "--arm", "default",
     ]  # fmt: skip
-    done = subprocess.run(argv, capture_output=True, text=True, timeout=600, check=False)
+    done = subprocess.run(
+        argv, capture_output=True, text=True, timeout=600, check=False, cwd=tmp_path
+    )
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
-    assert "no verdict: it needs a routed arm and the base arm" in done.stdout
-    samples = Store(tmp_path / "records.jsonl").samples()
+    lines = done.stdout.splitlines()
+    assert "no verdict: it needs a routed arm and the base arm" in lines
+    [out] = (tmp_path / "runs").glob("verdict-cpu-gemma-270m-*Z")
+    assert lines[-1].startswith(f"results: {out.relative_to(tmp_path)}/")
+    samples = Store(out / "records.jsonl").samples()
     assert len(samples) == 10 and {s["arm"] for s in samples} == {"default"}
+    # What it was doing before the first request, then how far it was.
+    starting = "first-encounter, rep 1 of 1: starting arm 1 of 1, default (llama-server"
+    assert any(line.startswith(starting) for line in lines)
+    assert any(line.split()[:2] == ["0/10", "requests"] for line in lines)
+    assert any(line.split()[:2] == ["10/10", "requests"] for line in lines)

@@ -8,6 +8,7 @@ import os
 from collections import Counter
 from collections.abc import Callable, Generator
 from contextlib import contextmanager
+from dataclasses import replace
 from itertools import pairwise
 from pathlib import Path
 from typing import Any
@@ -82,7 +83,7 @@ async def test_each_level_is_a_block_on_fresh_servers_with_its_concurrency(
     console.print(latency_table(samples, "t"))
     text = console.export_text()
     assert "c4-plain" in text and "c1-stream" in text
-    assert max(len(line) for line in text.splitlines()) <= 80
+    assert max(len(line) for line in text.splitlines()) <= 80 and "…" not in text
 
 
 @pytest.mark.anyio
@@ -185,3 +186,43 @@ async def test_llama_servers_own_stream_gives_token_ids_and_ends_without_done() 
         s = await send(http, "http://x", "native", body, {})
     assert (s.text, s.ids, s.tokens, s.alpha) == ("Hello", [9, 10, 11], 3, 0.5)
     assert s.record()["ids"] == [9, 10, 11]
+
+
+@pytest.mark.anyio
+async def test_a_run_says_what_it_starts_before_its_first_request(
+    tmp_path: Path, fake_settings: Settings
+) -> None:
+    """The minutes spent starting every arm of an interleaved repetition show as such."""
+    plan = Plan(
+        workloads=(Workload("w", _items(3)),),
+        arms=(Arm("a", "static", about="plain"), Arm("b", "static")),
+        session_arms=(),
+        reps=1,
+        session_reps=0,
+        form="completion",
+        max_tokens=8,
+        priming=Workload("none", ()),
+        interleave=True,
+    )
+    events: list[str] = []
+
+    def progress(line: str, n: int) -> None:
+        events.append(f"{n} {line}".strip())
+
+    store = Store(tmp_path / "records.jsonl")
+    await run_plan(plan, fake_settings, None, store, tmp_path / "logs", progress, events.append)
+    assert events[:3] == [
+        "w, rep 1 of 1: starting arm 1 of 2, a (plain)",
+        "w, rep 1 of 1: starting arm 2 of 2, b",
+        "w, rep 1 of 1: 3 prompts, each sent to the 2 arms in turn",
+    ]
+    assert events[3:9] == ["1"] * 6
+    # Block by block: each arm's start, then its requests.
+    events.clear()
+    store = Store(tmp_path / "blocks.jsonl")
+    await run_plan(
+        replace(plan, interleave=False), fake_settings, None, store, tmp_path / "l2", progress,
+        events.append,
+    )  # fmt: skip
+    assert events[:2] == ["w, rep 1 of 1: starting a (plain)", "w, rep 1 of 1: a, 3 requests"]
+    assert events[2:5] == ["1"] * 3

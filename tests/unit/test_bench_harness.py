@@ -735,3 +735,85 @@ def test_best_static_is_also_cross_fitted_on_the_other_repetition() -> None:
     assert c.name.endswith("(mod/default)")  # held out rep 0: mod won rep 1, and so on
     one = table(grid(ARMS4, {"i1": "d"}, 1, rate), "first-encounter")
     assert not [x for x in checks(one, "router", "base", ["base"]) if "cross-fitted" in x.name]
+
+
+def test_every_report_table_fits_the_width_with_no_cell_cut_to_an_ellipsis() -> None:
+    """rich cut what did not fit to "…" (domains read ``code-gener…`` at 60 columns,
+    mode names ``ngra…``); every cell now folds onto the next line instead."""
+    samples = report_samples(0.8)
+    for s in samples:  # the longest words a report holds
+        if s["arm"] == "router":
+            s["route"] = {"class": "predicted", "mode": "ngram-simple"}
+    report = Report(samples, "first-encounter", "agent-sessions")
+    for width in (80, 60):
+        console = Console(record=True, width=width, file=io.StringIO())
+        report.show(console)
+        text = console.export_text()
+        assert "…" not in text, width
+        assert max(len(line) for line in text.splitlines()) <= width
+        assert "multilingual" in text and "predicted→ngram-simple" in text.replace("\n", "")
+
+
+def _answer(samples: list[dict[str, Any]]) -> list[str]:
+    from fronde.bench.answer import answer_lines
+    from fronde.bench.arms import ARMS
+
+    report = Report(samples, "first-encounter", "agent-sessions")
+    return answer_lines(report.a, report.b, report.checks, {a.name: a.about for a in ARMS})
+
+
+def test_the_answer_in_words_comes_last_and_names_the_best_fixed_arm() -> None:
+    items = {"i1": "code", "i2": "code", "i3": "math", "i4": "math"}
+    speed = {"base": 10.0, "cascade": 12.0, "router": 11.0}
+    samples = grid(list(speed), items, 2, lambda a, i, r: speed[a])
+    steps = {f"s{k}": "session" for k in range(4)}
+    samples += grid(["cascade", "router"], steps, 1, lambda a, i, r: speed[a], "agent-sessions")
+    lines = _answer(samples)
+    assert lines == [
+        "Is Fronde faster than one llama-server? (A: 4 prompts × 2 reps; B: 4 steps)",
+        "  the best fixed arm: cascade = llama-server --spec-type ngram-simple,ngram-mod",
+        "  routing, cold: 0.92× cascade in total, 0.92× per prompt [0.92–0.92]",
+        "  per domain ≥ 0.97× plain decoding: cold 2 of 2",
+        "  per prompt ÷ the best of Fronde's own modes: cold 1.10×",
+        "  agent sessions: routing 90.9 ms/token, 1.09× cascade's (fastest other arm)",
+        "VERDICT: FAIL: not faster than cascade (cold)",
+    ]
+    # Printed after every table, the agent sessions' table included.
+    text = rendered(Report(samples, "first-encounter", "agent-sessions"))
+    assert text.index("B, agent sessions") < text.index("Is Fronde faster") < text.index("VERDICT")
+    assert text.rstrip().endswith("VERDICT: FAIL: not faster than cascade (cold)")
+
+
+def test_the_answer_names_what_failed_per_routed_arm_and_what_passed() -> None:
+    items = {"i1": "code", "i2": "code", "i3": "math", "i4": "math"}
+
+    def rate(a: str, i: str, r: int) -> float:
+        slow_math = a == "router-w" and i in ("i3", "i4")
+        return 6.0 if slow_math else 12.0 if a.startswith("router") else 10.0
+
+    lines = _answer(grid(["base", "mod", "router", "router-w"], items, 2, rate))
+    assert lines[-1] == (
+        "VERDICT: FAIL: not faster than base (warm); below 0.97× plain decoding in 1 domain"
+        " (warm); below 0.95× the best of its own modes (warm)"
+    )
+    assert "  per domain ≥ 0.97× plain decoding: cold 2 of 2, warm 1 of 2" in lines
+    # One repetition: no oracle, which the verdict cannot pass.
+    lines = _answer(grid(["base", "router"], items, 1, lambda a, i, r: 12.0))
+    assert lines[-1] == "VERDICT: FAIL: no oracle figure (it needs 2 repetitions) (cold)"
+    lines = _answer(grid(["base", "router"], items, 2, lambda a, i, r: 12.0))
+    assert lines[-1].startswith("VERDICT: PASS: routing is at least as fast as base")
+    assert _answer(grid(["base", "default"], items, 2, lambda a, i, r: 12.0)) == [
+        "no verdict: it needs a routed arm and the base arm"
+    ]
+
+
+def test_verdict_writes_where_reproduce_sh_did_and_bench_report_looks() -> None:
+    from fronde.cli import verdict_folder
+
+    folder = verdict_folder("cpu-gemma-270m", now=0.0)
+    assert folder == Path("runs/verdict-cpu-gemma-270m-19700101T000000Z")
+    assert folder.match("runs/verdict*")  # what `fronde bench report` reads by default
+    local = verdict_folder("local:my model", now=0.0)
+    assert local.name == "verdict-local-my-model-19700101T000000Z"
+    reproduce = (Path(__file__).resolve().parents[2] / "reproduce.sh").read_text()
+    assert "--out" not in reproduce.split("set -euo pipefail")[1]  # one default, the verdict's

@@ -279,3 +279,30 @@ def test_version_names_fronde_and_the_pinned_llama_cpp_build() -> None:
     r = fronde("--version")
     assert r.returncode == 0
     assert r.stdout.strip() == f"fronde {__version__} (llama.cpp b11434)"
+
+
+def test_bench_help_maps_each_question_to_its_command_and_time() -> None:
+    """`fronde bench --help` says which question each benchmark answers and how long it takes."""
+    from fronde.cli import BENCH_MAP, bench_app
+
+    names = [c.name or "" for c in bench_app.registered_commands]
+    assert names == list(BENCH_MAP)  # every command in the map, in its order
+    assert names[0] == "verdict"
+    for name, line in BENCH_MAP.items():
+        assert "?" in line or name == "report", name
+        assert "2 cores: " in line or name == "report", name
+    r = fronde("bench", "--help", env={"COLUMNS": "300"})
+    assert r.returncode == 0, r.stderr
+    first = {line.strip("│ ").split(" ")[0]: line for line in r.stdout.splitlines()}
+    rows = [line for word, line in first.items() if word in names]
+    assert [line.strip("│ ").split(" ")[0] for line in rows] == names
+    for name, row in zip(names, rows, strict=True):
+        assert BENCH_MAP[name] in row, row
+    assert "Measure decode speed" not in r.stdout
+    assert "./reproduce.sh runs it" in r.stdout
+
+
+def test_bench_verdict_help_names_the_folder_it_writes_by_default() -> None:
+    r = fronde("bench", "verdict", "--help", env={"COLUMNS": "300"})
+    assert r.returncode == 0, r.stderr
+    assert "(default: runs/verdict-<profile>-<UTC time>, new each run)" in r.stdout

@@ -1,0 +1,159 @@
+"""The progress display of a long benchmark: done of all, elapsed, time left, what runs now.
+
+A benchmark on 2 CPU cores spends minutes starting servers before its first answer
+(the verdict's interleaved repetition starts every arm before it sends a prompt), so
+the display says what is happening as well as how far the run is::
+
+    12/376 requests ━━━━━━━━━━━━━━━━  0:03:12 elapsed  0:09:40 left
+    A, rep 1 of 2: starting arm 3 of 9, mod (Fronde, ngram-mod forced)
+
+On a terminal that is rich's live display, the lines a benchmark prints (a block
+ended) scrolling above it. Written to a file or a pipe (a CI log, ``tee``), where a
+live display shows nothing until it stops, the same two lines are printed whenever
+what runs changes, and otherwise at most every :data:`PLAIN_EVERY_S` seconds.
+
+The time left is rich's estimate with the whole run as its window, from the moment
+the display starts: server start-ups count in the rate, so the estimate covers the
+start-ups still to come (a window of the last 30 s, rich's default, saw only the
+requests of one arm's burst and forgot the minutes each repetition spends starting).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Iterable
+from types import TracebackType
+
+from rich.console import Console, RenderableType
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
+from rich.text import Text
+
+from fronde.bench.protocol import RESUMED
+
+__all__ = ["PLAIN_EVERY_S", "BenchProgress"]
+
+PLAIN_EVERY_S = 30.0
+"""Off a terminal, the longest time between two printed progress lines, seconds."""
+
+_WHOLE_RUN_S = 7 * 24 * 3600.0
+"""rich's speed window: longer than any run, so the rate is the whole run's."""
+
+
+class _TwoLines(Progress):
+    """rich's Progress, with the task's description on a line of its own under the bar.
+
+    On one line the columns leave an 80-column terminal about 15 characters for the
+    description, too few to say which arm is starting; on its own it wraps if long.
+    """
+
+    def get_renderables(self) -> Iterable[RenderableType]:
+        """The bar's row, then what runs now (rich's documented extension point)."""
+        yield self.make_tasks_table(self.tasks)
+        for task in self.tasks:
+            if task.description:
+                yield Text(task.description)
+
+
+class BenchProgress:
+    """A benchmark's progress display over ``total`` units (requests, answers, steps).
+
+    Use it as a context manager; call it as ``progress(line, n)`` when ``n`` units end
+    (``line``, if not empty, is printed above the bar), and :meth:`status` when what
+    runs changes. It is a :data:`fronde.bench.protocol.Progress`.
+
+    A ``line`` that ends with :data:`fronde.bench.protocol.RESUMED` reports units done in an earlier
+    run: they leave the total instead of counting as done now, so that the rate, and
+    so the time left, is that of this run.
+    """
+
+    def __init__(
+        self,
+        console: Console,
+        total: int,
+        unit: str = "requests",
+        get_time: Callable[[], float] = time.monotonic,
+    ) -> None:
+        """Set up the display (shown from ``__enter__``).
+
+        Args:
+            console: where to draw or print it.
+            total: units the run will end (requests, answers, steps).
+            unit: their name, shown after the count.
+            get_time: the clock, seconds (rich's ``get_time``; a test passes its own).
+        """
+        self._console = console
+        self._unit = unit
+        self._resumed = 0
+        self._now = get_time
+        self._last_print = -math.inf
+        self._bar = _TwoLines(
+            MofNCompleteColumn(),
+            TextColumn("{task.fields[unit]}"),
+            BarColumn(bar_width=16),
+            TimeElapsedColumn(),
+            TextColumn("elapsed"),
+            TimeRemainingColumn(),
+            TextColumn("left"),
+            console=console,
+            speed_estimate_period=_WHOLE_RUN_S,
+            get_time=get_time,
+        )
+        self._task = self._bar.add_task("starting", total=total, unit=unit)
+
+    def __enter__(self) -> BenchProgress:
+        self._bar.start()
+        # A sample at the start: rich's rate then runs from here, start-ups included.
+        self._bar.advance(self._task, 0)
+        return self
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self._bar.update(self._task, description="done" if kind is None else "stopped")
+        self._bar.stop()  # off a terminal, rich prints the last state once here
+
+    @property
+    def live(self) -> bool:
+        """Whether the display redraws itself (a terminal), rather than printing lines."""
+        return self._console.is_terminal and not self._console.is_dumb_terminal
+
+    def __call__(self, line: str, n: int) -> None:
+        """Count ``n`` units as ended; print ``line`` (if any) above the bar."""
+        if line.endswith(RESUMED):
+            self._resumed += n
+            task = self._bar.tasks[0]
+            unit = f"{self._unit} ({self._resumed} {RESUMED})"
+            self._bar.update(self._task, total=(task.total or 0) - n, unit=unit)
+            # rich forgets its rate when the total changes: start it again from here. A
+            # resumed run skips its done blocks first, so "here" is about its start.
+            self._bar.advance(self._task, 0)
+        else:
+            self._bar.advance(self._task, n)
+        if line:
+            self._console.print(line, markup=False, highlight=False)
+        self._plain()
+
+    def status(self, what: str) -> None:
+        """Say what runs now (e.g. which arm's servers are starting); shown under the bar."""
+        self._bar.update(self._task, description=what)
+        self._plain(force=True)
+
+    def _plain(self, force: bool = False) -> None:
+        """Off a terminal: print the bar's two lines, on a change or every PLAIN_EVERY_S."""
+        now = self._now()
+        if self.live or (not force and now - self._last_print < PLAIN_EVERY_S):
+            return
+        self._last_print = now
+        for renderable in self._bar.get_renderables():
+            self._console.print(renderable, highlight=False)

@@ -1,0 +1,122 @@
+"""Result tables that fit the terminal: rich tables whose cells fold, and a text grid.
+
+rich cuts a cell that does not fit its column to an ellipsis by default, headers
+included, so a table of mode names read ``ngra…`` in an 80-column terminal. Every
+benchmark table is made here with ``overflow="fold"``: a long word breaks onto the
+next line instead, and no figure or name is lost at any width. A :class:`Grid` is
+a result as text cells, written as Markdown into a results page and shown as a
+rich table in the terminal (raw Markdown there is hard to read and needs the page's
+full width).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Sequence
+from dataclasses import dataclass, field
+
+from rich.console import Console, ConsoleOptions, RenderResult
+from rich.table import Table
+
+__all__ = ["Grid", "fitted_table"]
+
+
+def fitted_table(
+    title: str,
+    columns: Sequence[str],
+    left: Collection[str] = (),
+    caption: str | None = None,
+) -> Table:
+    """A rich table that fits the console's width, its cells folding rather than cut.
+
+    Args:
+        title: shown above, left-aligned.
+        columns: the headers, in order.
+        left: headers of the columns justified left (names); the others right (figures).
+        caption: shown below, left-aligned (a legend of the headers, say).
+    """
+    tab = Table(title=title, title_justify="left", caption=caption, caption_justify="left")
+    for col in columns:
+        tab.add_column(col, justify="left" if col in left else "right", overflow="fold")
+    return tab
+
+
+def _widths(natural: Sequence[int], least: Sequence[int], room: int) -> list[int] | None:
+    """Column widths summing to at most ``room``, each at least its longest word.
+
+    The room left over the longest words goes to the columns in proportion to how
+    much of their natural (one-line) width they lack. None when nothing needs doing
+    (every column fits on one line) or nothing can (the words alone do not fit:
+    rich's layout then folds them).
+    """
+    if sum(natural) <= room or sum(least) > room:
+        return None
+    spare = room - sum(least)
+    lack = [n - w for n, w in zip(natural, least, strict=True)]
+    return [w + spare * d // (sum(lack) or 1) for w, d in zip(least, lack, strict=True)]
+
+
+def _md_row(cells: Sequence[str]) -> str:
+    """``| a | | b |``: a Markdown row, an empty cell as one space."""
+    return "|" + "|".join(f" {c.replace(chr(10), ', ')} " if c else " " for c in cells) + "|"
+
+
+@dataclass(frozen=True)
+class Grid:
+    """A result table as text: a title, headers, rows of cells, notes under it.
+
+    Attributes:
+        title: the table's title (the page's heading in Markdown).
+        columns: the headers.
+        rows: the rows; a short row is padded with empty cells. A cell may hold line
+            breaks (one entry a line in the terminal); Markdown shows them as ``, ``.
+        notes: lines under the table (what was left out, how to read it).
+        left: how many leading columns hold names (left-justified in the terminal).
+    """
+
+    title: str
+    columns: tuple[str, ...]
+    rows: list[tuple[str, ...]] = field(default_factory=list[tuple[str, ...]])
+    notes: list[str] = field(default_factory=list[str])
+    left: int = 1
+
+    def _cells(self, row: tuple[str, ...]) -> tuple[str, ...]:
+        """``row`` padded with empty cells to the number of columns."""
+        return row + ("",) * (len(self.columns) - len(row))
+
+    def markdown(self) -> str:
+        """The page: ``# title``, a Markdown table, then the notes as paragraphs."""
+        lines = [f"# {self.title}", "", _md_row(self.columns)]
+        lines.append("|" + "---|" * len(self.columns))
+        lines += [_md_row(self._cells(r)) for r in self.rows]
+        if self.notes:
+            lines += ["", *self.notes]
+        return "\n".join(lines) + "\n"
+
+    def table(self, width: int | None = None) -> Table:
+        """The same as a rich table that fits the terminal, the notes as its caption.
+
+        Given the console's ``width``, a table too wide for it gets column widths
+        that keep every word whole where the words fit (:func:`_widths`); rich would
+        narrow the widest column alone, breaking its words while others had room.
+        """
+        tab = fitted_table(
+            self.title,
+            self.columns,
+            left=self.columns[: self.left],
+            caption="\n".join(self.notes) or None,
+        )
+        rows = [self._cells(r) for r in self.rows]
+        texts = [[head, *(r[k] for r in rows)] for k, head in enumerate(self.columns)]
+        natural = [max(len(line) for t in col for line in t.split("\n")) for col in texts]
+        least = [max((len(w) for t in col for w in t.split()), default=1) for col in texts]
+        if width is not None:
+            widths = _widths(natural, least, width - 3 * len(self.columns) - 1)
+            for column, w in zip(tab.columns, widths or (), strict=False):
+                column.width = w
+        for row in rows:
+            tab.add_row(*row)
+        return tab
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        """Print as :meth:`table` at the console's width (``console.print(grid)``)."""
+        yield self.table(options.max_width)

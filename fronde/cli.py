@@ -680,7 +680,7 @@ SESSION_ARMS = {
 
 
 def verdict_folder(profile: str, now: float | None = None) -> Path:
-    """Where a verdict run writes when given no ``--out``: ``runs/verdict-<profile>-<UTC time>``.
+    """Where a verdict run writes when given no ``--out``: ``runs/verdict-PROFILE-UTCTIME``.
 
     The name ``reproduce.sh`` always gave its runs (``date -u +%Y%m%dT%H%M%SZ``), and
     what ``fronde bench report`` finds with no folder named (the newest
@@ -701,7 +701,7 @@ def bench_verdict(
         Path | None,
         typer.Option(
             help="folder for records.jsonl, the charts, summary.md; a run resumes with the"
-            " same --out (default: runs/verdict-<profile>-<UTC time>, new each run)"
+            " same --out (default: runs/verdict-PROFILE-UTCTIME, new each run)"
         ),
     ] = None,
     quick: Annotated[

@@ -12,6 +12,7 @@ commands, wrapped rather than cut at 80 columns.
 
 from __future__ import annotations
 
+import textwrap
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, get_args, get_origin
@@ -98,6 +99,31 @@ class _Group(TyperGroup):
         super().__init__(*args, **kwargs)
         for command in self.commands.values():
             _whole_first_sentence(command)
+
+    def format_commands(self, ctx: Any, formatter: Any) -> None:
+        """The list of commands, wrapped between words only.
+
+        Click's wrapper also breaks after a hyphen, which cut an option named in a
+        command's line in two (``--max-`` / ``tokens``).
+        """
+        rows: list[tuple[str, str]] = []
+        for name in self.list_commands(ctx):
+            command = self.get_command(ctx, name)
+            if command is not None and not command.hidden:
+                rows.append((name, command.get_short_help_str(SHORT_HELP_CHARS)))
+        if not rows:
+            return
+        first = max(len(name) for name, _ in rows)
+        with formatter.section("Commands"):
+            indent = " " * formatter.current_indent
+            width = max((formatter.width or 80) - len(indent) - first - 2, 20)
+            for name, text in rows:
+                lines = textwrap.wrap(
+                    text, width, break_on_hyphens=False, break_long_words=False
+                ) or [""]
+                formatter.write(f"{indent}{name:<{first}}  {lines[0]}\n")
+                for line in lines[1:]:
+                    formatter.write(f"{indent}{'':<{first}}  {line}\n")
 
 
 class _Typer(typer.Typer):

@@ -888,14 +888,12 @@ def _report(out: Path, console: Console) -> None:
     report.write(out)
     # Whole lines, however long: a path broken in two cannot be copied.
     console.print(
-        f"again: fronde bench report {out}", markup=False, highlight=False, soft_wrap=True
-    )
-    console.print(
-        f"results: {out}/ (summary.md, the charts, records.jsonl)",
+        f"summary.md, the charts and records.jsonl; again: fronde bench report {out}",
         markup=False,
         highlight=False,
         soft_wrap=True,
     )
+    console.print(f"results: {out}/", markup=False, highlight=False, soft_wrap=True)
     if report.verdict == "FAIL":
         raise typer.Exit(2)
 

@@ -1216,7 +1216,9 @@ def _screen_loops(
     store.begin({**run_info(), "arms": ["plain"]}, {"screen": top, "max_tokens": max_tokens})
     console = _bench_console()
     with _bench_progress(console, len(setup.static.workloads[0].items)) as advance:
-        asyncio.run(run_plan(plan, setup.settings, config, store, out / "logs", advance))
+        asyncio.run(
+            run_plan(plan, setup.settings, config, store, out / "logs", advance, advance.status)
+        )
     return looping_items(store.samples())
 
 

@@ -388,6 +388,29 @@ def _serialize(plan: Plan, active: Collection[Mode], usable: Collection[Mode]) -
     return plan if target is None else Plan(Route.FALLBACK, target)
 
 
+def _planned(plan: Plan) -> Mode:
+    """The mode a plan stands for under load.
+
+    A probe hands over between two backends; under load that costs more than it finds
+    out, so a probe's floor stands for the planned mode.
+    """
+    return plan.floor if plan.route is Route.PROBE and plan.floor is not None else plan.mode
+
+
+def _free_rates(
+    usable: Collection[Mode],
+    in_flight: Mapping[Mode, int],
+    slots: int,
+    rate: Callable[[Mode], float | None],
+) -> dict[Mode, float]:
+    """``rate`` of every usable mode whose backend has a free slot and a curve, tok/s."""
+    return {
+        m: r
+        for m in Mode
+        if m in usable and in_flight.get(m, 0) < slots and (r := rate(m)) is not None
+    }
+
+
 def _measured(
     plan: Plan,
     in_flight: Mapping[Mode, int],
@@ -404,20 +427,12 @@ def _measured(
         return _threshold(plan, in_flight, usable, curves.threshold(), slots)
     if placement == "best":
         return _best(plan, in_flight, usable, curves, slots, band)
-    gains = {
-        m: g
-        for m in Mode
-        if m in usable
-        and in_flight.get(m, 0) < slots
-        and (g := curves.marginal(m, in_flight.get(m, 0))) is not None
-    }
+    gains = _free_rates(usable, in_flight, slots, lambda m: curves.marginal(m, in_flight.get(m, 0)))
     if not gains:
         return plan
     best = max(gains.values())
-    # A probe hands over between two backends; under load that costs more than it
-    # finds out, so a probe's floor stands for the planned mode.
     probe = plan.route is Route.PROBE
-    planned = plan.floor if probe and plan.floor is not None else plan.mode
+    planned = _planned(plan)
     kept = gains.get(planned)
     if kept is not None and kept >= (1 - band) * best:
         return Plan(Route.LOAD, planned) if probe else plan
@@ -435,13 +450,9 @@ def _best(
     band: float,
 ) -> Plan:
     """``load_placement = "best"``: the server that serves the load in flight best."""
-    planned = plan.floor if plan.route is Route.PROBE and plan.floor is not None else plan.mode
+    planned = _planned(plan)
     n = sum(in_flight.values()) + 1
-    rates = {
-        m: r
-        for m in Mode
-        if m in usable and in_flight.get(m, 0) < slots and (r := curves.aggregate(m, n)) is not None
-    }
+    rates = _free_rates(usable, in_flight, slots, lambda m: curves.aggregate(m, n))
     if not rates:
         return Plan(Route.LOAD, planned) if plan.route is Route.PROBE else plan
     top = max(rates.values())
@@ -463,7 +474,7 @@ def _threshold(
     slots: int,
 ) -> Plan:
     """``load_placement = "threshold"``: baseline from the measured load on, else as planned."""
-    planned = plan.floor if plan.route is Route.PROBE and plan.floor is not None else plan.mode
+    planned = _planned(plan)
     loaded = threshold is not None and sum(in_flight.values()) + 1 >= threshold
     free = Mode.BASELINE in usable and in_flight.get(Mode.BASELINE, 0) < slots
     if loaded and free and planned is not Mode.BASELINE:

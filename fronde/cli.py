@@ -366,6 +366,11 @@ def batch_cmd(
     )
 
 
+def _times(n: int, noun: str) -> str:
+    """``1 rep``, ``2 reps``: a count and its noun, plural from 2 on."""
+    return f"{n} {noun}{'s' * (n != 1)}"
+
+
 @contextmanager
 def _progress_reporter() -> Generator[Callable[[int, int, str], None]]:
     """Yield a (done, total, message) callback: a live bar on a TTY, else a line per 10 %."""
@@ -373,15 +378,21 @@ def _progress_reporter() -> Generator[Callable[[int, int, str], None]]:
         with Progress(
             TextColumn("{task.description}"),
             BarColumn(),
-            TextColumn("{task.completed}/{task.total}"),
+            TextColumn("{task.fields[count]}"),
             TimeElapsedColumn(),
             console=err,
         ) as progress:
-            task = progress.add_task("preparing", total=None)
+            task = progress.add_task("preparing", total=None, count="")
 
             def live(done: int, total: int, message: str) -> None:
                 if total:
-                    progress.update(task, completed=done, total=total, description="compiling")
+                    progress.update(
+                        task,
+                        completed=done,
+                        total=total,
+                        description="compiling",
+                        count=f"{done}/{total}",
+                    )
                 else:
                     progress.update(task, description=message)
 
@@ -794,8 +805,8 @@ def bench_verdict(
     console = _bench_console()
     console.print(
         f"{profile.name} ({plan.form}): A {len(first.items)} prompts × {len(plan.arms)} arms × "
-        f"{reps} reps, {plan.max_tokens} tokens; B {len(session.items)} steps × "
-        f"{len(plan.session_arms)} arms × {session_reps} reps "
+        f"{_times(reps, 'rep')}, {plan.max_tokens} tokens; B {len(session.items)} steps × "
+        f"{len(plan.session_arms)} arms × {_times(session_reps, 'rep')} "
         f"→ {store.path}",
         markup=False,
         highlight=False,

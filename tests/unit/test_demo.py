@@ -76,14 +76,19 @@ def test_preflight_refuses_a_gpu_with_too_little_free_vram(
     assert demo.preflight(settings) == []
 
 
-def test_no_server_at_url_is_one_line_that_says_what_to_do() -> None:
-    out = subprocess.run(
-        [sys.executable, str(ROOT / "demo.py"), "--url", "http://127.0.0.1:9", "--plain"],
+def run_demo(*args: str, timeout: int) -> subprocess.CompletedProcess[str]:
+    """demo.py with ``args``, its output captured as text; the exit status is not checked."""
+    return subprocess.run(
+        [sys.executable, str(ROOT / "demo.py"), *args],
         capture_output=True,
         text=True,
-        timeout=60,
+        timeout=timeout,
         check=False,
     )
+
+
+def test_no_server_at_url_is_one_line_that_says_what_to_do() -> None:
+    out = run_demo("--url", "http://127.0.0.1:9", "--plain", timeout=60)
     assert out.returncode == 1
     assert out.stderr.strip() == (
         "demo: no Fronde answers at http://127.0.0.1:9: start it with `fronde serve`"
@@ -93,13 +98,7 @@ def test_no_server_at_url_is_one_line_that_says_what_to_do() -> None:
 def test_plain_run_names_class_and_mode_for_every_scene(tmp_path: Path, fake_binary: Path) -> None:
     modes = ["baseline", "ngram-simple", "ngram-mod"]
     with real_serve(tmp_path, fake_binary, modes=modes, router=ORIGINAL_ROUTER) as s:
-        out = subprocess.run(
-            [sys.executable, str(ROOT / "demo.py"), "--url", s.base, "--plain", "--with-repeat"],
-            capture_output=True,
-            text=True,
-            timeout=120,
-            check=False,
-        )
+        out = run_demo("--url", s.base, "--plain", "--with-repeat", timeout=120)
     assert out.returncode == 0, out.stderr[-2000:]
     rows = parse_plain(out.stdout)
     assert list(rows) == ["prose", "code", "JSON", "edit", "edit again (primed)"]
@@ -131,13 +130,7 @@ SHORT = ("--no-compare", "--max-tokens", "12")
 
 def test_max_tokens_shortens_every_scene(tmp_path: Path, fake_binary: Path) -> None:
     with real_serve(tmp_path, fake_binary, modes=["baseline", "ngram-mod"]) as s:
-        out = subprocess.run(
-            [sys.executable, str(ROOT / "demo.py"), "--url", s.base, "--plain", *SHORT],
-            capture_output=True,
-            text=True,
-            timeout=120,
-            check=False,
-        )
+        out = run_demo("--url", s.base, "--plain", *SHORT, timeout=120)
     assert out.returncode == 0, out.stderr[-2000:]
     rows = parse_plain(out.stdout)
     # The fakes generate the prompt's words: the edit's first "```" may end it sooner.
@@ -148,20 +141,7 @@ def test_max_tokens_shortens_every_scene(tmp_path: Path, fake_binary: Path) -> N
 
 @pytest.mark.parametrize("value", ["0", "-3", "many", "1.5"])
 def test_a_bad_max_tokens_is_one_line_that_says_what_to_give(value: str) -> None:
-    out = subprocess.run(
-        [
-            sys.executable,
-            str(ROOT / "demo.py"),
-            "--url",
-            "http://127.0.0.1:9",
-            "--max-tokens",
-            value,
-        ],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    out = run_demo("--url", "http://127.0.0.1:9", "--max-tokens", value, timeout=60)
     assert out.returncode == 1
     assert out.stderr.strip() == (
         f"demo: --max-tokens {value}: give a whole number of tokens ≥ 1, e.g. 48"

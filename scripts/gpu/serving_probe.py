@@ -162,14 +162,19 @@ def main() -> int:
         help="streamed chat completions with the default prompt cache (as bench load sends)",
     )
     args = ap.parse_args()
-    rows: list[dict[str, object]] = []
+    if args.out is not None:
+        args.out.write_text("")
     for spec in args.config:
         name, k, c = spec.split(":")
-        row = asyncio.run(measure(name, int(k), int(c), args))
-        rows.append(row)
+        row: dict[str, object]
+        try:
+            row = asyncio.run(measure(name, int(k), int(c), args))
+        except httpx.HTTPError as e:  # a server that crashed is a finding, not the end
+            row = {"config": name, "servers": int(k), "c": int(c), "error": repr(e)}
         print(json.dumps(row), flush=True)
-    if args.out is not None:
-        args.out.write_text("".join(json.dumps(r) + "\n" for r in rows))
+        if args.out is not None:  # a line at a time: what was measured survives a cut
+            with args.out.open("a") as f:
+                f.write(json.dumps(row) + "\n")
     return 0
 
 

@@ -166,7 +166,21 @@ case "${1:?step}" in
     profile=${PROFILE:?PROFILE=cpu-gemma-270m or cpu-smollm2-135m}
     mkdir -p /root/fronde-results
     name="load-gpu-h200-$profile-$STAMP${LOAD_TAG:-}"
+    # LOAD_SEED=results/<an earlier load folder> (carried in the working tree): this run
+    # goes on from its records, in its name, so that repetitions add up over sessions
+    # (LOAD_ARGS="--reps 2" then runs only the second). LOAD_FRESH_ARMS="router router-b"
+    # leaves those arms' records behind, to run them all again after their code changed.
+    seed=${LOAD_SEED:-}
+    if [ -n "$seed" ]; then name=$(basename "$seed"); fi
     out="/root/fronde-results/$name"
+    if [ -n "$seed" ] && [ ! -f "$out/records.jsonl" ]; then
+      mkdir -p "$out"
+      gzip -dc "$seed/records.jsonl.gz" \
+        | python3 scripts/gpu/drop_arms.py ${LOAD_FRESH_ARMS:-} > "$out/records.jsonl"
+      gzip -dc "$seed/screen.jsonl.gz" > "$out/screen.jsonl"
+      cp "$seed/console.log" "$out/console.log"
+      echo "seeded from $seed: $(grep -c '"type": "block"' "$out/records.jsonl") blocks"
+    fi
     mkdir -p "$out"
     # ngram-mod at llama-server's defaults (n_min 48, n_max 64, = --spec-default): the
     # static arms `default` and `cascade` then calibrate Fronde's ngram-mod and cascade

@@ -13,6 +13,7 @@ import pytest
 from fronde.bench.load import (
     agent_mix,
     curves_from,
+    held_out_ratios,
     load_markdown,
     load_plot,
     load_rows,
@@ -286,6 +287,41 @@ def test_rows_count_aggregate_tokens_in_the_steady_window_and_leave_loops_out(
     assert "| 2 | router | 40 |" in page and "looping in some arm): 1: loop" in page
     load_plot(list(rows.values()), tmp_path / "load.png", "t")
     assert (tmp_path / "load.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_the_held_out_ratio_chooses_the_static_arm_on_the_other_repetitions() -> None:
+    # c = 4, two repetitions (each rep's figures come from its own block). Two static
+    # arms of equal worth whose noise points opposite ways: in-sample, "the best static
+    # arm" is the higher of them in each rep; held out, the user's choice is made on
+    # the other rep and measured on this one.
+    samples = [
+        _sample(arm, 4, rep, item, 0.0, 1.0, tokens=tokens)
+        for arm, rep, tokens in (
+            ("plain", 0, 12),  # the first request's 12 tokens inside [0, 1] s: 12 tok/s
+            ("plain", 1, 8),
+            ("default", 0, 8),
+            ("default", 1, 12),
+            ("router", 0, 10),
+            ("router", 1, 10),
+        )
+        for item in ("a", "b")
+    ]
+    for s in samples:  # the second request is sent at 1 s: the window is [0, 1] s
+        if s["item"] == "b":
+            s["t0"] = 1.0
+    rows = load_rows(samples, [])
+    by = {r.arm: r for r in rows}
+    assert by["plain"].tok_s_reps == {0: 12.0, 1: 8.0}
+    assert by["router"].tok_s == pytest.approx(10.0)
+    # In-sample the best static arm reads 10 (the median of plain's 12 and 8) and the
+    # router ties it; held out, rep 0 chooses default (12 in rep 1) and finds 8 there,
+    # rep 1 chooses plain and finds 8: the router is 1.25× the arm a user would pick.
+    assert held_out_ratios(rows, "router", 4) == pytest.approx([1.25, 1.25])
+    [line] = verdict_lines(rows)
+    assert "held out 1.250× [1.250, 1.250]" in line
+    one_rep = [s for s in samples if s["rep"] == 0]
+    assert held_out_ratios(load_rows(one_rep, []), "router", 4) == []
+    assert "held out" not in verdict_lines(load_rows(one_rep, []))[0]
 
 
 def test_the_steady_window_leaves_the_drain_out_and_counts_the_part_of_a_request_inside() -> None:

@@ -151,7 +151,9 @@ class BackendSettings(_Section):
         default_factory=list,
         description="extra argv for the baseline backend only, e.g. --backend-sampling on "
         "a GPU (H200, 32 slots: gemma's plain server 836 -> 2563 tok/s at c = 32, but "
-        "speculative servers halved; results/serving-probe-gpu-h200-20261203)",
+        "speculative servers halved; results/serving-probe-gpu-h200-20261203); when set, "
+        "fronde serve times each backend's pass before routing and predicts baseline at "
+        "its own pass time",
     )
     start_timeout_s: float = Field(
         default=180.0, gt=0, le=3600, description="deadline for /health to answer 200, seconds"

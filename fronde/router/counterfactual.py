@@ -21,7 +21,14 @@ on them, and the verify-cost model turns the counts into decode time:
   requests ``m`` served (1 until then): replay error, re-tokenized answers and a mirror
   that drifted all land here.
 - ``step_ms`` is the served mode's, taken as every mode's: a pass that costs more on
-  one server (its drafting work, a bigger verify batch) is not modelled. Each mode's
+  one server (its drafting work, a bigger verify batch) is not modelled. One
+  exception, ``own_baseline_step``: when the baseline backend runs flags of its own
+  (``backend.plain_args``, e.g. ``--backend-sampling``, which on the H200 made
+  gemma's plain pass 1.3× faster at one request and no speculative server can use),
+  a pass differs between baseline and the others by construction, and baseline's
+  time against a speculative mode's is scaled by the ratio of their step EMAs
+  (``step_ms(baseline) ÷ step_ms(served)``, and its inverse), seeded before the first
+  request by :meth:`Counterfactual.seed_step`. Each mode's
   own step time is kept as an EMA and reported, not used: on 2 CPU cores it moved by
   30 % within a session with the prompts' contexts (cascade 31–33 ms a pass against
   24 for the others after a few slow requests), and correcting predictions with it
@@ -153,6 +160,8 @@ class Counterfactual:
         draft_cost: verify cost of a drafted token, in decode steps (``c``).
         ema_alpha: EMA smoothing weight.
         band: within this fraction of the best prediction the floor is kept.
+        own_baseline_step: the baseline backend's pass is timed apart from the others'
+            (it runs flags of its own; see the module docstring).
     """
 
     def __init__(
@@ -162,12 +171,14 @@ class Counterfactual:
         draft_cost: float = DRAFT_COST,
         ema_alpha: float = EMA_ALPHA,
         band: float = 0.03,
+        own_baseline_step: bool = False,
     ) -> None:
         self.spec = spec
         self.modes = tuple(m for m in REPLAYABLE if m in modes)
         self.draft_cost = draft_cost
         self.ema_alpha = ema_alpha
         self.band = band
+        self.own_baseline_step = own_baseline_step
         self.mirrors: dict[Mode, NgramModTable] = {
             m: self._table() for m in (Mode.NGRAM_MOD, Mode.CASCADE) if m in self.modes
         }
@@ -182,6 +193,33 @@ class Counterfactual:
     def _table(self) -> NgramModTable:
         s = self.spec
         return NgramModTable(s.ngram_mod_n_match, s.ngram_mod_n_max, s.ngram_mod_n_min)
+
+    def seed_step(self, mode: Mode, m: Measurement) -> float | None:
+        """Fold one measured request into ``mode``'s step EMA, outside any bucket.
+
+        For a generation made to time a backend's pass before real requests come (the
+        runtime does it when ``own_baseline_step``). Returns the step, ms a pass, or
+        None when ``m`` has no decode time or no pass.
+        """
+        work = m.tokens - m.accepted + self.draft_cost * m.drafted
+        if m.decode_ms <= 0 or work <= 0:
+            return None
+        step = m.decode_ms / work
+        self.step_ms.setdefault(mode, Ema(self.ema_alpha)).update(step)
+        return step
+
+    def pass_ratio(self, mode: Mode, served: Mode) -> float:
+        """How much longer a pass of ``mode``'s backend takes than one of ``served``'s.
+
+        1.0 unless ``own_baseline_step`` and exactly one of the two is baseline and both
+        steps are measured: then ``step_ms(mode) ÷ step_ms(served)`` (EMAs).
+        """
+        if not self.own_baseline_step or (mode is Mode.BASELINE) == (served is Mode.BASELINE):
+            return 1.0
+        a, b = self.step_ms.get(mode), self.step_ms.get(served)
+        if a is None or b is None or not a.value or not b.value:
+            return 1.0
+        return a.value / b.value
 
     def _work(self, st: ShadowStats) -> float:
         """Cost-weighted target passes: passes + c × drafted."""
@@ -262,7 +300,7 @@ class Counterfactual:
         speed: dict[Mode, float] = {}
         for mode, st in stats.items():
             k = self.calibration[mode].value if mode in self.calibration else None
-            ms = step_ms * (k or 1.0) * self._work(st)
+            ms = step_ms * self.pass_ratio(mode, served) * (k or 1.0) * self._work(st)
             if ms > 0:
                 speed[mode] = m.tokens / (ms / 1000.0)
         self.step_ms.setdefault(served, Ema(self.ema_alpha)).update(step_ms)
@@ -310,6 +348,7 @@ class Counterfactual:
         return {
             "band": self.band,
             "draft_cost": self.draft_cost,
+            "own_baseline_step": self.own_baseline_step,
             "calibration": {str(m): e.value for m, e in self.calibration.items()},
             "step_ms": {str(m): e.value for m, e in self.step_ms.items()},
             "mirror_entries": {str(m): len(t) for m, t in self.mirrors.items()},

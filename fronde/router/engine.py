@@ -283,6 +283,7 @@ class Router:
             draft_cost=r.draft_cost,
             ema_alpha=r.ema_alpha,
             band=r.predict_band,
+            own_baseline_step=bool(settings.backend.plain_args),
         )
         log.info("router.floor", floor=str(start.mode), why=start.why, probe=r.probe)
         if rule == "measured":

@@ -240,3 +240,77 @@ def test_each_modes_own_pass_cost_is_reported_not_used() -> None:
     assert obs is not None
     # The served mode's pass time stands for every mode's (see the module docstring).
     assert obs.speed[Mode.NGRAM_MOD] == pytest.approx(40.0)
+
+
+def test_a_baseline_with_flags_of_its_own_is_predicted_at_its_own_pass_time() -> None:
+    fresh = list(range(10, 74))  # nothing to copy: every mode replays 64 plain passes
+    for own in (False, True):
+        book = Counterfactual(SPEC, ALL, own_baseline_step=own)
+        assert book.seed_step(Mode.BASELINE, _measure(32, 600.0)) == pytest.approx(18.75)
+        assert book.seed_step(Mode.NGRAM_MOD, _measure(32, 800.0)) == pytest.approx(25.0)
+        untimed = Measurement(32, 100.0)  # no decode time reported: no seed
+        assert book.seed_step(Mode.CASCADE, untimed) is None
+        # Served on ngram-mod at 25 ms a pass (64 tokens in 1.6 s): 40 tok/s there.
+        stats = book.replay(Mode.NGRAM_MOD, [1, 2, 3], fresh, None)
+        obs = book.observe("b", Mode.NGRAM_MOD, _measure(64, 1600.0), stats)
+        assert obs is not None
+        assert obs.speed[Mode.NGRAM_MOD] == pytest.approx(40.0)
+        assert obs.speed[Mode.NGRAM_SIMPLE] == pytest.approx(40.0)  # a speculative pass
+        # Baseline's pass is 18.75 ÷ 25 of the served one's when timed apart.
+        assert obs.speed[Mode.BASELINE] == pytest.approx(40.0 / 0.75 if own else 40.0)
+        # Served on baseline, the speculative modes are slower by the inverse.
+        stats = book.replay(Mode.BASELINE, [4], list(range(100, 164)), None)
+        obs = book.observe("b", Mode.BASELINE, _measure(64, 1200.0), stats)
+        assert obs is not None
+        assert obs.speed[Mode.NGRAM_MOD] == pytest.approx(
+            64 / (18.75 * book.pass_ratio(Mode.NGRAM_MOD, Mode.BASELINE) * 64 / 1000)
+        )
+        assert (book.pass_ratio(Mode.NGRAM_MOD, Mode.BASELINE) > 1.3) is own
+    # A mode never timed keeps the served mode's pass.
+    book = Counterfactual(SPEC, ALL, own_baseline_step=True)
+    book.seed_step(Mode.BASELINE, _measure(32, 600.0))
+    assert book.pass_ratio(Mode.BASELINE, Mode.CASCADE) == 1.0
+
+
+def test_serve_times_each_backends_pass_before_routing_when_baseline_has_flags_of_its_own(
+    fake_binary: Path, tmp_path: Path
+) -> None:
+    # baseline decodes at 400 tok/s, the speculative fakes at 200 tok/s. The fake drafts
+    # 2 tokens a generated one wherever a spec type is named (baseline's too): α 0 on
+    # baseline, 0.25 on the others.
+    knobs = {Mode.BASELINE: ["--fake-tps", "400", "--fake-accept-rate", "0"]} | {
+        m: ["--fake-tps", "200", "--fake-accept-rate", "0.25"]
+        for m in (Mode.NGRAM_SIMPLE, Mode.NGRAM_MOD)
+    }
+    cost = 0.1
+
+    def step(tps: float, alpha: float) -> float:  # ms a pass for 32 tokens, 64 drafted
+        return 32 / tps * 1000 / (32 - round(64 * alpha) + cost * 64)
+
+    for flags in ([], ["--backend-sampling"]):
+        with serve(
+            fake_binary,
+            tmp_path / str(len(flags)),
+            knobs,
+            backend={"plain_args": flags},
+            router={"draft_cost": cost},
+        ) as c:
+            wait_healthy(c)
+            deadline = time.monotonic() + 10
+            steps: dict[str, float] = {}
+            while time.monotonic() < deadline:
+                steps = c.get("/fronde/v1/router").json()["counterfactual"]["step_ms"]
+                if not flags or len(steps) >= 3:
+                    break
+                time.sleep(0.05)
+            if not flags:  # a baseline like the others: nothing is timed
+                time.sleep(1.0)  # longer than the timing takes with flags
+                assert c.get("/fronde/v1/router").json()["counterfactual"]["step_ms"] == {}
+                continue
+            assert steps == pytest.approx(
+                {
+                    "baseline": step(400, 0.0),
+                    "ngram-simple": step(200, 0.25),
+                    "ngram-mod": step(200, 0.25),
+                }
+            )

@@ -23,13 +23,14 @@ from fronde.backends.client import BackendClient, make_http_client
 from fronde.backends.pool import BackendPool, PoolPlan
 from fronde.backends.swap import SwapScheduler
 from fronde.config import Settings
-from fronde.errors import ConfigError
+from fronde.errors import BackendError, ConfigError
 from fronde.logging import get_logger
 from fronde.metrics import Metrics, merge_backend_metrics
 from fronde.modes import Mode
 from fronde.router.choice import MODEL_PREFIX
 from fronde.router.dispatch.dispatcher import Dispatcher
 from fronde.router.engine import Router, cache_from, measurements_from
+from fronde.router.measure import measurement_from_timings
 from fronde.router.shared import SharedState
 from fronde.runtime.install import find_llama_binary
 from fronde.runtime.local import profile_of
@@ -43,6 +44,15 @@ LOG_RUNS_KEPT = 10
 
 BACKEND_METRICS_TIMEOUT_S = 2.0
 """A backend's ``/metrics`` that takes longer is left out of that scrape, seconds."""
+
+STEP_PROMPT = (
+    "The committee met on Tuesday to review the budget for the coming year. After a long "
+    "discussion of the costs of the new building, the members agreed that"
+)
+"""The prompt :meth:`Runtime.time_passes` continues on each backend: plain prose."""
+
+STEP_TOKENS = 32
+"""Tokens each pass-timing generation decodes (after one untimed warm-up)."""
 
 
 def _run_log_dir(cache_dir: Path) -> Path:
@@ -175,6 +185,7 @@ class Runtime:
             await self.pool.start()
         ready = self.pool.ready_modes()
         if ready:
+            await self.time_passes(ready)
             url = self.settings.server.url
             log.info(
                 "serve.ready",
@@ -192,6 +203,48 @@ class Runtime:
         log.error("serve.no_backend", reasons=reasons)
         if self.on_fatal is not None:
             self.on_fatal(f"no llama-server backend could start ({reasons})")
+
+    async def time_passes(self, ready: list[Mode]) -> dict[Mode, float]:
+        """Time one decode pass of each ready backend, when baseline runs flags of its own.
+
+        Only with ``backend.plain_args`` (the counterfactual's ``own_baseline_step``):
+        then a baseline pass and a speculative one cost different times by
+        construction, and the router needs both before its first prediction. Each
+        replayed mode's backend, one after another (two servers decoding at once on
+        one GPU take turns, which would time the sharing), continues
+        :data:`STEP_PROMPT` greedily twice for :data:`STEP_TOKENS` tokens without the
+        prompt cache; the second generation's ``timings`` seed the step EMA
+        (:meth:`~fronde.router.counterfactual.Counterfactual.seed_step`). A backend
+        that fails is logged and left unseeded (its ratio stays 1). The text reaches
+        ngram-mod's pool like any request's.
+
+        Returns:
+            mode → its step, ms a pass, for the modes timed.
+        """
+        book = self.router.counterfactual
+        if book is None or not book.own_baseline_step or Mode.BASELINE not in ready:
+            return {}
+        body = {
+            "prompt": STEP_PROMPT,
+            "n_predict": STEP_TOKENS,
+            "temperature": 0.0,
+            "cache_prompt": False,
+        }
+        steps: dict[Mode, float] = {}
+        for mode in (m for m in book.modes if m in ready):
+            url = self.pool.get(mode).url
+            try:
+                await self.client.post_json(url, "/completion", body)  # warm-up, untimed
+                data = await self.client.post_json(url, "/completion", body)
+            except BackendError as exc:
+                log.warning("router.pass_untimed", mode=str(mode), error=exc.message)
+                continue
+            m = measurement_from_timings(data.get("timings"))
+            step = book.seed_step(mode, m) if m is not None else None
+            if step is not None:
+                steps[mode] = step
+        log.info("router.passes_timed", step_ms={str(m): round(v, 3) for m, v in steps.items()})
+        return steps
 
     @asynccontextmanager
     async def running(self) -> AsyncGenerator[None]:

@@ -64,3 +64,42 @@ def test_replayed_answers_match_their_server_and_route_later_ones(tmp_path: Path
     assert classes[:2] == ["fallback", "fallback"] and classes[2] == "predicted", classes
     last = state["recent"][-1]
     assert last["predicted_tok_s"] is not None and last["counterfactual"]
+
+
+def test_a_baseline_with_flags_of_its_own_gets_its_pass_timed_before_routing(
+    tmp_path: Path,
+) -> None:
+    # --no-cache-idle-slots: a flag for the baseline backend only (backend.plain_args),
+    # harmless on a CPU; Fronde then times one pass of each backend on real timings.
+    serve = start_serve(
+        tmp_path,
+        "--mode",
+        "baseline",
+        "--mode",
+        "ngram-mod",
+        env={"FRONDE_BACKEND__PLAIN_ARGS": '["--no-cache-idle-slots"]'},
+    )
+    try:
+        with httpx.Client(base_url=serve.base_url, timeout=120) as http:
+            deadline = time.monotonic() + 120
+            steps: dict[str, float] = {}
+            while time.monotonic() < deadline and len(steps) < 2:
+                steps = _state(http)["counterfactual"]["step_ms"]
+                time.sleep(0.5)
+            assert set(steps) == {"baseline", "ngram-mod"}, serve.log.read_text()[-2000:]
+            # gemma-3-270m on a CPU: a pass takes milliseconds to tens of them, not seconds.
+            assert all(0.5 < v < 1000 for v in steps.values()), steps
+            # The flag changes nothing on a CPU: the two passes agree within noise. A
+            # timed text the server had just seen was drafted from ngram-mod's memory
+            # and read 2.5× longer (52.6 against 21.4 ms) before the two prompts.
+            assert 0.5 < steps["ngram-mod"] / steps["baseline"] < 2.0, steps
+            backends = serve.health()["backends"]
+            argv = {
+                mode: Path(f"/proc/{b['pid']}/cmdline").read_bytes().split(b"\0")
+                for mode, b in backends.items()
+                if b.get("pid")
+            }
+            assert b"--no-cache-idle-slots" in argv["baseline"]
+            assert b"--no-cache-idle-slots" not in argv["ngram-mod"]
+    finally:
+        serve.stop()

@@ -45,11 +45,15 @@ LOG_RUNS_KEPT = 10
 BACKEND_METRICS_TIMEOUT_S = 2.0
 """A backend's ``/metrics`` that takes longer is left out of that scrape, seconds."""
 
-STEP_PROMPT = (
+STEP_PROMPTS = (
     "The committee met on Tuesday to review the budget for the coming year. After a long "
-    "discussion of the costs of the new building, the members agreed that"
+    "discussion of the costs of the new building, the members agreed that",
+    "A small boat left the harbour at dawn, its sails full of a cold northern wind, and "
+    "by noon the fishermen on board could see",
 )
-"""The prompt :meth:`Runtime.time_passes` continues on each backend: plain prose."""
+"""The prompts :meth:`Runtime.time_passes` continues on each backend, plain prose: the
+first warms the server up untimed, the second is timed. Two texts, because a server
+that has just seen one drafts its repetition from ngram-mod's memory."""
 
 STEP_TOKENS = 32
 """Tokens each pass-timing generation decodes (after one untimed warm-up)."""
@@ -211,8 +215,8 @@ class Runtime:
         then a baseline pass and a speculative one cost different times by
         construction, and the router needs both before its first prediction. Each
         replayed mode's backend, one after another (two servers decoding at once on
-        one GPU take turns, which would time the sharing), continues
-        :data:`STEP_PROMPT` greedily twice for :data:`STEP_TOKENS` tokens without the
+        one GPU take turns, which would time the sharing), continues each of
+        :data:`STEP_PROMPTS` greedily for :data:`STEP_TOKENS` tokens without the
         prompt cache; the second generation's ``timings`` seed the step EMA
         (:meth:`~fronde.router.counterfactual.Counterfactual.seed_step`). A backend
         that fails is logged and left unseeded (its ratio stays 1). The text reaches
@@ -224,18 +228,16 @@ class Runtime:
         book = self.router.counterfactual
         if book is None or not book.own_baseline_step or Mode.BASELINE not in ready:
             return {}
-        body = {
-            "prompt": STEP_PROMPT,
-            "n_predict": STEP_TOKENS,
-            "temperature": 0.0,
-            "cache_prompt": False,
-        }
+        warm, timed = (
+            {"prompt": p, "n_predict": STEP_TOKENS, "temperature": 0.0, "cache_prompt": False}
+            for p in STEP_PROMPTS
+        )
         steps: dict[Mode, float] = {}
         for mode in (m for m in book.modes if m in ready):
             url = self.pool.get(mode).url
             try:
-                await self.client.post_json(url, "/completion", body)  # warm-up, untimed
-                data = await self.client.post_json(url, "/completion", body)
+                await self.client.post_json(url, "/completion", warm)
+                data = await self.client.post_json(url, "/completion", timed)
             except BackendError as exc:
                 log.warning("router.pass_untimed", mode=str(mode), error=exc.message)
                 continue

@@ -1087,8 +1087,8 @@ def bench_load(
         list[str] | None,
         typer.Option(
             "--placement",
-            help="router arms: marginal (router), best (router-b), threshold (router-t) "
-            "[default: marginal and best]",
+            help="router arms: marginal (router), best (router-b), threshold (router-t; "
+            "router.load_placement's default) [default: all three]",
         ),
     ] = None,
 ) -> None:
@@ -1118,7 +1118,7 @@ def bench_load(
     if any(c < 1 for c in levels):
         raise FrondeError("--clients: every c must be at least 1")
     n_slots = slots or max(levels)
-    placements = placement or ["marginal", "best"]
+    placements = placement or ["marginal", "best", "threshold"]
     wrong = sorted(set(placements) - {"marginal", "threshold", "best"})
     if wrong:
         raise FrondeError(f"--placement {', '.join(wrong)}: use marginal, best or threshold")

@@ -37,15 +37,15 @@ is left out of the tokens and the latencies of every arm, and listed; its time s
 counts in the window (``--skip-from`` leaves such items out of a later run).
 
 **Verdict** per router arm and c: its tok/s ≥ the best static arm's (calibration
-servers included: a user could run any of them), and its p99 ≤ that arm's. Two router
-arms by default: ``router`` (placement ``marginal``: the backend whose curve gains
-most, so several servers may decode at once) and ``router-b`` (``best``: the mode
-whose server alone serves the load in flight best, gathering the requests in one
-batch); ``--placement threshold`` adds ``router-t`` (plain decoding from the
-measured load on). With two repetitions or more each line also gives the **held-out**
-ratio (:func:`held_out_ratios`): the best static arm chosen on the other repetitions,
-as a user chooses a server before the run, instead of the highest of several noisy
-figures.
+servers included: a user could run any of them), and its p99 ≤ that arm's. Three router
+arms by default, one per placement of the measured rule: ``router`` (``marginal``:
+the backend whose curve gains most, so several servers may decode at once),
+``router-b`` (``best``: the mode whose server alone serves the load in flight best,
+gathering the requests in one batch) and ``router-t`` (``threshold``, the setting's
+default: plain decoding from the measured load on). With two repetitions or more
+each line also gives the **held-out** ratio (:func:`held_out_ratios`): the best
+static arm chosen on the other repetitions, as a user chooses a server before the
+run, instead of the highest of several noisy figures.
 """
 
 from __future__ import annotations

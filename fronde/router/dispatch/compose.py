@@ -107,6 +107,8 @@ class Runtime:
         on_ready: called once with the modes up when the backends have started and
             at least one serves (the CLI prints its ready line then).
         started_at: when it was built, epoch seconds.
+        timing_passes: backends are starting and their passes will be timed, or are
+            being timed (:meth:`time_passes`): ``/health`` answers 503 until it ends.
     """
 
     settings: Settings
@@ -120,6 +122,7 @@ class Runtime:
     on_fatal: Callable[[str], None] | None = None
     on_ready: Callable[[list[Mode]], None] | None = None
     started_at: float = 0.0
+    timing_passes: bool = False
 
     # --- views for the API -------------------------------------------------------------
 
@@ -147,7 +150,9 @@ class Runtime:
         """Proxy and backend states: (ready to serve, ``/health`` body).
 
         Ready once the floor of last resort can serve: baseline when it runs,
-        otherwise any mode; with swap residency, whatever is resident.
+        otherwise any mode; with swap residency, whatever is resident. Not while
+        :meth:`time_passes` times the backends (a request decoding beside the timed
+        one would be timed with it): ``status`` is ``timing passes`` then.
         """
         ready = self.pool.ready_modes()
         if self.swap is not None:  # whatever is resident serves (and swaps bring the rest)
@@ -156,8 +161,11 @@ class Runtime:
             floor_ready = Mode.BASELINE in ready
         else:
             floor_ready = bool(ready)
+        status = "ok" if floor_ready else "unavailable"
+        if self.timing_passes:
+            floor_ready, status = False, "timing passes"
         return floor_ready, {
-            "status": "ok" if floor_ready else "unavailable",
+            "status": status,
             "uptime_s": round(time.time() - self.started_at, 1),
             "residency": self.settings.residency,
             "backends": self.pool.status(),
@@ -183,13 +191,21 @@ class Runtime:
     # --- life --------------------------------------------------------------------------
 
     async def _start_backends(self) -> None:
-        if self.swap is not None:
-            await self.swap.start()  # only the first max_resident modes come up
-        else:
-            await self.pool.start()
-        ready = self.pool.ready_modes()
+        # With passes to time, /health waits for them from the start: a request let in
+        # as soon as baseline is up would decode beside the timed generations.
+        book = self.router.counterfactual
+        self.timing_passes = book is not None and book.own_baseline_step
+        try:
+            if self.swap is not None:
+                await self.swap.start()  # only the first max_resident modes come up
+            else:
+                await self.pool.start()
+            ready = self.pool.ready_modes()
+            if ready:
+                await self.time_passes(ready)
+        finally:
+            self.timing_passes = False
         if ready:
-            await self.time_passes(ready)
             url = self.settings.server.url
             log.info(
                 "serve.ready",

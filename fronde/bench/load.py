@@ -398,26 +398,30 @@ def held_out_ratios(rows: Sequence[LoadRow], arm: str, c: int) -> list[float]:
     Picking "the best static arm" as the highest of several noisy figures flatters it
     (the winner's curse: on the H200 one arm measured twice read up to 20 % apart, and
     the modes' curves lie closer than that), while a user chooses a server before
-    seeing the run. For each repetition r that every arm at ``c`` measured, the static
-    arm with the highest median over the repetitions other than r is the user's
-    choice, and the ratio is ``arm``'s tok/s in r ÷ that arm's in r (cross-fitting).
-    Empty with fewer than two such repetitions.
+    seeing the run. For each repetition r of ``arm``, among the static arms that
+    measured r and at least one other repetition of ``arm``'s, the one with the highest
+    median over those others is the user's choice, and the ratio is ``arm``'s tok/s in
+    r ÷ that arm's in r (cross-fitting). A static arm missing a repetition is left out
+    of that repetition's choice only. Empty when ``arm`` has fewer than two
+    repetitions at ``c``.
     """
     router = next((r for r in rows if r.arm == arm and r.c == c), None)
-    static = [r for r in rows if r.c == c and not _routed(r.arm) and r.tok_s_reps]
-    if router is None or not static:
-        return []
-    common = set(router.tok_s_reps)
-    for r in static:
-        common &= set(r.tok_s_reps)
-    if len(common) < 2:
+    static = [r for r in rows if r.c == c and not _routed(r.arm)]
+    if router is None or len(router.tok_s_reps) < 2:
         return []
     out: list[float] = []
-    for rep in sorted(common):
-        others = [k for k in common if k != rep]
-        chosen = max(static, key=lambda r: median(r.tok_s_reps[k] for k in others))
+    for rep, mine in sorted(router.tok_s_reps.items()):
+        others = [k for k in router.tok_s_reps if k != rep]
+
+        def held(r: LoadRow, others: list[int] = others) -> list[float]:
+            return [r.tok_s_reps[k] for k in others if k in r.tok_s_reps]
+
+        cands = [r for r in static if rep in r.tok_s_reps and held(r)]
+        if not cands:
+            continue
+        chosen = max(cands, key=lambda r: median(held(r)))
         if chosen.tok_s_reps[rep] > 0:
-            out.append(router.tok_s_reps[rep] / chosen.tok_s_reps[rep])
+            out.append(mine / chosen.tok_s_reps[rep])
     return out
 
 

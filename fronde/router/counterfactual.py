@@ -26,9 +26,13 @@ on them, and the verify-cost model turns the counts into decode time:
   (``backend.plain_args``, e.g. ``--backend-sampling``, which on the H200 made
   gemma's plain pass 1.3× faster at one request and no speculative server can use),
   a pass differs between baseline and the others by construction, and baseline's
-  time against a speculative mode's is scaled by the ratio of their step EMAs
-  (``step_ms(baseline) ÷ step_ms(served)``, and its inverse), seeded before the first
-  request by :meth:`Counterfactual.seed_step`. Each mode's
+  time against a speculative mode's is scaled by the ratio of their **timed passes**
+  (``pass_ms(baseline) ÷ pass_ms(served)``, and its inverse): one generation on each
+  backend, one after the other, before the first request
+  (:meth:`Counterfactual.seed_step`), so that both were timed under the same
+  conditions. The served mode's step EMA is not used for it: only the served mode's
+  moves, with the load and the context, and against the other's stale value the
+  ratio would cancel exactly the slowdown it should predict. Otherwise each mode's
   own step time is kept as an EMA and reported, not used: on 2 CPU cores it moved by
   30 % within a session with the prompts' contexts (cascade 31–33 ms a pass against
   24 for the others after a few slow requests), and correcting predictions with it
@@ -184,6 +188,7 @@ class Counterfactual:
         }
         self.calibration: dict[Mode, Ema] = {}
         self.step_ms: dict[Mode, Ema] = {}
+        self.pass_ms: dict[Mode, float] = {}
         self._buckets: dict[str, _Bucket] = {}
         self._errors: dict[str, deque[float]] = {
             "predicted": deque(maxlen=ERRORS_KEPT),
@@ -195,31 +200,34 @@ class Counterfactual:
         return NgramModTable(s.ngram_mod_n_match, s.ngram_mod_n_max, s.ngram_mod_n_min)
 
     def seed_step(self, mode: Mode, m: Measurement) -> float | None:
-        """Fold one measured request into ``mode``'s step EMA, outside any bucket.
+        """Record ``mode``'s timed pass: one generation made to time its backend.
 
-        For a generation made to time a backend's pass before real requests come (the
-        runtime does it when ``own_baseline_step``). Returns the step, ms a pass, or
-        None when ``m`` has no decode time or no pass.
+        For a generation the runtime makes before real requests come (when
+        ``own_baseline_step``), each backend in turn. The pass, ms, goes to
+        :attr:`pass_ms` (what :meth:`pass_ratio` reads) and to the step EMA.
+
+        Returns:
+            The pass, ms, or None when ``m`` is shorter than
+            :data:`~fronde.router.measure.MIN_TOKENS`, has no decode time, or no pass.
         """
         work = m.tokens - m.accepted + self.draft_cost * m.drafted
-        if m.decode_ms <= 0 or work <= 0:
+        if m.tokens < MIN_TOKENS or m.decode_ms <= 0 or work <= 0:
             return None
         step = m.decode_ms / work
+        self.pass_ms[mode] = step
         self.step_ms.setdefault(mode, Ema(self.ema_alpha)).update(step)
         return step
 
     def pass_ratio(self, mode: Mode, served: Mode) -> float:
         """How much longer a pass of ``mode``'s backend takes than one of ``served``'s.
 
-        1.0 unless ``own_baseline_step`` and exactly one of the two is baseline and both
-        steps are measured: then ``step_ms(mode) ÷ step_ms(served)`` (EMAs).
+        1.0 unless ``own_baseline_step``, exactly one of the two is baseline and both
+        passes were timed (:meth:`seed_step`): then ``pass_ms(mode) ÷ pass_ms(served)``.
         """
         if not self.own_baseline_step or (mode is Mode.BASELINE) == (served is Mode.BASELINE):
             return 1.0
-        a, b = self.step_ms.get(mode), self.step_ms.get(served)
-        if a is None or b is None or not a.value or not b.value:
-            return 1.0
-        return a.value / b.value
+        a, b = self.pass_ms.get(mode), self.pass_ms.get(served)
+        return a / b if a and b else 1.0
 
     def _work(self, st: ShadowStats) -> float:
         """Cost-weighted target passes: passes + c × drafted."""
@@ -349,6 +357,7 @@ class Counterfactual:
             "band": self.band,
             "draft_cost": self.draft_cost,
             "own_baseline_step": self.own_baseline_step,
+            "pass_ms": {str(m): v for m, v in self.pass_ms.items()},
             "calibration": {str(m): e.value for m, e in self.calibration.items()},
             "step_ms": {str(m): e.value for m, e in self.step_ms.items()},
             "mirror_entries": {str(m): len(t) for m, t in self.mirrors.items()},

@@ -175,6 +175,7 @@ case "${1:?step}" in
     out="/root/fronde-results/$name"
     if [ -n "$seed" ] && [ ! -f "$out/records.jsonl" ]; then
       mkdir -p "$out"
+      # shellcheck disable=SC2086  # LOAD_FRESH_ARMS is a list of arm names
       gzip -dc "$seed/records.jsonl.gz" \
         | python3 scripts/gpu/drop_arms.py ${LOAD_FRESH_ARMS:-} > "$out/records.jsonl"
       gzip -dc "$seed/screen.jsonl.gz" > "$out/screen.jsonl"

@@ -43,6 +43,7 @@ from fronde.backends.process import LaunchSpec, LlamaServerProcess
 from fronde.bench.arms import Arm, static_argv
 from fronde.bench.workloads import load_workload
 from fronde.config import load_settings
+from fronde.errors import FrondeError
 from fronde.modes import Mode
 
 MODES = {"plain": None, "cascade": Mode.CASCADE, "mod": Mode.NGRAM_MOD}
@@ -169,7 +170,8 @@ def main() -> int:
         row: dict[str, object]
         try:
             row = asyncio.run(measure(name, int(k), int(c), args))
-        except httpx.HTTPError as e:  # a server that crashed is a finding, not the end
+        except (httpx.HTTPError, FrondeError, KeyError, ValueError) as e:
+            # a server that crashed or never started is a finding, not the end
             row = {"config": name, "servers": int(k), "c": int(c), "error": repr(e)}
         print(json.dumps(row), flush=True)
         if args.out is not None:  # a line at a time: what was measured survives a cut

@@ -15,7 +15,7 @@ rest is ignored) plus knobs in the manner of llama-swap's ``cmd/fake-model``:
 - ``--fake-ctx N``: a prompt of more than N words gets llama-server's
   ``exceed_context_size_error`` (HTTP 400 with ``n_prompt_tokens`` and ``n_ctx``), and a
   native ``/completion`` stops with ``truncated`` when prompt plus output reach N;
-- ``--fake-hang``: completions never answer (a hung backend);
+- ``--fake-hang``: completions never answer, OpenAI's and the native one (a hung backend);
 - ``--fake-garbage``: streams send a line that is not JSON, then close without ``[DONE]``;
 - ``--fake-early-close N``: streams end cleanly after N tokens, without ``[DONE]``;
 - ``--fake-always-usage``: streams carry a usage chunk even when not asked (other builds);
@@ -504,6 +504,8 @@ def build_app(args: argparse.Namespace) -> FastAPI:
                 },
                 400,
             )
+        if args.fake_hang:
+            await asyncio.sleep(3600)
         n_predict = int(body.get("n_predict", -1))
         limit = n_predict if n_predict >= 0 else 64
         # A full context stops the generation as llama-server does (``truncated``).

@@ -84,7 +84,7 @@ def test_a_baseline_with_flags_of_its_own_gets_its_pass_timed_before_routing(
             deadline = time.monotonic() + 120
             steps: dict[str, float] = {}
             while time.monotonic() < deadline and len(steps) < 2:
-                steps = _state(http)["counterfactual"]["step_ms"]
+                steps = _state(http)["counterfactual"]["pass_ms"]
                 time.sleep(0.5)
             assert set(steps) == {"baseline", "ngram-mod"}, serve.log.read_text()[-2000:]
             # gemma-3-270m on a CPU: a pass takes milliseconds to tens of them, not seconds.

@@ -317,6 +317,12 @@ def test_the_held_out_ratio_chooses_the_static_arm_on_the_other_repetitions() ->
     # router ties it; held out, rep 0 chooses default (12 in rep 1) and finds 8 there,
     # rep 1 chooses plain and finds 8: the router is 1.25× the arm a user would pick.
     assert held_out_ratios(rows, "router", 4) == pytest.approx([1.25, 1.25])
+    # A static arm measured in one repetition only cannot be chosen on another: it is
+    # left out of the choice, not the whole comparison.
+    once = [_sample("cascade", 4, 0, item, t0, 1.0, tokens=40) for item, t0 in (("a", 0), ("b", 1))]
+    assert held_out_ratios(load_rows([*samples, *once], []), "router", 4) == pytest.approx(
+        [1.25, 1.25]
+    )
     [line] = verdict_lines(rows)
     assert "held out 1.250× [1.250, 1.250]" in line
     one_rep = [s for s in samples if s["rep"] == 0]

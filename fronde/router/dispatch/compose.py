@@ -58,6 +58,10 @@ that has just seen one drafts its repetition from ngram-mod's memory."""
 STEP_TOKENS = 32
 """Tokens each pass-timing generation decodes (after one untimed warm-up)."""
 
+STEP_TIMEOUT_S = 30.0
+"""Longest a backend may take for its two pass-timing generations, s: one that hangs is
+left untimed instead of holding ``/health`` at 503 for ``upstream.read_timeout_s``."""
+
 
 def _run_log_dir(cache_dir: Path) -> Path:
     root = cache_dir / "logs"
@@ -107,8 +111,9 @@ class Runtime:
         on_ready: called once with the modes up when the backends have started and
             at least one serves (the CLI prints its ready line then).
         started_at: when it was built, epoch seconds.
-        timing_passes: backends are starting and their passes will be timed, or are
-            being timed (:meth:`time_passes`): ``/health`` answers 503 until it ends.
+        warming: ``"starting"`` while the backends start and their passes are to be
+            timed, ``"timing passes"`` while :meth:`time_passes` runs, else None:
+            ``/health`` answers 503 with it as ``status`` until it is None.
     """
 
     settings: Settings
@@ -122,7 +127,7 @@ class Runtime:
     on_fatal: Callable[[str], None] | None = None
     on_ready: Callable[[list[Mode]], None] | None = None
     started_at: float = 0.0
-    timing_passes: bool = False
+    warming: str | None = None
 
     # --- views for the API -------------------------------------------------------------
 
@@ -151,8 +156,9 @@ class Runtime:
 
         Ready once the floor of last resort can serve: baseline when it runs,
         otherwise any mode; with swap residency, whatever is resident. Not while
-        :meth:`time_passes` times the backends (a request decoding beside the timed
-        one would be timed with it): ``status`` is ``timing passes`` then.
+        :attr:`warming`: passes to time (:meth:`time_passes`) hold ``/health`` until
+        they are timed, so that a client that waits for it does not decode beside the
+        timed generations (a request sent anyway is served).
         """
         ready = self.pool.ready_modes()
         if self.swap is not None:  # whatever is resident serves (and swaps bring the rest)
@@ -162,8 +168,8 @@ class Runtime:
         else:
             floor_ready = bool(ready)
         status = "ok" if floor_ready else "unavailable"
-        if self.timing_passes:
-            floor_ready, status = False, "timing passes"
+        if self.warming is not None:
+            floor_ready, status = False, self.warming
         return floor_ready, {
             "status": status,
             "uptime_s": round(time.time() - self.started_at, 1),
@@ -194,17 +200,18 @@ class Runtime:
         # With passes to time, /health waits for them from the start: a request let in
         # as soon as baseline is up would decode beside the timed generations.
         book = self.router.counterfactual
-        self.timing_passes = book is not None and book.own_baseline_step
+        self.warming = "starting" if book is not None and book.own_baseline_step else None
         try:
             if self.swap is not None:
                 await self.swap.start()  # only the first max_resident modes come up
             else:
                 await self.pool.start()
             ready = self.pool.ready_modes()
-            if ready:
+            if ready and self.warming is not None:
+                self.warming = "timing passes"
                 await self.time_passes(ready)
         finally:
-            self.timing_passes = False
+            self.warming = None
         if ready:
             url = self.settings.server.url
             log.info(
@@ -233,10 +240,12 @@ class Runtime:
         replayed mode's backend, one after another (two servers decoding at once on
         one GPU take turns, which would time the sharing), continues each of
         :data:`STEP_PROMPTS` greedily for :data:`STEP_TOKENS` tokens without the
-        prompt cache; the second generation's ``timings`` seed the step EMA
+        prompt cache, ignoring EOS; the second generation's ``timings`` give its pass
         (:meth:`~fronde.router.counterfactual.Counterfactual.seed_step`). A backend
-        that fails is logged and left unseeded (its ratio stays 1). The text reaches
-        ngram-mod's pool like any request's.
+        that fails or takes over :data:`STEP_TIMEOUT_S` is logged and left untimed
+        (its ratio stays 1). The texts reach ngram-mod's pool on the server but not
+        Fronde's mirror of it (a drift of two short texts, which the online
+        calibration absorbs).
 
         Returns:
             mode → its step, ms a pass, for the modes timed.
@@ -245,23 +254,31 @@ class Runtime:
         if book is None or not book.own_baseline_step or Mode.BASELINE not in ready:
             return {}
         warm, timed = (
-            {"prompt": p, "n_predict": STEP_TOKENS, "temperature": 0.0, "cache_prompt": False}
+            {
+                "prompt": p,
+                "n_predict": STEP_TOKENS,
+                "temperature": 0.0,
+                "cache_prompt": False,
+                "ignore_eos": True,
+            }
             for p in STEP_PROMPTS
         )
         steps: dict[Mode, float] = {}
         for mode in (m for m in book.modes if m in ready):
             url = self.pool.get(mode).url
             try:
-                await self.client.post_json(url, "/completion", warm)
-                data = await self.client.post_json(url, "/completion", timed)
-            except BackendError as exc:
-                log.warning("router.pass_untimed", mode=str(mode), error=exc.message)
+                async with asyncio.timeout(STEP_TIMEOUT_S):
+                    await self.client.post_json(url, "/completion", warm)
+                    data = await self.client.post_json(url, "/completion", timed)
+            except (BackendError, TimeoutError) as exc:
+                why = exc.message if isinstance(exc, BackendError) else f"over {STEP_TIMEOUT_S} s"
+                log.warning("router.pass_timing_failed", mode=str(mode), error=why)
                 continue
             m = measurement_from_timings(data.get("timings"))
             step = book.seed_step(mode, m) if m is not None else None
             if step is not None:
                 steps[mode] = step
-        log.info("router.passes_timed", step_ms={str(m): round(v, 3) for m, v in steps.items()})
+        log.info("router.passes_timed", pass_ms={str(m): round(v, 3) for m, v in steps.items()})
         return steps
 
     @asynccontextmanager

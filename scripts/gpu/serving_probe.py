@@ -127,7 +127,11 @@ async def measure(name: str, k: int, c: int, args: argparse.Namespace) -> dict[s
         spans: list[tuple[float, float, int]] = []
         start = time.monotonic()
         lo, hi = start + args.warm_s, start + args.warm_s + args.window_s
-        limits = httpx.Limits(max_connections=c + 8)
+        # A streamed chat's connection is closed by llama-server b11434 after a while
+        # idle, and one reused then fails before any answer (Fronde's own client retries
+        # those, fronde/backends/client.py): a fresh connection for each chat request.
+        keep = 0 if args.chat else None
+        limits = httpx.Limits(max_connections=c + 8, max_keepalive_connections=keep)
         async with httpx.AsyncClient(timeout=120, limits=limits) as http:
             await asyncio.gather(
                 *[_client(http, procs[j % k].url, prompts, args, hi, spans, j) for j in range(c)]

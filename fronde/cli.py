@@ -301,7 +301,7 @@ def batch_cmd(
     ],
     url: Annotated[
         str | None,
-        typer.Option(help="a running Fronde (default: the configured host and port)"),
+        typer.Option(help="a running Fronde [default: the configured host and port]"),
     ] = None,
     api_key: Annotated[
         str | None,
@@ -712,7 +712,7 @@ def bench_verdict(
         Path | None,
         typer.Option(
             help="folder for records.jsonl, the charts, summary.md; a run resumes with the"
-            " same --out (default: runs/verdict-PROFILE-UTCTIME, new each run)"
+            " same --out [default: runs/verdict-PROFILE-UTCTIME, new each run]"
         ),
     ] = None,
     quick: Annotated[

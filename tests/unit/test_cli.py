@@ -309,4 +309,4 @@ def test_bench_verdict_help_names_the_folder_it_writes_by_default() -> None:
     r = fronde("bench", "verdict", "--help", env={"COLUMNS": "80"})
     assert r.returncode == 0, r.stderr
     flat = re.sub(r"-\s+", "-", " ".join(r.stdout.split()))  # click wraps after a hyphen
-    assert "(default: runs/verdict-PROFILE-UTCTIME, new each run)" in flat
+    assert "[default: runs/verdict-PROFILE-UTCTIME, new each run]" in flat

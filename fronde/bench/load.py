@@ -431,8 +431,9 @@ def verdict_lines(rows: Sequence[LoadRow]) -> list[str]:
     PASS needs both the router's aggregate tok/s ≥ the best static arm's and its p99
     latency ≤ that arm's; a c a router arm has no row for is ``not run``. With two
     repetitions or more the line adds the held-out ratio (:func:`held_out_ratios`),
-    median [lowest, highest]: the same comparison without the winner's curse; the
-    verdict stays on the in-sample one.
+    median [lowest, highest]: the same comparison without the winner's curse, marked
+    "not significant" when its repetitions fall on both sides of 1; the verdict stays
+    on the in-sample one.
     """
     out: list[str] = []
     names = [a for a in ROUTERS.values() if any(r.arm == a for r in rows)] or ["router"]
@@ -447,9 +448,11 @@ def verdict_lines(rows: Sequence[LoadRow]) -> list[str]:
             tail = router.p99_s / best.p99_s if best.p99_s > 0 else float("nan")
             ok = ratio >= 1.0 and tail <= 1.0
             held = held_out_ratios(rows, name, c)
-            note = (
-                f", held out {median(held):.3f}× [{min(held):.3f}, {max(held):.3f}]" if held else ""
-            )
+            note = ""
+            if held:
+                lo, hi = min(held), max(held)
+                note = f", held out {median(held):.3f}× [{lo:.3f}, {hi:.3f}]"
+                note += ", not significant" if lo < 1.0 < hi else ""
             out.append(
                 f"c={c}: {name} {router.tok_s:.0f} tok/s = {ratio:.3f}× {best.arm} "
                 f"[{router.tok_s_lo / best.tok_s:.3f}, {router.tok_s_hi / best.tok_s:.3f}], "

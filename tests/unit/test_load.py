@@ -324,7 +324,13 @@ def test_the_held_out_ratio_chooses_the_static_arm_on_the_other_repetitions() ->
         [1.25, 1.25]
     )
     [line] = verdict_lines(rows)
-    assert "held out 1.250× [1.250, 1.250]" in line
+    assert "held out 1.250× [1.250, 1.250] → " in line  # both above 1: no "not significant"
+    # The router at 12 and 7 instead: held out 12 ÷ 8 and 7 ÷ 8, one on each side of 1.
+    mixed = [
+        s | {"tokens": (12 if s["rep"] == 0 else 7)} if s["arm"] == "router" else s for s in samples
+    ]
+    assert held_out_ratios(load_rows(mixed, []), "router", 4) == pytest.approx([1.5, 0.875])
+    assert verdict_lines(load_rows(mixed, []))[0].endswith("not significant → FAIL")
     one_rep = [s for s in samples if s["rep"] == 0]
     assert held_out_ratios(load_rows(one_rep, []), "router", 4) == []
     assert "held out" not in verdict_lines(load_rows(one_rep, []))[0]

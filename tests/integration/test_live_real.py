@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
 import subprocess
 import sys
 import threading
@@ -23,22 +22,13 @@ from playwright.sync_api import Browser, expect, sync_playwright
 from fronde.backends.process import free_port
 
 from ..unit.test_demo import parse_plain
+from ..unit.test_live import CHROMIUM_FLAGS, chromium
 from .conftest import ORIGINAL_POLICY, Serve, require_real_parts
 
 pytestmark = pytest.mark.integration
 
 ROOT = Path(__file__).resolve().parents[2]
 MODES = {"baseline", "ngram-simple", "ngram-mod", "cascade"}
-CHROMIUM_FLAGS = [
-    # This machine's network is closed: without these Chromium keeps trying Google's hosts.
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
 
 
 def test_demo_plain_plays_every_scene_on_the_real_model(tmp_path: Path) -> None:
@@ -73,14 +63,6 @@ def test_demo_plain_plays_every_scene_on_the_real_model(tmp_path: Path) -> None:
     # Cut at its closing fence inside a verify pass, it still has a τ (it had "-").
     assert float(rows["edit"]["tau"]) > 1.0
     assert float(rows["edit"]["repetition"]) < 0.5  # ... and not a loop (demo.EDIT_PROMPT)
-
-
-def chromium() -> str:
-    """Debian's Chromium, or the one FRONDE_CHROMIUM names; fails with what to install."""
-    path = os.environ.get("FRONDE_CHROMIUM") or shutil.which("chromium")
-    if path is None:
-        pytest.fail("the browser test needs Chromium: `apt-get install chromium`")
-    return path
 
 
 @pytest.fixture(scope="module")

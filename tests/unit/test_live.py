@@ -1,12 +1,15 @@
 """The live view of the router: request lifecycle, ``/fronde/v1/events`` and ``/ui``.
 
-Over fake backends; the browser test against the real model is in
-tests/integration/test_ui_browser.py.
+Over fake backends. The page itself runs in headless Chromium (Debian's ``chromium``,
+driven by Playwright), as in the browser test against the real model in
+tests/integration/test_live_real.py.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import shutil
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -15,6 +18,7 @@ from typing import Any
 import httpx
 import pytest
 from fastapi.testclient import TestClient
+from playwright.sync_api import Browser, expect, sync_playwright
 
 from fronde.modes import Mode
 from fronde.router.classify import RequestClass
@@ -203,3 +207,85 @@ def test_the_event_stream_shows_a_request_while_it_runs_then_done(
         assert running == sorted(running) and running[-1] > running[0]
         assert seen[-1][0] == "done"
         assert seen[-1][1] > 50  # 50 token events, the final event and the usage-free end
+
+
+# --- the page in a browser ---------------------------------------------------------
+
+CHROMIUM_FLAGS = [
+    # This machine's network is closed: without these Chromium keeps trying Google's hosts.
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+
+
+def chromium() -> str:
+    """Debian's Chromium, or the one FRONDE_CHROMIUM names; fails with what to install."""
+    path = os.environ.get("FRONDE_CHROMIUM") or shutil.which("chromium")
+    if path is None:
+        pytest.fail("the browser test needs Chromium: `apt-get install chromium`")
+    return path
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Browser]:
+    with sync_playwright() as p:
+        b = p.chromium.launch(executable_path=chromium(), args=CHROMIUM_FLAGS)
+        yield b
+        b.close()
+
+
+CANDIDATES = "the first ready of ngram-mod, cascade, ngram-simple"  # router.aggressive
+
+
+@pytest.mark.parametrize(
+    ("router", "probe_words"),
+    [
+        (
+            {"probe_min_tokens": 300},  # probe = "auto", the default
+            "probes (auto): only when the budget is open or ≥ 300 tokens and the candidate"
+            f" is unmeasured in the class — 48 tokens on {CANDIDATES}",
+        ),
+        ({"probe": "never"}, "probes: never"),
+        (
+            {"probe": "always", "probe_tokens": 32},
+            "probes (always): whenever the candidate is not the class's floor"
+            f" — 32 tokens on {CANDIDATES}",
+        ),
+    ],
+)
+def test_the_page_states_the_probe_policy_and_fits_a_1280_px_window(
+    tmp_path: Path, fake_binary: Path, browser: Browser, router: dict[str, Any], probe_words: str
+) -> None:
+    with real_serve(tmp_path, fake_binary, router=router) as s:
+        edit = "Rename x to y in this code:\n```python\n" + "x = x + 1\n" * 90 + "```"
+        for body in (
+            chat("alpha beta gamma", max_tokens=20),
+            chat(edit, max_tokens=20),
+            chat("alpha beta gamma", max_tokens=20, logprobs=True),
+            chat("alpha beta gamma", model="fronde:baseline", max_tokens=20),
+        ):
+            assert httpx.post(f"{s.base}/v1/chat/completions", json=body, timeout=30).is_success
+        page = browser.new_page(viewport={"width": 1280, "height": 800})
+        page.goto(f"{s.base}/ui")
+        expect(page.locator("#conn")).to_have_class("live", timeout=10_000)
+        # Probes are the exception: the header says when they run, from the router's state.
+        expect(page.locator("#policy")).to_have_text(
+            f"model fronde · {probe_words} · margin 1.1× · edits → ngram-mod"
+        )
+        expect(page.locator("#class-rows tr")).to_have_count(3)  # general, edit, unsafe
+        expect(page.locator("#requests tr")).to_have_count(4)
+        # Every column shows: neither the page nor a table's own box scrolls sideways.
+        widths = page.evaluate(
+            """() => [["page", document.documentElement.scrollWidth, window.innerWidth],
+              ...[...document.querySelectorAll(".wide")].map(
+                (box) => [box.firstElementChild.id, box.scrollWidth, box.clientWidth])]"""
+        )
+        page.close()
+    for name, needed, shown in widths:
+        assert needed <= shown, f"{name} needs {needed} px, shows {shown}"
+    assert [w[0] for w in widths] == ["page", "classes", "recent"]

@@ -1,14 +1,17 @@
-"""Shared fixtures: a fake llama-server executable, and settings that serve gemma through it."""
+"""Shared fixtures: a fake llama-server executable, settings that serve gemma through it, and
+headless Chromium for the /ui tests."""
 
 from __future__ import annotations
 
+import os
 import shutil
 import stat
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from playwright.sync_api import Browser, sync_playwright
 
 from fronde.config import Settings, load_settings
 from fronde.runtime.models import load_profile
@@ -50,3 +53,32 @@ def fake_gemma(tmp_path: Path, fake_binary: Path) -> Callable[[int], Settings]:
         )
 
     return settings
+
+
+CHROMIUM_FLAGS = [
+    # This machine's network is closed: without these Chromium keeps trying Google's hosts.
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+
+
+def chromium() -> str:
+    """Debian's Chromium, or the one FRONDE_CHROMIUM names; fails with what to install."""
+    path = os.environ.get("FRONDE_CHROMIUM") or shutil.which("chromium")
+    if path is None:
+        pytest.fail("the browser test needs Chromium: `apt-get install chromium`")
+    return path
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Browser]:
+    """Headless Chromium driven by Playwright, for the ``/ui`` tests (unit and real)."""
+    with sync_playwright() as p:
+        b = p.chromium.launch(executable_path=chromium(), args=CHROMIUM_FLAGS)
+        yield b
+        b.close()

@@ -12,17 +12,15 @@ import re
 import subprocess
 import sys
 import threading
-from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
 import pytest
-from playwright.sync_api import Browser, expect, sync_playwright
+from playwright.sync_api import Browser, expect
 
 from fronde.backends.process import free_port
 
 from ..unit.test_demo import parse_plain
-from ..unit.test_live import CHROMIUM_FLAGS, chromium
 from .conftest import ORIGINAL_POLICY, Serve, require_real_parts
 
 pytestmark = pytest.mark.integration
@@ -63,14 +61,6 @@ def test_demo_plain_plays_every_scene_on_the_real_model(tmp_path: Path) -> None:
     # Cut at its closing fence inside a verify pass, it still has a τ (it had "-").
     assert float(rows["edit"]["tau"]) > 1.0
     assert float(rows["edit"]["repetition"]) < 0.5  # ... and not a loop (demo.EDIT_PROMPT)
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Browser]:
-    with sync_playwright() as p:
-        b = p.chromium.launch(executable_path=chromium(), args=CHROMIUM_FLAGS)
-        yield b
-        b.close()
 
 
 def test_the_live_page_shows_a_request_while_it_streams(

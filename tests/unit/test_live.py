@@ -8,8 +8,6 @@ tests/integration/test_live_real.py.
 from __future__ import annotations
 
 import json
-import os
-import shutil
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,7 +16,7 @@ from typing import Any
 import httpx
 import pytest
 from fastapi.testclient import TestClient
-from playwright.sync_api import Browser, expect, sync_playwright
+from playwright.sync_api import Browser, expect
 
 from fronde.modes import Mode
 from fronde.router.classify import RequestClass
@@ -210,34 +208,6 @@ def test_the_event_stream_shows_a_request_while_it_runs_then_done(
 
 
 # --- the page in a browser ---------------------------------------------------------
-
-CHROMIUM_FLAGS = [
-    # This machine's network is closed: without these Chromium keeps trying Google's hosts.
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
-
-
-def chromium() -> str:
-    """Debian's Chromium, or the one FRONDE_CHROMIUM names; fails with what to install."""
-    path = os.environ.get("FRONDE_CHROMIUM") or shutil.which("chromium")
-    if path is None:
-        pytest.fail("the browser test needs Chromium: `apt-get install chromium`")
-    return path
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Browser]:
-    with sync_playwright() as p:
-        b = p.chromium.launch(executable_path=chromium(), args=CHROMIUM_FLAGS)
-        yield b
-        b.close()
-
 
 CANDIDATES = "the first ready of ngram-mod, cascade, ngram-simple"  # router.aggressive
 

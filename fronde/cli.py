@@ -1096,17 +1096,8 @@ def bench_load(
     import asyncio
     import json
 
-    from fronde.bench.load import (
-        CLIENTS,
-        curves_from,
-        load_markdown,
-        load_plot,
-        load_rows,
-        load_setup,
-        looping_items,
-        rows_json,
-        verdict_lines,
-    )
+    from fronde.bench.load import CLIENTS, curves_from, load_rows, load_setup, looping_items
+    from fronde.bench.load_page import load_markdown, load_plot, rows_json, verdict_lines
     from fronde.bench.protocol import planned_requests, run_plan
     from fronde.bench.serve import run_info
     from fronde.bench.store import Store

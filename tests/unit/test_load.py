@@ -13,16 +13,13 @@ import pytest
 from fronde.bench.load import (
     agent_mix,
     curves_from,
-    held_out_ratios,
-    load_markdown,
-    load_plot,
     load_rows,
     load_setup,
     looping_items,
     spec_of,
     steady_window,
-    verdict_lines,
 )
+from fronde.bench.load_page import held_out_ratios, load_markdown, load_plot, verdict_lines
 from fronde.config import Settings, load_settings
 from fronde.modes import Mode
 from fronde.router.calibration import (

@@ -179,7 +179,7 @@ case "${1:?step}" in
       gzip -dc "$seed/records.jsonl.gz" \
         | python3 scripts/gpu/drop_arms.py ${LOAD_FRESH_ARMS:-} > "$out/records.jsonl"
       gzip -dc "$seed/screen.jsonl.gz" > "$out/screen.jsonl"
-      cp "$seed/console.log" "$out/console.log"
+      cp "$seed/console.log" "$out/console.log" 2>/dev/null || true
       echo "seeded from $seed: $(grep -c '"type": "block"' "$out/records.jsonl") blocks"
     fi
     mkdir -p "$out"

@@ -13,7 +13,11 @@ A file holds three record types, each with ``schema`` = :data:`SCHEMA`:
 A resumed run skips the blocks that ended ok and reruns the others whole (a block
 half done would not start from fresh servers). Samples count only from the last
 ok block of a key. Records from another machine or llama-server build are refused:
-their speeds do not compare (pyperf's ``_compare.py`` refuses the same).
+their speeds do not compare (pyperf's ``_compare.py`` refuses the same). A machine is
+its hardware and software class (:func:`machine_class`): CPU model and count, GPUs,
+OS, architecture and Python, not the kernel's build string, which differs between
+leases of one kind of VM (the H200 runs of 2026-12-02 and -03: ``…-fc-v973-gpu-…``
+and ``…-fc-v1147-gpu-…``), so that repetitions can add up over sessions.
 """
 
 from __future__ import annotations
@@ -25,10 +29,29 @@ from typing import Any, cast
 
 from fronde.errors import FrondeError
 
-__all__ = ["SCHEMA", "Store"]
+__all__ = ["SCHEMA", "Store", "machine_class"]
 
 SCHEMA = 2
 """Version of the record layout (1 was the retired battery's)."""
+
+
+def machine_class(machine: object) -> object:
+    """What of a ``machine`` record (:func:`fronde.bench.serve.machine_info`) must match.
+
+    The record without ``system`` (``platform.platform()``, which carries the kernel's
+    build) but with its OS and architecture read from it: ``"Linux-6.18.44-fc-v1147-
+    gpu-x86_64-with-glibc2.39"`` → ``("Linux", "x86_64")``. Anything that is not such a
+    dict is returned as it is.
+    """
+    if not isinstance(machine, dict):
+        return machine
+    rec = cast("dict[str, Any]", machine)
+    if "system" not in rec:
+        return rec
+    system = str(rec["system"])
+    arch = next((a for a in ("x86_64", "aarch64", "arm64") if a in system), "")
+    rest = {k: v for k, v in rec.items() if k != "system"}
+    return {**rest, "os": system.split("-", 1)[0], "arch": arch}
 
 
 @dataclass(frozen=True)
@@ -62,7 +85,8 @@ class Store:
 
         Args:
             run: the run's description (machine, commit, plan).
-            identity: what must match to compare speeds (machine, build, profile, form).
+            identity: what must match to compare speeds (machine, build, profile, form);
+                ``machine`` is compared by :func:`machine_class`.
 
         Raises:
             FrondeError: the file holds a run with another identity (which field).
@@ -71,10 +95,15 @@ class Store:
             if rec["type"] != "run":
                 continue
             for key, value in identity.items():
-                if rec["identity"].get(key) != value:
+                old = rec["identity"].get(key)
+                if key == "machine":
+                    same = machine_class(old) == machine_class(value)
+                else:
+                    same = old == value
+                if not same:
                     raise FrondeError(
                         f"{self.path} holds a run with another {key} "
-                        f"({rec['identity'].get(key)!r}, not {value!r}); use another --out"
+                        f"({old!r}, not {value!r}); use another --out"
                     )
         self.append({"type": "run", "identity": identity, **run})
 

@@ -23,7 +23,7 @@ from fronde.bench.arms import Arm
 from fronde.bench.client import repetition_score, send
 from fronde.bench.protocol import Plan, planned_requests, schedule
 from fronde.bench.report import Report
-from fronde.bench.store import SCHEMA, Store
+from fronde.bench.store import SCHEMA, Store, machine_class
 from fronde.bench.verdict import Check, bootstrap, checks, geomean, table
 from fronde.bench.workloads import Item, Workload, load_workload
 from fronde.errors import FrondeError
@@ -291,6 +291,39 @@ def test_begin_refuses_another_identity_and_accepts_the_same(tmp_path: Path) -> 
     runs = [r for r in store.records() if r["type"] == "run"]
     assert [r["commit"] for r in runs] == ["c1", "c2"]  # the refused run left no record
     assert runs[0]["identity"] == identity
+
+
+def test_a_machine_is_its_class_not_its_kernels_build(tmp_path: Path) -> None:
+    # Two leases of the H200 machine: the same hardware, another kernel build string.
+    h200 = {
+        "cpu": "Intel(R) Xeon(R) Processor",
+        "cpus": 16,
+        "gpus": ["NVIDIA H200"],
+        "system": "Linux-6.18.44-fc-v973-gpu-x86_64-with-glibc2.39",
+        "python": "3.12.3",
+    }
+    later = {**h200, "system": "Linux-6.18.44-fc-v1147-gpu-x86_64-with-glibc2.39"}
+    assert machine_class(h200) == machine_class(later)
+    assert machine_class(h200) == {
+        "cpu": "Intel(R) Xeon(R) Processor",
+        "cpus": 16,
+        "gpus": ["NVIDIA H200"],
+        "python": "3.12.3",
+        "os": "Linux",
+        "arch": "x86_64",
+    }
+    store = Store(tmp_path / "records.jsonl")
+    store.begin({"commit": "c1"}, {"machine": h200, "slots": 32})
+    store.begin({"commit": "c2"}, {"machine": later, "slots": 32})  # a second session
+    for other in (
+        {**h200, "gpus": ["NVIDIA A100"]},
+        {**h200, "cpus": 8},
+        {**h200, "system": "Darwin-24.1.0-arm64-arm-64bit"},
+    ):
+        with pytest.raises(FrondeError, match="another machine"):
+            store.begin({"commit": "c3"}, {"machine": other, "slots": 32})
+    with pytest.raises(FrondeError, match="another slots"):
+        store.begin({"commit": "c3"}, {"machine": later, "slots": 16})
 
 
 # --- protocol --------------------------------------------------------------------------

@@ -174,12 +174,15 @@ case "${1:?step}" in
     if [ -n "$seed" ]; then name=$(basename "$seed"); fi
     out="/root/fronde-results/$name"
     if [ -n "$seed" ] && [ ! -f "$out/records.jsonl" ]; then
-      mkdir -p "$out"
+      # Into a scratch folder first: a seed that fails half way leaves nothing behind,
+      # and the next call seeds again instead of resuming from a part.
+      rm -rf "$out.seeding" && mkdir -p "$out.seeding"
       # shellcheck disable=SC2086  # LOAD_FRESH_ARMS is a list of arm names
       gzip -dc "$seed/records.jsonl.gz" \
-        | python3 scripts/gpu/drop_arms.py ${LOAD_FRESH_ARMS:-} > "$out/records.jsonl"
-      gzip -dc "$seed/screen.jsonl.gz" > "$out/screen.jsonl"
-      cp "$seed/console.log" "$out/console.log" 2>/dev/null || true
+        | python3 scripts/gpu/drop_arms.py ${LOAD_FRESH_ARMS:-} > "$out.seeding/records.jsonl"
+      gzip -dc "$seed/screen.jsonl.gz" > "$out.seeding/screen.jsonl"
+      cp "$seed/console.log" "$out.seeding/console.log" 2>/dev/null || true
+      rm -rf "$out" && mv "$out.seeding" "$out"
       echo "seeded from $seed: $(grep -c '"type": "block"' "$out/records.jsonl") blocks"
     fi
     mkdir -p "$out"

@@ -25,8 +25,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import tempfile
-from collections.abc import AsyncGenerator, Sequence
-from dataclasses import dataclass
+from collections.abc import AsyncGenerator, Generator, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
@@ -61,6 +61,8 @@ class Arm:
             ``FRONDE_RESIDENCY``), as (name, value) pairs.
         default: whether a run that names no arms runs it (``mod12`` is left out: it
             won no run of the 2026-12-01 verdicts, and Fronde's ``mod`` covers n_match).
+        servers: static arms: how many llama-servers of that argv start; with more
+            than one, each request goes to the least busy (:meth:`Target.server`).
     """
 
     name: str
@@ -71,6 +73,7 @@ class Arm:
     about: str = ""
     env: tuple[tuple[str, str], ...] = ()
     default: bool = True
+    servers: int = 1
 
     @property
     def routed(self) -> bool:
@@ -169,11 +172,37 @@ def arms_named(names: Sequence[str], *, draft: bool) -> list[Arm]:
 
 @dataclass(frozen=True)
 class Target:
-    """A started arm: where to send requests, with which headers and model name."""
+    """A started arm: where to send requests, with which headers and model name.
+
+    Attributes:
+        base_url: the arm's URL (the first server's with several).
+        headers: sent with every request.
+        model: the ``model`` every body names, when the arm needs one.
+        urls: an arm of several servers: all of them (:meth:`server` picks one).
+    """
 
     base_url: str
     headers: dict[str, str]
     model: str | None = None
+    urls: tuple[str, ...] = ()
+    busy: dict[str, int] = field(default_factory=dict[str, int], compare=False)
+
+    @contextlib.contextmanager
+    def server(self) -> Generator[str]:
+        """The URL for one request, held until the block exits.
+
+        ``base_url``, or of ``urls`` the one with the fewest requests in flight, the
+        first on a tie: what a least-busy load balancer in front of them would do.
+        """
+        if not self.urls:
+            yield self.base_url
+            return
+        url = min(self.urls, key=lambda u: self.busy.get(u, 0))
+        self.busy[url] = self.busy.get(url, 0) + 1
+        try:
+            yield url
+        finally:
+            self.busy[url] -= 1
 
     def body(self, item: Item, form: Form, max_tokens: int) -> dict[str, Any]:
         """``item``'s request body for this target (its model name when it needs one)."""
@@ -191,8 +220,12 @@ async def started(
         FrondeError: a server did not start (``BackendStartError`` is one).
     """
     if arm.kind == "static":
-        async with _static(arm, settings, log_dir) as url:
-            yield Target(url, {})
+        async with contextlib.AsyncExitStack() as stack:
+            urls = [
+                await stack.enter_async_context(_static(arm, settings, log_dir, k))
+                for k in range(arm.servers)
+            ]
+            yield Target(urls[0], {}, urls=tuple(urls) if len(urls) > 1 else ())
         return
     if arm.kind == "litellm":
         async with _static(arm, settings, log_dir) as url:
@@ -242,9 +275,10 @@ def static_argv(arm: Arm, settings: Settings) -> tuple[Path, list[str]]:
 
 
 @contextlib.asynccontextmanager
-async def _static(arm: Arm, settings: Settings, log_dir: Path) -> AsyncGenerator[str]:
+async def _static(arm: Arm, settings: Settings, log_dir: Path, k: int = 0) -> AsyncGenerator[str]:
     binary, args = static_argv(arm, settings)
-    spec = LaunchSpec(arm.name, binary, args, log_dir / f"{arm.name}.log")
+    name = f"{arm.name}-{k}" if k else arm.name  # the k-th server of a several-server arm
+    spec = LaunchSpec(name, binary, args, log_dir / f"{name}.log")
     proc = LlamaServerProcess(spec, start_timeout_s=settings.backend.start_timeout_s)
     try:
         await proc.start()

@@ -10,10 +10,12 @@ reports a net loss at two or more parallel requests), so each c is measured apar
 ``plain`` (no speculation), ``default`` (``--spec-default``) and ``cascade``
 (``--spec-type ngram-simple,ngram-mod``); a static server with Fronde's argv for each
 Fronde mode no static arm already runs (``s-simple``, …: the **calibration** of that
-mode's backend); and the router arms, `fronde serve` with every mode and the
-``measured`` load rule. A mode's backend is the same as a static arm when both start the same
-speculation (``--spec-default`` is ngram-mod with n_match 24, n_min 48, n_max 64, also
-its defaults; ``common/arg.cpp``), so that arm's curve is the mode's.
+mode's backend); ``plain2``, two plain servers behind a least-busy choice
+(:data:`SPREAD`: does spreading pay at this c?); and the router arms, `fronde serve`
+with every mode and the ``measured`` load rule. A mode's backend is the same as a
+static arm when both start the same speculation (``--spec-default`` is ngram-mod with
+n_match 24, n_min 48, n_max 64, also its defaults; ``common/arg.cpp``), so that arm's
+curve is the mode's.
 
 **Order.** Every static block first, each (arm, c) on fresh servers; then the load
 curves (aggregate tok/s against c, per mode) are saved where ``fronde serve`` reads
@@ -68,6 +70,7 @@ from fronde.router.calibration import LoadCurves
 
 __all__ = [
     "CLIENTS",
+    "SPREAD",
     "LoadRow",
     "LoadSetup",
     "agent_mix",
@@ -84,6 +87,18 @@ CLIENTS: tuple[int, ...] = (1, 2, 4, 8, 16, 32)
 
 STATIC = ("plain", "default", "cascade")
 """The static arms a user would run instead of Fronde."""
+
+SPREAD = Arm(
+    "plain2",
+    "static",
+    servers=2,
+    about="two plain llama-servers, each request to the less busy: does spreading pay?",
+)
+"""Two servers of the plain arm's argv: the aggregate of two processes on one machine
+against one (``plain``) at each c. On the H200 two processes took turns on the GPU
+where it was the limit and gained where the step was spent on the CPU
+(``results/serving-probe-gpu-h200-20261203``): this arm measures it on the benchmark's
+own requests. Not a single server: left out of the verdict's best static arm."""
 
 ROUTERS = {"marginal": "router", "threshold": "router-t", "best": "router-b"}
 """The router arm of each placement of the measured load rule."""
@@ -187,8 +202,9 @@ def load_setup(
     backend = settings.backend.model_copy(update={"parallel": slots, "ctx_size": ctx})
     run = settings.model_copy(update={"backend": backend})
     known = {a.name: a for a in ARMS}
-    static = [known[n] for n in STATIC]
-    specs = {a.name: spec_of(static_argv(a, run)[1]) for a in static}
+    static = [known[n] for n in STATIC] + [SPREAD]
+    # One server per calibration: plain2's argv is plain's, never a mode's curve.
+    specs = {a.name: spec_of(static_argv(a, run)[1]) for a in static if a.servers == 1}
     calibration: dict[Mode, str] = {}
     for mode in run.modes:
         probe = Arm(f"s-{SHORT[mode]}", "static", force=mode, about=f"llama-server as {mode}")

@@ -16,18 +16,30 @@ from pathlib import Path
 from statistics import median
 from typing import Any
 
-from fronde.bench.load import ROUTERS, LoadRow
+from fronde.bench.load import ROUTERS, SPREAD, LoadRow
 from fronde.router.calibration import LoadCurves
 
-__all__ = ["held_out_ratios", "load_markdown", "load_plot", "rows_json", "verdict_lines"]
+__all__ = [
+    "held_out_ratios",
+    "load_markdown",
+    "load_plot",
+    "rows_json",
+    "spread_ratios",
+    "verdict_lines",
+]
 
 
 def _routed(arm: str) -> bool:
     return arm in ROUTERS.values()
 
 
+def _single(arm: str) -> bool:
+    """A static arm of one server (``plain2`` is two: not what the verdict compares)."""
+    return not _routed(arm) and arm != SPREAD.name
+
+
 def _best_static(rows: Sequence[LoadRow], c: int) -> LoadRow | None:
-    cands = [r for r in rows if r.c == c and not _routed(r.arm) and r.tok_s > 0]
+    cands = [r for r in rows if r.c == c and _single(r.arm) and r.tok_s > 0]
     return max(cands, key=lambda r: r.tok_s) if cands else None
 
 
@@ -45,7 +57,7 @@ def held_out_ratios(rows: Sequence[LoadRow], arm: str, c: int) -> list[float]:
     repetitions at ``c``.
     """
     router = next((r for r in rows if r.arm == arm and r.c == c), None)
-    static = [r for r in rows if r.c == c and not _routed(r.arm)]
+    static = [r for r in rows if r.c == c and _single(r.arm)]
     if router is None or len(router.tok_s_reps) < 2:
         return []
     out: list[float] = []
@@ -134,6 +146,18 @@ def load_markdown(
         lines += [
             f"- c={r.c}: " + ", ".join(f"{k} {v}" for k, v in r.routes.items()) for r in routed
         ]
+    spread = spread_ratios(rows)
+    if spread:
+        lines += [
+            "",
+            "## Does spreading pay? (`plain2` ÷ `plain`)",
+            "",
+            "Two plain llama-servers, each request to the less busy, against one, same "
+            "argv and slots: "
+            + ", ".join(f"c={c} {v:.2f}×" for c, v in spread.items())
+            + ". Above 1, a second process adds throughput at that load (the step is "
+            "spent on the CPU); at or below 1, the processes take turns on the device.",
+        ]
     if curves is not None:
         t = curves.threshold()
         lines += [
@@ -158,6 +182,13 @@ def load_markdown(
         "",
     ]
     return "\n".join(lines)
+
+
+def spread_ratios(rows: Sequence[LoadRow]) -> dict[int, float]:
+    """Per c, ``plain2``'s aggregate tok/s ÷ ``plain``'s (medians), where both ran."""
+    one = {r.c: r.tok_s for r in rows if r.arm == "plain" and r.tok_s > 0}
+    two = {r.c: r.tok_s for r in rows if r.arm == SPREAD.name}
+    return {c: two[c] / one[c] for c in sorted(one) if c in two}
 
 
 def load_plot(rows: Sequence[LoadRow], path: Path, title: str) -> None:

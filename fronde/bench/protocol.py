@@ -208,7 +208,8 @@ async def _request(
     if not level.stream:
         body.pop("stream_options")
     try:
-        sample = await send(http, target.base_url, plan.form, body, target.headers)
+        with target.server() as url:
+            sample = await send(http, url, plan.form, body, target.headers)
         return {**head, "ok": True, **sample.record()}
     except (FrondeError, httpx.HTTPError) as exc:
         return {**head, "ok": False, "error": f"{type(exc).__name__}: {exc}"[:500]}

@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Callable
 from functools import partial
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 
+from fronde.bench.arms import Target, started
 from fronde.bench.load import (
+    SPREAD,
     agent_mix,
     curves_from,
     load_rows,
@@ -19,7 +23,13 @@ from fronde.bench.load import (
     spec_of,
     steady_window,
 )
-from fronde.bench.load_page import held_out_ratios, load_markdown, load_plot, verdict_lines
+from fronde.bench.load_page import (
+    held_out_ratios,
+    load_markdown,
+    load_plot,
+    spread_ratios,
+    verdict_lines,
+)
 from fronde.config import Settings, load_settings
 from fronde.modes import Mode
 from fronde.router.calibration import (
@@ -210,7 +220,9 @@ def test_a_mode_is_calibrated_by_the_static_arm_that_starts_the_same_speculation
     setup = load_setup(settings, "completion", 16, 1, (1, 4), slots=4, items=3)
     names = [a.name for a in setup.static.arms]
     # Fronde's ngram-mod and cascade use short drafts: their own servers calibrate them.
-    assert names == ["plain", "default", "cascade", "s-simple", "s-mod", "s-casc"]
+    # plain2 (two plain servers) has plain's argv but calibrates no mode.
+    assert names == ["plain", "default", "cascade", "plain2", "s-simple", "s-mod", "s-casc"]
+    assert next(a for a in setup.static.arms if a.name == "plain2").servers == 2
     assert setup.calibration[Mode.BASELINE] == "plain"
     assert setup.calibration[Mode.NGRAM_MOD] == "s-mod"
     assert Mode.DRAFT not in setup.calibration  # no draft model in the profile
@@ -226,7 +238,13 @@ def test_a_mode_is_calibrated_by_the_static_arm_that_starts_the_same_speculation
     same = load_setup(
         settings.model_copy(update={"speculation": spec}), "completion", 16, 1, (1,), 1
     )
-    assert [a.name for a in same.static.arms] == ["plain", "default", "cascade", "s-simple"]
+    assert [a.name for a in same.static.arms] == [
+        "plain",
+        "default",
+        "cascade",
+        "plain2",
+        "s-simple",
+    ]
     assert same.calibration[Mode.NGRAM_MOD] == "default"
     assert same.calibration[Mode.CASCADE] == "cascade"
 
@@ -456,3 +474,52 @@ def test_plain_args_reach_the_baseline_backend_and_the_plain_arm_only(
     assert "--backend-sampling" in static_argv(arms["plain"], settings)[1]
     for name in ("default", "cascade"):
         assert "--backend-sampling" not in static_argv(arms[name], settings)[1]
+
+
+def test_two_plain_servers_are_shown_against_one_and_left_out_of_the_verdict() -> None:
+    samples = [
+        # c = 2: plain 20 tok/s, plain2 (two servers) 36, default 16, the router 24.
+        *(_sample("plain", 2, 0, i, 0.0, 1.0, tokens=10) for i in ("a", "b")),
+        *(_sample("plain2", 2, 0, i, 0.0, 1.0, tokens=18) for i in ("a", "b")),
+        *(_sample("default", 2, 0, i, 0.0, 1.0, tokens=8) for i in ("a", "b")),
+        *(_sample("router", 2, 0, i, 0.0, 1.0, tokens=12) for i in ("a", "b")),
+        *(_sample(arm, 2, 0, "z", 1.0, 1.0) for arm in ("plain", "plain2", "default", "router")),
+    ]
+    rows = load_rows(samples, [])
+    assert spread_ratios(rows) == pytest.approx({2: 1.8})
+    # The best single server is plain (20), not plain2 (36): the router passes at 1.2×.
+    [line] = verdict_lines(rows)
+    assert line.startswith("c=2: router 24 tok/s = 1.200× plain") and line.endswith("PASS")
+    page = load_markdown(rows, [], "t", {}, None)
+    assert "Does spreading pay?" in page and "c=2 1.80×" in page
+
+
+def test_an_arm_of_two_servers_sends_each_request_to_the_less_busy() -> None:
+    target = Target("http://a", {}, urls=("http://a", "http://b"))
+    with target.server() as first, target.server() as second:
+        assert (first, second) == ("http://a", "http://b")
+        with target.server() as third:
+            assert third == "http://a"  # a tie goes to the first
+    with target.server() as again:
+        assert again == "http://a"  # every request ended: both idle again
+    assert target.busy == {"http://a": 0, "http://b": 0}
+    with Target("http://one", {}).server() as url:
+        assert url == "http://one"
+
+
+@pytest.mark.anyio
+async def test_a_static_arm_of_two_servers_starts_two_llama_servers(
+    fake_gemma: Callable[[int], Settings], tmp_path: Path
+) -> None:
+    settings = fake_gemma(400)
+    async with started(SPREAD, settings, None, tmp_path) as target:
+        assert len(set(target.urls)) == 2 and target.base_url == target.urls[0]
+        async with httpx.AsyncClient(timeout=10) as http:
+            for url in target.urls:
+                assert (await http.get(f"{url}/health")).status_code == 200
+    logs = await asyncio.to_thread(lambda: sorted(p.name for p in tmp_path.glob("*.log")))
+    assert logs == ["plain2-1.log", "plain2.log"]
+    async with httpx.AsyncClient(timeout=2) as http:  # both stopped on exit
+        for url in target.urls:
+            with pytest.raises(httpx.TransportError):
+                await http.get(f"{url}/health")

@@ -382,10 +382,17 @@ def load_rows(samples: Sequence[dict[str, Any]], loops: Sequence[str]) -> list[L
 
 
 def curves_from(rows: Sequence[LoadRow], calibration: dict[Mode, str], source: str) -> LoadCurves:
-    """Each calibrated mode's load curve: its static arm's tok/s at every c measured."""
+    """Each calibrated mode's load curve: its static arm's tok/s at every c measured.
+
+    With :data:`SPREAD` measured, the curves also carry ``plain2 ÷ plain`` at every c
+    both ran (:attr:`~fronde.router.calibration.LoadCurves.spread`).
+    """
     points: dict[Mode, tuple[tuple[int, float], ...]] = {}
     for mode, arm in calibration.items():
         pts = sorted((r.c, r.tok_s) for r in rows if r.arm == arm and r.tok_s > 0)
         if pts:
             points[mode] = tuple(pts)
-    return LoadCurves(points, source)
+    one = {r.c: r.tok_s for r in rows if r.arm == "plain" and r.tok_s > 0}
+    two = {r.c: r.tok_s for r in rows if r.arm == SPREAD.name and r.tok_s > 0}
+    spread = tuple((c, two[c] / one[c]) for c in sorted(one) if c in two)
+    return LoadCurves(points, source, spread)

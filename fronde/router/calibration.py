@@ -21,6 +21,7 @@ reads them at start.
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import time
@@ -173,10 +174,15 @@ class LoadCurves:
             (Σ tokens ÷ span) of one llama-server of that mode serving ``c``
             closed-loop streaming clients, measured by ``fronde bench load``.
         source: where they were measured (a run folder), for the log.
+        spread: ((c, gain), …), ``c`` ascending: two plain servers' aggregate tok/s ÷
+            one's at ``c`` requests in flight (``fronde bench load``'s ``plain2`` arm):
+            above 1, a second process adds throughput at that load; empty when not
+            measured.
     """
 
     points: Mapping[Mode, tuple[tuple[int, float], ...]]
     source: str = ""
+    spread: tuple[tuple[int, float], ...] = ()
 
     def aggregate(self, mode: Mode, n: int) -> float | None:
         """Aggregate tok/s of ``mode``'s backend with ``n`` requests in flight.
@@ -196,6 +202,21 @@ class LoadCurves:
                 return prev_r + (r - prev_r) * (n - prev_c) / (c - prev_c)
             prev_c, prev_r = c, r
         return prev_r
+
+    def spread_gain(self, n: int) -> float | None:
+        """What a second server gains at load ``n``; None when not measured.
+
+        :attr:`spread`, linear between the loads measured, flat outside them.
+        """
+        pts = self.spread
+        if not pts:
+            return None
+        if n <= pts[0][0]:
+            return pts[0][1]
+        for (c0, g0), (c1, g1) in itertools.pairwise(pts):
+            if n <= c1:
+                return g0 + (g1 - g0) * (n - c0) / (c1 - c0)
+        return pts[-1][1]
 
     def marginal(self, mode: Mode, n: int) -> float | None:
         """Aggregate tok/s gained by giving ``mode``'s backend one more request at load ``n``."""
@@ -219,11 +240,12 @@ class LoadCurves:
         return None
 
     def as_dict(self) -> dict[str, Any]:
-        """JSON-ready: ``{"points": {mode: [[c, tok/s], …]}, "threshold", "source"}``."""
+        """JSON-ready: ``{"points": {mode: [[c, tok/s], …]}, "threshold", "source", "spread"}``."""
         return {
             "points": {str(m): [[c, round(r, 1)] for c, r in p] for m, p in self.points.items()},
             "threshold": self.threshold(),
             "source": self.source,
+            "spread": [[c, round(g, 3)] for c, g in self.spread],
         }
 
 
@@ -252,7 +274,14 @@ def load_curves(cache_dir: Path, key: str) -> LoadCurves | None:
         if pairs and all(c > 0 for c, _ in pairs):
             points[mode] = pairs
     source = str(cast("dict[str, Any]", entry).get("source", ""))
-    return LoadCurves(points, source) if points else None
+    raw_spread = cast("dict[str, Any]", entry).get("spread")
+    try:
+        spread = tuple(sorted((int(c), float(g)) for c, g in cast("list[Any]", raw_spread or [])))
+    except (ValueError, TypeError):
+        spread = ()
+    if any(c <= 0 or g <= 0 for c, g in spread):
+        spread = ()
+    return LoadCurves(points, source, spread) if points else None
 
 
 def save_load_curves(cache_dir: Path, key: str, curves: LoadCurves) -> None:

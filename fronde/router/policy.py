@@ -70,7 +70,10 @@ baseline cut aggregate throughput from 40 to 16.5 tok/s.
   alone serves the load in flight (this request counted) best by its curve, or to the
   busiest server whose curve is within ``load_band`` of that one: one GPU batches one
   server's requests together, so the requests gather where the best static server for
-  that load would have them, and a lone request keeps its per-prompt plan.
+  that load would have them, and a lone request keeps its per-prompt plan. Where the
+  run also measured two plain servers against one (``plain2``) and a second process
+  served more at that load (its step spent on the CPU, as gemma's sampling), the
+  least busy of those servers instead: the requests spread.
 - ``off``: requests queue where planned.
 
 ``serialize`` and ``spread`` answer with class ``fallback``.
@@ -133,6 +136,10 @@ class LoadModel(Protocol):
 
     def threshold(self) -> int | None:
         """The load from which plain decoding's curve is the highest, or None."""
+        ...
+
+    def spread_gain(self, n: int) -> float | None:
+        """Two servers' aggregate ÷ one's at load ``n``, or None when not measured."""
         ...
 
 
@@ -449,7 +456,12 @@ def _best(
     slots: int,
     band: float,
 ) -> Plan:
-    """``load_placement = "best"``: the server that serves the load in flight best."""
+    """``load_placement = "best"``: the server that serves the load in flight best.
+
+    Among the servers whose curve at the load in flight is within ``band`` of the best,
+    the busiest (one batch), or the least busy where two servers were measured to
+    serve more than one at that load (:meth:`LoadModel.spread_gain` above 1 + band).
+    """
     planned = _planned(plan)
     n = sum(in_flight.values()) + 1
     rates = _free_rates(usable, in_flight, slots, lambda m: curves.aggregate(m, n))
@@ -457,10 +469,16 @@ def _best(
         return Plan(Route.LOAD, planned) if plan.route is Route.PROBE else plan
     top = max(rates.values())
     near = [m for m in rates if rates[m] >= (1 - band) * top]
-    # Join the server already decoding most (one batch on the GPU), then the planned
-    # mode, then the least speculative (Mode's order: the cheapest to verify).
     order = list(Mode)
-    target = max(near, key=lambda m: (in_flight.get(m, 0), m is planned, -order.index(m)))
+    gain = curves.spread_gain(n)
+    if gain is not None and gain > 1 + band:
+        # A second process adds throughput at this load (measured, plain2 ÷ plain):
+        # the least busy of the servers near the best, then the planned mode.
+        target = min(near, key=lambda m: (in_flight.get(m, 0), m is not planned, order.index(m)))
+    else:
+        # Join the server already decoding most (one batch on the GPU), then the planned
+        # mode, then the least speculative (Mode's order: the cheapest to verify).
+        target = max(near, key=lambda m: (in_flight.get(m, 0), m is planned, -order.index(m)))
     if target is planned:
         return Plan(Route.LOAD, planned) if plan.route is Route.PROBE else plan
     return Plan(Route.LOAD, target)

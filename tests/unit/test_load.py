@@ -88,6 +88,19 @@ def test_curves_survive_the_file_and_a_damaged_entry_is_ignored(tmp_path: Path) 
     (tmp_path / "load.json").write_text(json.dumps(data))
     assert load_curves(tmp_path, "bad") is None
     assert load_curves(tmp_path, "missing") is None
+    # The spread (plain2 ÷ plain) travels with the curves; a damaged one is dropped.
+    spread = LoadCurves(CURVES.points, "test", ((2, 1.9), (8, 0.8)))
+    save_load_curves(tmp_path, "s", spread)
+    back = load_curves(tmp_path, "s")
+    assert back is not None and back.spread == ((2, 1.9), (8, 0.8))
+    assert back.spread_gain(1) == 1.9 and back.spread_gain(32) == 0.8  # flat outside
+    assert back.spread_gain(5) == pytest.approx(1.35)
+    assert CURVES.spread_gain(4) is None  # not measured
+    data = json.loads((tmp_path / "load.json").read_text())
+    data["s"]["spread"] = [[2, "x"]]
+    (tmp_path / "load.json").write_text(json.dumps(data))
+    back = load_curves(tmp_path, "s")
+    assert back is not None and back.spread == () and back.points == CURVES.points
 
 
 def test_serve_reads_the_curves_for_its_build_model_and_slots(
@@ -405,6 +418,41 @@ def test_the_best_placement_gathers_the_load_on_the_server_that_serves_it_best()
     # Forced requests never move.
     forced = at(in_flight={Mode.NGRAM_MOD: 3}, forced=Mode.CASCADE)
     assert forced == Plan(Route.FORCED, Mode.CASCADE)
+
+
+def test_the_best_placement_spreads_where_a_second_server_was_measured_to_pay() -> None:
+    policy = RouterPolicy(
+        load_rule="measured", floor=Mode.NGRAM_MOD, probe="never", load_placement="best"
+    )
+    at = partial(route, RequestClass.GENERAL, policy=policy)
+    # Load 2, every curve within 5 % of ngram-mod's: two servers served 1.9× one at
+    # c = 2, so the request goes to the least busy near server (the planned ngram-mod)
+    # instead of joining cascade's batch; at c = 8 they served 0.8×: it gathers.
+    spreads = LoadCurves(CURVES.points, "test", ((2, 1.9), (8, 0.8)))
+    assert at(in_flight={Mode.CASCADE: 1}, curves=spreads) == Plan(Route.FALLBACK, Mode.NGRAM_MOD)
+    assert at(in_flight={Mode.CASCADE: 1}) == Plan(Route.LOAD, Mode.CASCADE)  # no spread data
+    tie = {Mode.BASELINE: ((1, 100.0), (8, 800.0)), Mode.CASCADE: ((8, 790.0),)}
+    busy = {Mode.CASCADE: 6, Mode.BASELINE: 1}
+    gathers = LoadCurves(tie, "test", ((2, 1.9), (8, 0.8)))
+    assert at(in_flight=busy, curves=gathers) == Plan(Route.LOAD, Mode.CASCADE)
+    spreads_at_8 = LoadCurves(tie, "test", ((8, 1.3),))
+    assert at(in_flight=busy, curves=spreads_at_8) == Plan(Route.LOAD, Mode.BASELINE)
+    # A gain inside the band is no reason to spread.
+    within = LoadCurves(tie, "test", ((8, 1.04),))
+    assert at(in_flight=busy, curves=within) == Plan(Route.LOAD, Mode.CASCADE)
+
+
+def test_curves_from_a_run_carry_two_servers_against_one() -> None:
+    samples = [
+        *(_sample("plain", 2, 0, i, 0.0, 1.0, tokens=10) for i in ("a", "b")),
+        *(_sample("plain2", 2, 0, i, 0.0, 1.0, tokens=19) for i in ("a", "b")),
+        *(_sample(arm, 2, 0, "z", 1.0, 1.0) for arm in ("plain", "plain2")),
+    ]
+    curves = curves_from(load_rows(samples, []), {Mode.BASELINE: "plain"}, "here")
+    assert curves.points == {Mode.BASELINE: ((2, 20.0),)}
+    [(c, gain)] = curves.spread
+    assert c == 2 and gain == pytest.approx(1.9)
+    assert curves_from(load_rows(samples[:2], []), {Mode.BASELINE: "plain"}, "").spread == ()
 
 
 def test_the_threshold_placement_sends_everything_to_baseline_from_the_measured_load() -> None:

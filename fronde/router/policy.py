@@ -460,7 +460,8 @@ def _best(
 
     Among the servers whose curve at the load in flight is within ``band`` of the best,
     the busiest (one batch), or the least busy where two servers were measured to
-    serve more than one at that load (:meth:`LoadModel.spread_gain` above 1 + band).
+    serve more than one at that load (:meth:`LoadModel.spread_gain` above 1 + band),
+    over two servers at most (what was measured).
     """
     planned = _planned(plan)
     n = sum(in_flight.values()) + 1
@@ -473,8 +474,11 @@ def _best(
     gain = curves.spread_gain(n)
     if gain is not None and gain > 1 + band:
         # A second process adds throughput at this load (measured, plain2 ÷ plain):
-        # the least busy of the servers near the best, then the planned mode.
-        target = min(near, key=lambda m: (in_flight.get(m, 0), m is not planned, order.index(m)))
+        # the least busy of the servers near the best, then the planned mode. Two
+        # servers at most, as measured: once two near ones decode, the less busy of them.
+        busy = [m for m in near if in_flight.get(m, 0) > 0]
+        pool = busy if len(busy) >= 2 else near
+        target = min(pool, key=lambda m: (in_flight.get(m, 0), m is not planned, order.index(m)))
     else:
         # Join the server already decoding most (one batch on the GPU), then the planned
         # mode, then the least speculative (Mode's order: the cheapest to verify).

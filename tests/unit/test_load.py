@@ -437,6 +437,18 @@ def test_the_best_placement_spreads_where_a_second_server_was_measured_to_pay() 
     assert at(in_flight=busy, curves=gathers) == Plan(Route.LOAD, Mode.CASCADE)
     spreads_at_8 = LoadCurves(tie, "test", ((8, 1.3),))
     assert at(in_flight=busy, curves=spreads_at_8) == Plan(Route.LOAD, Mode.BASELINE)
+    # Two servers at most, as measured: with baseline and cascade decoding, a request
+    # goes to the less busy of them, not to a third, idle server near the best.
+    three = {
+        Mode.BASELINE: ((8, 800.0),),
+        Mode.CASCADE: ((8, 790.0),),
+        Mode.NGRAM_MOD: ((8, 795.0),),
+    }
+    spreads_on_two = LoadCurves(three, "test", ((8, 1.3),))
+    assert at(in_flight=busy, curves=spreads_on_two) == Plan(Route.LOAD, Mode.BASELINE)
+    assert at(in_flight={Mode.BASELINE: 7}, curves=spreads_on_two) == Plan(
+        Route.FALLBACK, Mode.NGRAM_MOD
+    )  # one busy: the second server is the least busy near one (the planned ngram-mod)
     # A gain inside the band is no reason to spread.
     within = LoadCurves(tie, "test", ((8, 1.04),))
     assert at(in_flight=busy, curves=within) == Plan(Route.LOAD, Mode.CASCADE)

@@ -79,6 +79,7 @@ __all__ = [
     "load_setup",
     "looping_items",
     "spec_of",
+    "spread_ratios",
     "steady_window",
 ]
 
@@ -392,7 +393,11 @@ def curves_from(rows: Sequence[LoadRow], calibration: dict[Mode, str], source: s
         pts = sorted((r.c, r.tok_s) for r in rows if r.arm == arm and r.tok_s > 0)
         if pts:
             points[mode] = tuple(pts)
+    return LoadCurves(points, source, tuple(spread_ratios(rows).items()))
+
+
+def spread_ratios(rows: Sequence[LoadRow]) -> dict[int, float]:
+    """Per c, ``plain2``'s aggregate tok/s ÷ ``plain``'s (medians), where both measured."""
     one = {r.c: r.tok_s for r in rows if r.arm == "plain" and r.tok_s > 0}
     two = {r.c: r.tok_s for r in rows if r.arm == SPREAD.name and r.tok_s > 0}
-    spread = tuple((c, two[c] / one[c]) for c in sorted(one) if c in two)
-    return LoadCurves(points, source, spread)
+    return {c: two[c] / one[c] for c in sorted(one) if c in two}

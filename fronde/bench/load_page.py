@@ -16,7 +16,7 @@ from pathlib import Path
 from statistics import median
 from typing import Any
 
-from fronde.bench.load import ROUTERS, SPREAD, LoadRow
+from fronde.bench.load import ROUTERS, SPREAD, LoadRow, spread_ratios
 from fronde.router.calibration import LoadCurves
 
 __all__ = [
@@ -182,13 +182,6 @@ def load_markdown(
         "",
     ]
     return "\n".join(lines)
-
-
-def spread_ratios(rows: Sequence[LoadRow]) -> dict[int, float]:
-    """Per c, ``plain2``'s aggregate tok/s ÷ ``plain``'s (medians), where both ran."""
-    one = {r.c: r.tok_s for r in rows if r.arm == "plain" and r.tok_s > 0}
-    two = {r.c: r.tok_s for r in rows if r.arm == SPREAD.name}
-    return {c: two[c] / one[c] for c in sorted(one) if c in two}
 
 
 def load_plot(rows: Sequence[LoadRow], path: Path, title: str) -> None:

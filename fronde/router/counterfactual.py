@@ -210,7 +210,7 @@ class Counterfactual:
             The pass, ms, or None when ``m`` is shorter than
             :data:`~fronde.router.measure.MIN_TOKENS`, has no decode time, or no pass.
         """
-        work = m.tokens - m.accepted + self.draft_cost * m.drafted
+        work = self._measured_work(m)
         if m.tokens < MIN_TOKENS or m.decode_ms <= 0 or work <= 0:
             return None
         step = m.decode_ms / work
@@ -228,6 +228,10 @@ class Counterfactual:
             return 1.0
         a, b = self.pass_ms.get(mode), self.pass_ms.get(served)
         return a / b if a and b else 1.0
+
+    def _measured_work(self, m: Measurement) -> float:
+        """A real generation's cost-weighted passes: tokens − accepted + c × drafted."""
+        return m.tokens - m.accepted + self.draft_cost * m.drafted
 
     def _work(self, st: ShadowStats) -> float:
         """Cost-weighted target passes: passes + c × drafted."""
@@ -296,7 +300,7 @@ class Counterfactual:
         """
         if served not in stats or m.tokens < MIN_TOKENS or m.decode_ms <= 0:
             return None
-        real_work = m.tokens - m.accepted + self.draft_cost * m.drafted
+        real_work = self._measured_work(m)
         if real_work <= 0:
             return None
         step_ms = m.decode_ms / real_work

@@ -55,7 +55,7 @@ _OTHER_PANEL = "Other questions"
 BENCH_MAP = {
     "verdict": "Is Fronde faster than the one llama-server you would run instead?"
     " 2 cores: ~30 min, --quick ~10 min",
-    "report": "Print a verdict run's tables and answer again; redraw its charts (seconds)",
+    "report": "Print a verdict or load run's tables and answer again; redraw its charts (seconds)",
     "overhead": "What does the proxy cost? 2 cores: 1 min with --requests 20 --reps 1"
     " (the defaults: not timed)",
     "atlas": "Where does speculation pay? 2 cores: ~40 min (timed before it moved onto"
@@ -855,13 +855,16 @@ def bench_report(
     out: Annotated[
         Path | None,
         typer.Argument(
-            help="a folder `fronde bench verdict` wrote [default: the newest runs/verdict*]"
+            help="a folder `fronde bench verdict` or `fronde bench load` wrote "
+            "[default: the newest runs/verdict*]"
         ),
     ] = None,
 ) -> None:
     """Print a verdict run's tables and answer again, finished or not; redraw its charts.
 
-    Exit status 0 on PASS, 2 on FAIL (as the run itself).
+    A `fronde bench load` folder gets its page, verdict and plot written again from
+    its records (`records.jsonl` or the committed `records.jsonl.gz`), also of a run
+    cut short. Exit status 0 on PASS, 2 on FAIL (as a verdict run itself).
     """
     if out is None:
         runs = sorted(Path("runs").glob("verdict*/records.jsonl"), key=lambda p: p.stat().st_mtime)
@@ -892,8 +895,11 @@ def _report(out: Path, console: Console) -> None:
     from fronde.bench.store import Store
 
     store = Store(out / "records.jsonl")
-    if not store.path.exists():
+    if not store.exists():
         raise FrondeError(f"{store.path} does not exist: run `fronde bench verdict --out {out}`")
+    if any(r["type"] == "run" and "slots" in r.get("identity", {}) for r in store.records()):
+        _report_load(out, console)
+        return
     report = build_report(store)
     report.show(console)
     report.write(out)
@@ -907,6 +913,15 @@ def _report(out: Path, console: Console) -> None:
     console.print(f"results: {out}/", markup=False, highlight=False, soft_wrap=True)
     if report.verdict == "FAIL":
         raise typer.Exit(2)
+
+
+def _report_load(out: Path, console: Console) -> None:
+    """``fronde bench report`` of a ``bench load`` folder: its page again, no server."""
+    from fronde.bench.load_page import report_load
+
+    for line in report_load(out):
+        console.print(line, markup=False, highlight=False)
+    console.print(f"page: {out / 'load.md'}; plot: {out / 'load.png'}", markup=False)
 
 
 def _experiment(
@@ -1097,7 +1112,7 @@ def bench_load(
     import json
 
     from fronde.bench.load import CLIENTS, curves_from, load_rows, load_setup, looping_items
-    from fronde.bench.load_page import load_markdown, load_plot, rows_json, verdict_lines
+    from fronde.bench.load_page import write_load_page
     from fronde.bench.protocol import planned_requests, run_plan
     from fronde.bench.serve import run_info
     from fronde.bench.store import Store
@@ -1130,9 +1145,17 @@ def bench_load(
             highlight=False,
         )
     setup = load_setup(settings, form, max_tokens, reps, levels, n_slots, items, placements, skip)
+    machine = info["machine"]
+    where = ", ".join(machine.get("gpus") or []) or f"{machine.get('cpus')} CPUs"
+    title = f"Load: {settings.profile}, {n_slots} slots per server, {where}"
     store = Store(out / "records.jsonl")
     store.begin(
-        {**info, "arms": [a.name for a in (*setup.static.arms, *setup.router.arms)]},
+        {
+            **info,
+            "arms": [a.name for a in (*setup.static.arms, *setup.router.arms)],
+            "title": title,
+            "calibration": {str(m): a for m, a in setup.calibration.items()},
+        },
         {"machine": info["machine"], "max_tokens": max_tokens, "slots": n_slots, "skip": skip},
     )
     total = planned_requests(setup.static) + planned_requests(setup.router)
@@ -1154,33 +1177,14 @@ def bench_load(
                 setup.router, setup.settings, config, store, out / "logs", advance, advance.status
             )
         )
-    samples = store.samples()
-    loops = looping_items(samples)
-    rows = load_rows(samples, loops)
-    machine = info["machine"]
-    where = ", ".join(machine.get("gpus") or []) or f"{machine.get('cpus')} CPUs"
-    title = f"Load: {settings.profile}, {n_slots} slots per server, {where}"
-    legend = {a.name: a.about for a in (*setup.static.arms, *setup.router.arms)}
-    legend |= {f"(calibration) {m}": arm for m, arm in setup.calibration.items()}
-    (out / "load.json").write_text(
-        json.dumps(
-            {
-                "run": info,
-                "slots": n_slots,
-                "calibration": {str(m): a for m, a in setup.calibration.items()},
-                "curves": curves.as_dict(),
-                "looping": loops,
-                "screened": skip,
-                "rows": rows_json(rows),
-                "verdict": verdict_lines(rows),
-            },
-            indent=1,
-        )
-        + "\n"
+    verdict = write_load_page(
+        out,
+        store.samples(),
+        title=title,
+        calibration=setup.calibration,
+        meta={"run": info, "slots": n_slots, "screened": skip},
     )
-    (out / "load.md").write_text(load_markdown(rows, loops, title, legend, curves))
-    load_plot(rows, out / "load.png", title)
-    for line in verdict_lines(rows):
+    for line in verdict:
         console.print(line, markup=False, highlight=False)
     console.print(f"page: {out / 'load.md'}; plot: {out / 'load.png'}", markup=False)
 

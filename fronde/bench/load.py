@@ -74,6 +74,7 @@ __all__ = [
     "LoadRow",
     "LoadSetup",
     "agent_mix",
+    "arm_about",
     "curves_from",
     "load_rows",
     "load_setup",
@@ -114,6 +115,27 @@ SHORT = {
 
 NGRAM_MOD_DEFAULTS = ("24", "48", "64")
 """ngram-mod's n_match, n_min, n_max when no flag names them (``common/common.h``)."""
+
+
+def _probe_about(mode: Mode) -> str:
+    return f"llama-server as {mode}"
+
+
+def _router_about(placement: str) -> str:
+    return f"Fronde routing, measured load rule, {placement} placement"
+
+
+def arm_about(name: str) -> str:
+    """What a load run's arm ``name`` is, in words, as the page's legend says it.
+
+    The static arms' own descriptions, :data:`SPREAD`'s, a calibration server's
+    (``s-simple`` → ``llama-server as ngram-simple``) and a router arm's placement;
+    the name itself for an arm this code does not know (a run of older code).
+    """
+    known = {a.name: a.about for a in (*ARMS, SPREAD)}
+    known |= {r: _router_about(p) for p, r in ROUTERS.items()}
+    known |= {f"s-{short}": _probe_about(m) for m, short in SHORT.items()}
+    return known.get(name, name)
 
 
 def agent_mix(items: int | None = None, seed: int = 23, skip: Sequence[str] = ()) -> Workload:
@@ -208,7 +230,7 @@ def load_setup(
     specs = {a.name: spec_of(static_argv(a, run)[1]) for a in static if a.servers == 1}
     calibration: dict[Mode, str] = {}
     for mode in run.modes:
-        probe = Arm(f"s-{SHORT[mode]}", "static", force=mode, about=f"llama-server as {mode}")
+        probe = Arm(f"s-{SHORT[mode]}", "static", force=mode, about=_probe_about(mode))
         try:
             spec = spec_of(static_argv(probe, run)[1])
         except FrondeError:  # a mode with no backend (no draft model) is left out
@@ -229,7 +251,7 @@ def load_setup(
             ROUTERS[p],
             "fronde",
             env=(*env, ("FRONDE_ROUTER__LOAD_PLACEMENT", p)),
-            about=f"Fronde routing, measured load rule, {p} placement",
+            about=_router_about(p),
         )
         for p in placements
     ]

@@ -10,22 +10,37 @@ user chooses a server before the run, instead of the highest of several noisy fi
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import json
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict
 from pathlib import Path
 from statistics import median
-from typing import Any
+from typing import Any, cast
 
-from fronde.bench.load import ROUTERS, SPREAD, LoadRow, spread_ratios
+from fronde.bench.load import (
+    ROUTERS,
+    SPREAD,
+    LoadRow,
+    arm_about,
+    curves_from,
+    load_rows,
+    looping_items,
+    spread_ratios,
+)
+from fronde.bench.store import Store
+from fronde.errors import FrondeError
+from fronde.modes import Mode
 from fronde.router.calibration import LoadCurves
 
 __all__ = [
     "held_out_ratios",
     "load_markdown",
     "load_plot",
+    "report_load",
     "rows_json",
     "spread_ratios",
     "verdict_lines",
+    "write_load_page",
 ]
 
 
@@ -129,14 +144,15 @@ def load_markdown(
         "repetitions [lowest, highest]; p50, p99 = end-to-end latency of one request; "
         "ttft = median time to first token; load = mean requests in flight then.",
         "",
-        "| c | arm | tok/s | [lo, hi] | p50 s | p99 s | ttft s | load | n | failed |",
-        "|---:|---|---:|---|---:|---:|---:|---:|---:|---:|",
+        "| c | arm | tok/s | [lo, hi] | p50 s | p99 s | ttft s | load | n | failed | reps |",
+        "|---:|---|---:|---|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for r in sorted(rows, key=lambda r: (r.c, not _routed(r.arm), r.arm)):
         ttft = f"{r.ttft_s:.3f}" if r.ttft_s is not None else "-"
         lines.append(
             f"| {r.c} | {r.arm} | {r.tok_s:.0f} | [{r.tok_s_lo:.0f}, {r.tok_s_hi:.0f}] | "
-            f"{r.p50_s:.2f} | {r.p99_s:.2f} | {ttft} | {r.in_flight:.1f} | {r.n} | {r.failed} |"
+            f"{r.p50_s:.2f} | {r.p99_s:.2f} | {ttft} | {r.in_flight:.1f} | {r.n} | {r.failed} | "
+            f"{r.reps} |"
         )
     lines += ["", "## Verdict (router against the best static arm at each c)", ""]
     lines += [f"- {v}" for v in verdict_lines(rows)]
@@ -162,9 +178,10 @@ def load_markdown(
         t = curves.threshold()
         lines += [
             "",
-            "## Load curves saved (calibration, in-sample)",
+            "## Load curves (calibration, in-sample)",
             "",
-            "Aggregate tok/s of each mode's backend alone, per c: "
+            "Aggregate tok/s of each mode's backend alone, per c (what `fronde serve` "
+            "reads; saved after the static blocks, before the router arms ran): "
             + "; ".join(
                 f"{m}: " + ", ".join(f"{c}→{v:.0f}" for c, v in p) for m, p in curves.points.items()
             ),
@@ -216,3 +233,90 @@ def load_plot(rows: Sequence[LoadRow], path: Path, title: str) -> None:
 def rows_json(rows: Sequence[LoadRow]) -> list[dict[str, Any]]:
     """The rows as JSON objects (``arm``, ``c``, ``tok_s``, ``p50_s``, ``p99_s``, …)."""
     return [asdict(r) for r in rows]
+
+
+def write_load_page(
+    out: Path,
+    samples: Sequence[dict[str, Any]],
+    *,
+    title: str,
+    calibration: Mapping[Mode, str],
+    meta: Mapping[str, Any],
+) -> list[str]:
+    """Write a load run's ``load.json``, ``load.md`` and ``load.png`` into ``out``.
+
+    Args:
+        out: the run's folder.
+        samples: its samples (:meth:`~fronde.bench.store.Store.samples`), every block
+            that ended ok so far: a run cut short gives a page of what it measured.
+        title: the page's and the plot's title.
+        calibration: Fronde mode → the static arm whose curve is that mode's backend's.
+        meta: more fields for ``load.json`` (``run``, ``slots``, ``screened``).
+
+    Returns:
+        The verdict lines (:func:`verdict_lines`).
+    """
+    loops = looping_items(samples)
+    rows = load_rows(samples, loops)
+    curves = curves_from(rows, dict(calibration), str(out))
+    verdict = verdict_lines(rows)
+    arms = list(dict.fromkeys(r.arm for r in rows))
+    legend = {a: arm_about(a) for a in arms}
+    legend |= {f"(calibration) {m}": arm for m, arm in calibration.items()}
+    body = {
+        **meta,
+        "calibration": {str(m): a for m, a in calibration.items()},
+        "curves": curves.as_dict(),
+        "looping": loops,
+        "rows": rows_json(rows),
+        "verdict": verdict,
+    }
+    (out / "load.json").write_text(json.dumps(body, indent=1) + "\n")
+    (out / "load.md").write_text(load_markdown(rows, loops, title, legend, curves))
+    load_plot(rows, out / "load.png", title)
+    return verdict
+
+
+def report_load(out: Path) -> list[str]:
+    """Write the page of a load run's folder again from its records, finished or not.
+
+    Reads ``records.jsonl`` (or ``records.jsonl.gz``, as committed); the calibration
+    and the title from the run's records, or, for a run of older code, from the
+    ``load.json`` and ``load.md`` it wrote. Starts no server.
+
+    Returns:
+        The verdict lines (:func:`verdict_lines`).
+
+    Raises:
+        FrondeError: no load run recorded in ``out``, or its calibration is nowhere.
+    """
+    store = Store(out / "records.jsonl")
+    runs = [r for r in store.records() if r["type"] == "run"]
+    if not runs or "slots" not in runs[-1].get("identity", {}):
+        raise FrondeError(f"{out}: no `fronde bench load` run recorded there")
+    last = runs[-1]
+    old: dict[str, Any] = {}
+    if (out / "load.json").exists():
+        try:
+            old = cast("dict[str, Any]", json.loads((out / "load.json").read_text()))
+        except ValueError:
+            old = {}
+    raw = last.get("calibration") or old.get("calibration")
+    if not isinstance(raw, dict):
+        raise FrondeError(
+            f"{out}: the run recorded no calibration; run `fronde bench load --out {out}` "
+            "again to finish it"
+        )
+    calibration = {Mode(m): str(a) for m, a in cast("dict[str, Any]", raw).items()}
+    title = last.get("title")
+    if not title and (out / "load.md").exists():
+        title = (out / "load.md").read_text().partition("\n")[0].removeprefix("# ")
+    identity = last["identity"]
+    meta = {
+        "run": {k: v for k, v in last.items() if k not in ("schema", "type", "identity")},
+        "slots": identity["slots"],
+        "screened": identity.get("skip", []),
+    }
+    return write_load_page(
+        out, store.samples(), title=str(title or "Load"), calibration=calibration, meta=meta
+    )

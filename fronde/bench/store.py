@@ -22,6 +22,7 @@ and ``…-fc-v1147-gpu-…``), so that repetitions can add up over sessions.
 
 from __future__ import annotations
 
+import gzip
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -66,12 +67,29 @@ class Store:
         with self.path.open("a", encoding="utf-8") as fh:
             fh.write(json.dumps({"schema": SCHEMA, **record}, ensure_ascii=False) + "\n")
 
+    @property
+    def packed(self) -> Path:
+        """The file as committed to ``results/``: the path with ``.gz`` added."""
+        return self.path.with_name(self.path.name + ".gz")
+
+    def exists(self) -> bool:
+        """Whether the file, or its gzipped copy (:attr:`packed`), is there."""
+        return self.path.exists() or self.packed.exists()
+
     def records(self) -> list[dict[str, Any]]:
-        """Every readable record of this schema, in file order (a torn last line is skipped)."""
-        if not self.path.exists():
+        """Every readable record of this schema, in file order (a torn last line is skipped).
+
+        Read from :attr:`packed` when only it is there (a committed results folder);
+        appending always writes :attr:`path`.
+        """
+        if self.path.exists():
+            text = self.path.read_text(encoding="utf-8")
+        elif self.packed.exists():
+            text = gzip.decompress(self.packed.read_bytes()).decode("utf-8")
+        else:
             return []
         out: list[dict[str, Any]] = []
-        for line in self.path.read_text(encoding="utf-8").splitlines():
+        for line in text.splitlines():
             try:
                 rec = json.loads(line)
             except ValueError:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import gzip
 import json
 from collections.abc import Callable
 from functools import partial
@@ -27,10 +28,13 @@ from fronde.bench.load_page import (
     held_out_ratios,
     load_markdown,
     load_plot,
+    report_load,
     spread_ratios,
     verdict_lines,
 )
+from fronde.bench.store import Store
 from fronde.config import Settings, load_settings
+from fronde.errors import FrondeError
 from fronde.modes import Mode
 from fronde.router.calibration import (
     LoadCurves,
@@ -534,6 +538,73 @@ def test_plain_args_reach_the_baseline_backend_and_the_plain_arm_only(
     assert "--backend-sampling" in static_argv(arms["plain"], settings)[1]
     for name in ("default", "cascade"):
         assert "--backend-sampling" not in static_argv(arms[name], settings)[1]
+
+
+def _record_blocks(store: Store, samples: list[dict[str, Any]]) -> None:
+    """Append ``samples`` to ``store`` as the benchmark does: samples, then their block."""
+    keys = dict.fromkeys((s["arm"], s["level"], s["rep"]) for s in samples)
+    for arm, level, rep in keys:
+        block = "|".join(["agent-mix", arm, str(rep), *([level] if level else [])])
+        for s in samples:
+            if (s["arm"], s["level"], s["rep"]) == (arm, level, rep):
+                store.append({"type": "sample", "block": block, "block_id": block, **s})
+        store.append({"type": "block", "block": block, "block_id": block, "ok": True})
+
+
+def test_a_load_folder_is_reported_again_from_its_packed_records_cut_short_or_not(
+    tmp_path: Path,
+) -> None:
+    store = Store(tmp_path / "records.jsonl")
+    identity = {"machine": {"cpus": 2}, "max_tokens": 64, "slots": 2, "skip": ["x"]}
+    store.append({"type": "run", "identity": identity, "title": "Load: here"})
+    rep0 = [
+        _sample(arm, 2, 0, i, t0, 1.0, tokens=n)
+        for arm, n in (("plain", 10), ("router-b", 15))
+        for i, t0 in (("a", 0.0), ("b", 1.0))
+    ]
+    # A second repetition cut short: plain ran, the router did not.
+    rep1 = [_sample("plain", 2, 1, i, t0, 1.0, tokens=20) for i, t0 in (("a", 0.0), ("b", 1.0))]
+    _record_blocks(store, rep0 + rep1)
+    # As committed to results/: gzipped, with the load.json an older run wrote.
+    store.packed.write_bytes(gzip.compress(store.path.read_bytes()))
+    store.path.unlink()
+    (tmp_path / "load.json").write_text(json.dumps({"calibration": {"baseline": "plain"}}))
+    with pytest.raises(FrondeError, match="recorded no calibration"):
+        _no_calibration(tmp_path)
+    verdict = report_load(tmp_path)
+    # plain: 10 tok/s in rep 0, 20 in rep 1 (median 15); router-b 15 in rep 0 only.
+    assert verdict == [
+        "c=2: router-b 15 tok/s = 1.000× plain [1.000, 1.000], p99 1.00 s = 1.00× → PASS"
+    ]
+    page = (tmp_path / "load.md").read_text()
+    assert page.startswith("# Load: here\n")
+    rows = [line for line in page.splitlines() if line.startswith("| 2 |")]
+    assert [r.split(" | ")[1] for r in rows] == ["router-b", "plain"]
+    assert "| 2 | plain | 15 | [10, 20] |" in page
+    [plain_row] = [line for line in page.splitlines() if line.startswith("| 2 | plain |")]
+    assert plain_row.endswith("| 4 | 0 | 2 |")  # 4 requests, none failed, 2 repetitions
+    assert "- `router-b`: Fronde routing, measured load rule, best placement" in page
+    assert "- `(calibration) baseline`: plain" in page
+    body = json.loads((tmp_path / "load.json").read_text())
+    assert body["slots"] == 2 and body["screened"] == ["x"] and body["verdict"] == verdict
+    assert body["curves"]["points"] == {"baseline": [[2, 15.0]]}
+    assert (tmp_path / "load.png").read_bytes()[:4] == b"\x89PNG"
+    assert not store.path.exists()  # reading appended nothing
+    with pytest.raises(FrondeError, match="no `fronde bench load` run"):
+        report_load(tmp_path / "elsewhere")
+    # A run of this code records its calibration itself: no load.json needed.
+    own = Store(tmp_path / "own" / "records.jsonl")
+    own.append({"type": "run", "identity": identity, "calibration": {"baseline": "plain"}})
+    _record_blocks(own, rep0 + rep1)
+    assert report_load(own.path.parent) == verdict
+
+
+def _no_calibration(folder: Path) -> None:
+    """A copy of ``folder``'s records without the load.json that names the calibration."""
+    bare = folder / "bare"
+    bare.mkdir()
+    (bare / "records.jsonl.gz").write_bytes((folder / "records.jsonl.gz").read_bytes())
+    report_load(bare)
 
 
 def test_two_plain_servers_are_shown_against_one_and_left_out_of_the_verdict() -> None:

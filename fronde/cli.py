@@ -1179,7 +1179,7 @@ def bench_load(
         )
     verdict = write_load_page(
         out,
-        store.samples(),
+        store,
         title=title,
         calibration=setup.calibration,
         meta={"run": info, "slots": n_slots, "screened": skip},

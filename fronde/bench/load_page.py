@@ -27,7 +27,7 @@ from fronde.bench.load import (
     looping_items,
     spread_ratios,
 )
-from fronde.bench.store import Store
+from fronde.bench.store import Store, sessions
 from fronde.errors import FrondeError
 from fronde.modes import Mode
 from fronde.router.calibration import LoadCurves
@@ -38,6 +38,8 @@ __all__ = [
     "load_plot",
     "report_load",
     "rows_json",
+    "session_spread",
+    "session_verdicts",
     "spread_ratios",
     "verdict_lines",
     "write_load_page",
@@ -127,14 +129,72 @@ def verdict_lines(rows: Sequence[LoadRow]) -> list[str]:
     return out
 
 
+def session_verdicts(samples: Sequence[dict[str, Any]], loops: Sequence[str]) -> list[str]:
+    """:func:`verdict_lines` within each measuring session of ``samples``.
+
+    A sample's ``session`` (:func:`~fronde.bench.store.sessions`) names the machine and
+    boot that measured it. All in one session (or none named): the verdict lines of
+    all rows. Else each session's router arms are judged against the static arms of
+    that session only, each line prefixed ``[session <label>]``; a session whose
+    router arms met no static arm says so (INVALID, not compared), and a session of
+    static arms only adds no line. ``loops`` (every session's) leaves the same items
+    out everywhere.
+    """
+    groups: dict[str, list[dict[str, Any]]] = {}
+    for s in samples:
+        groups.setdefault(str(s.get("session", "")), []).append(s)
+    if len(groups) <= 1:
+        return verdict_lines(load_rows(samples, loops))
+    out: list[str] = []
+    for label, group in groups.items():
+        rows = load_rows(group, loops)
+        if not any(_routed(r.arm) for r in rows):
+            continue
+        if _best_static_any(rows) is None:
+            out.append(
+                f"[session {label}] router arms with no static arm measured in that "
+                "session: INVALID, not compared"
+            )
+            continue
+        out += [f"[session {label}] {line}" for line in verdict_lines(rows)]
+    return out
+
+
+def session_spread(samples: Sequence[dict[str, Any]], loops: Sequence[str]) -> dict[int, float]:
+    """``plain2 ÷ plain`` per c (:func:`spread_ratios`) within one measuring session.
+
+    The latest session (in ``samples``' order) that measured both arms; ``{}`` when
+    none did.
+    """
+    groups: dict[str, list[dict[str, Any]]] = {}
+    for s in samples:
+        groups.setdefault(str(s.get("session", "")), []).append(s)
+    for group in reversed(list(groups.values())):
+        ratios = spread_ratios(load_rows(group, loops))
+        if ratios:
+            return ratios
+    return {}
+
+
+def _best_static_any(rows: Sequence[LoadRow]) -> LoadRow | None:
+    return next((r for r in rows if _single(r.arm) and r.tok_s > 0), None)
+
+
 def load_markdown(
     rows: Sequence[LoadRow],
     loops: Sequence[str],
     title: str,
     legend: dict[str, str],
     curves: LoadCurves | None,
+    verdict: Sequence[str] | None = None,
+    spread: Mapping[int, float] | None = None,
 ) -> str:
-    """The results page: the table per c, the verdict, the curves saved, what was left out."""
+    """The results page: the table per c, the verdict, the curves saved, what was left out.
+
+    ``verdict``: its lines (:func:`session_verdicts`); by default :func:`verdict_lines`
+    of ``rows``. ``spread``: ``plain2 ÷ plain`` per c (:func:`session_spread`); by
+    default :func:`spread_ratios` of ``rows``.
+    """
     lines = [
         f"# {title}",
         "",
@@ -155,14 +215,24 @@ def load_markdown(
             f"{r.reps} |"
         )
     lines += ["", "## Verdict (router against the best static arm at each c)", ""]
-    lines += [f"- {v}" for v in verdict_lines(rows)]
+    if verdict is None:
+        verdict = verdict_lines(rows)
+    elif any(v.startswith("[session ") for v in verdict):
+        lines += [
+            "The table mixes measuring sessions (machine leases); the verdict compares "
+            "arms within one session only: the same server read up to 2× apart from one "
+            "lease to the next.",
+            "",
+        ]
+    lines += [f"- {v}" for v in verdict]
     routed = [r for r in rows if _routed(r.arm)]
     if routed:
         lines += ["", "## Where the router sent requests", ""]
         lines += [
             f"- c={r.c}: " + ", ".join(f"{k} {v}" for k, v in r.routes.items()) for r in routed
         ]
-    spread = spread_ratios(rows)
+    if spread is None:
+        spread = spread_ratios(rows)
     if spread:
         lines += [
             "",
@@ -173,6 +243,13 @@ def load_markdown(
             + ", ".join(f"c={c} {v:.2f}×" for c, v in spread.items())
             + ". Above 1, a second process adds throughput at that load (the step is "
             "spent on the CPU); at or below 1, the processes take turns on the device.",
+        ]
+    elif any(r.arm == SPREAD.name for r in rows):
+        lines += [
+            "",
+            "## Does spreading pay? (`plain2` ÷ `plain`)",
+            "",
+            "Not compared: `plain2` and `plain` were measured in different sessions.",
         ]
     if curves is not None:
         t = curves.threshold()
@@ -237,7 +314,7 @@ def rows_json(rows: Sequence[LoadRow]) -> list[dict[str, Any]]:
 
 def write_load_page(
     out: Path,
-    samples: Sequence[dict[str, Any]],
+    store: Store,
     *,
     title: str,
     calibration: Mapping[Mode, str],
@@ -247,19 +324,22 @@ def write_load_page(
 
     Args:
         out: the run's folder.
-        samples: its samples (:meth:`~fronde.bench.store.Store.samples`), every block
-            that ended ok so far: a run cut short gives a page of what it measured.
+        store: its records; the samples of every block that ended ok so far count (a
+            run cut short gives a page of what it measured), each in its measuring
+            session (:func:`~fronde.bench.store.sessions`).
         title: the page's and the plot's title.
         calibration: Fronde mode → the static arm whose curve is that mode's backend's.
         meta: more fields for ``load.json`` (``run``, ``slots``, ``screened``).
 
     Returns:
-        The verdict lines (:func:`verdict_lines`).
+        The verdict lines (:func:`session_verdicts`).
     """
+    session = sessions(store.records())
+    samples = [s | {"session": session.get(s["block_id"], "")} for s in store.samples()]
     loops = looping_items(samples)
     rows = load_rows(samples, loops)
     curves = curves_from(rows, dict(calibration), str(out))
-    verdict = verdict_lines(rows)
+    verdict = session_verdicts(samples, loops)
     arms = list(dict.fromkeys(r.arm for r in rows))
     legend = {a: arm_about(a) for a in arms}
     legend |= {f"(calibration) {m}": arm for m, arm in calibration.items()}
@@ -272,7 +352,9 @@ def write_load_page(
         "verdict": verdict,
     }
     (out / "load.json").write_text(json.dumps(body, indent=1) + "\n")
-    (out / "load.md").write_text(load_markdown(rows, loops, title, legend, curves))
+    spread = session_spread(samples, loops)
+    page = load_markdown(rows, loops, title, legend, curves, verdict, spread)
+    (out / "load.md").write_text(page)
     load_plot(rows, out / "load.png", title)
     return verdict
 
@@ -285,7 +367,7 @@ def report_load(out: Path) -> list[str]:
     ``load.json`` and ``load.md`` it wrote. Starts no server.
 
     Returns:
-        The verdict lines (:func:`verdict_lines`).
+        The verdict lines (:func:`session_verdicts`).
 
     Raises:
         FrondeError: no load run recorded in ``out``, or its calibration is nowhere.
@@ -318,5 +400,5 @@ def report_load(out: Path) -> list[str]:
         "screened": identity.get("skip", []),
     }
     return write_load_page(
-        out, store.samples(), title=str(title or "Load"), calibration=calibration, meta=meta
+        out, store, title=str(title or "Load"), calibration=calibration, meta=meta
     )

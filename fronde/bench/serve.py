@@ -32,11 +32,22 @@ __all__ = [
 
 
 def run_info() -> dict[str, Any]:
-    """What every run records: when, the machine, and which code (commit, dirty flag)."""
+    """What every run records: when, the machine, and which code (commit, dirty flag).
+
+    ``boot_id`` (Linux's ``/proc/sys/kernel/random/boot_id``, None elsewhere) tells
+    one boot of a machine from another of the same class: runs resumed on a fresh
+    lease of a GPU machine are another measuring session (``fronde bench load``
+    compares arms within one).
+    """
     commit, dirty = git_state()
+    try:
+        boot: str | None = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    except OSError:
+        boot = None
     return {
         "started_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "machine": machine_info(),
+        "boot_id": boot,
         "commit": commit,
         "dirty": dirty,
     }

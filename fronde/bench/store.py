@@ -24,13 +24,15 @@ from __future__ import annotations
 
 import gzip
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, cast
 
 from fronde.errors import FrondeError
 
-__all__ = ["SCHEMA", "Store", "machine_class"]
+__all__ = ["SCHEMA", "SESSION_GAP_S", "Store", "machine_class", "sessions"]
 
 SCHEMA = 2
 """Version of the record layout (1 was the retired battery's)."""
@@ -53,6 +55,53 @@ def machine_class(machine: object) -> object:
     arch = next((a for a in ("x86_64", "aarch64", "arm64") if a in system), "")
     rest = {k: v for k, v in rec.items() if k != "system"}
     return {**rest, "os": system.split("-", 1)[0], "arch": arch}
+
+
+SESSION_GAP_S = 1800
+"""Two runs of a records file without ``boot_id`` started further apart than this, s,
+are two measuring sessions: a lease of the device machine lasts 30 minutes at most."""
+
+
+def _session_key(run: dict[str, Any]) -> tuple[str, str | None, float | None]:
+    try:
+        started = datetime.strptime(str(run.get("started_at")), "%Y-%m-%dT%H:%M:%SZ")
+    except ValueError:  # a run record without its start: no time to tell sessions by
+        at = None
+    else:
+        at = started.replace(tzinfo=UTC).timestamp()
+    system = str(cast("dict[str, Any]", run.get("machine") or {}).get("system", ""))
+    return system, run.get("boot_id"), at
+
+
+def sessions(records: Sequence[dict[str, Any]]) -> dict[str, str]:
+    """``block_id`` → the measuring session that ran it: one machine, one boot.
+
+    Blocks follow the ``run`` record of the run that measured them (file order). Two
+    runs are one session when they share a ``boot_id``; for records without one (runs
+    before 2026-12-04), when they ran on the same kernel build and the later started
+    within :data:`SESSION_GAP_S` of the earlier. Arms measured in different sessions
+    do not compare: on the H200 the same server read 0.51–0.94× from one lease to the
+    next (SmolLM2, plain, c = 1 … 32, ``results/load-gpu-h200-cpu-smollm2-135m-20261203``),
+    so ``fronde bench load`` judges its arms within one session. The label is the
+    session's first start, UTC (``2026-12-03 13:02``).
+    """
+    out: dict[str, str] = {}
+    label, prev = "", None
+    for rec in records:
+        if rec.get("type") == "run":
+            key = _session_key(rec)
+            same = prev is not None and (
+                key[1] == prev[1]
+                if key[1] and prev[1]
+                else key[0] == prev[0]
+                and (key[2] is None or prev[2] is None or 0 <= key[2] - prev[2] <= SESSION_GAP_S)
+            )
+            if not same:
+                label = str(rec.get("started_at", ""))[:16].replace("T", " ")
+            prev = key
+        elif "block_id" in rec:
+            out.setdefault(str(rec["block_id"]), label)
+    return out
 
 
 @dataclass(frozen=True)

@@ -23,7 +23,7 @@ from fronde.bench.arms import Arm
 from fronde.bench.client import repetition_score, send
 from fronde.bench.protocol import Plan, planned_requests, schedule
 from fronde.bench.report import Report
-from fronde.bench.store import SCHEMA, Store, machine_class
+from fronde.bench.store import SCHEMA, Store, machine_class, sessions
 from fronde.bench.verdict import Check, bootstrap, checks, geomean, table
 from fronde.bench.workloads import Item, Workload, load_workload
 from fronde.errors import FrondeError
@@ -324,6 +324,47 @@ def test_a_machine_is_its_class_not_its_kernels_build(tmp_path: Path) -> None:
             store.begin({"commit": "c3"}, {"machine": other, "slots": 32})
     with pytest.raises(FrondeError, match="another slots"):
         store.begin({"commit": "c3"}, {"machine": later, "slots": 16})
+
+
+def test_blocks_fall_in_the_session_of_the_run_that_measured_them() -> None:
+    def run(at: str, system: str = "fc-v1147", boot: str | None = None) -> dict[str, object]:
+        rec: dict[str, object] = {"type": "run", "started_at": at, "machine": {"system": system}}
+        return rec | ({"boot_id": boot} if boot else {})
+
+    def block(b: str) -> dict[str, object]:
+        return {"type": "block", "block_id": b, "ok": True}
+
+    old = [
+        run("2026-12-03T07:27:10Z"),
+        block("a"),
+        run("2026-12-03T07:50:00Z"),  # resumed 23 min later: the same lease
+        block("b"),
+        run("2026-12-03T13:02:20Z"),  # hours later: another lease, same kernel build
+        block("c"),
+        {"type": "sample", "block_id": "c"},
+        run("2026-12-03T13:10:00Z", system="fc-v973"),  # another machine at once
+        block("d"),
+    ]
+    assert sessions(old) == {
+        "a": "2026-12-03 07:27",
+        "b": "2026-12-03 07:27",
+        "c": "2026-12-03 13:02",
+        "d": "2026-12-03 13:10",
+    }
+    # With boot ids the boot decides, whatever the hours between.
+    booted = [
+        run("2026-12-03T07:27:10Z", boot="x"),
+        block("a"),
+        run("2026-12-03T19:00:00Z", boot="x"),
+        block("b"),
+        run("2026-12-03T19:05:00Z", boot="y"),
+        block("c"),
+    ]
+    assert sessions(booted) == {
+        "a": "2026-12-03 07:27",
+        "b": "2026-12-03 07:27",
+        "c": "2026-12-03 19:05",
+    }
 
 
 # --- protocol --------------------------------------------------------------------------

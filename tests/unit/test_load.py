@@ -29,6 +29,8 @@ from fronde.bench.load_page import (
     load_markdown,
     load_plot,
     report_load,
+    session_spread,
+    session_verdicts,
     spread_ratios,
     verdict_lines,
 )
@@ -597,6 +599,43 @@ def test_a_load_folder_is_reported_again_from_its_packed_records_cut_short_or_no
     own.append({"type": "run", "identity": identity, "calibration": {"baseline": "plain"}})
     _record_blocks(own, rep0 + rep1)
     assert report_load(own.path.parent) == verdict
+
+
+def test_router_arms_are_judged_only_against_static_arms_of_their_own_session() -> None:
+    def block(arm: str, tokens: int, session: str, rep: int = 0) -> list[dict[str, Any]]:
+        return [
+            _sample(arm, 2, rep, i, t0, 1.0, tokens=tokens, session=session)
+            for i, t0 in (("a", 0.0), ("b", 1.0))
+        ]
+
+    # Session A (a fast lease) measured plain at 30 tok/s; session B (a slow one) the
+    # router at 15, then plain's second repetition at 10.
+    samples = [*block("plain", 30, "A"), *block("router", 15, "B"), *block("plain", 10, "B", 1)]
+    # Across sessions the median of plain's two (20) beats the router; within B the
+    # router is 1.5× plain.
+    assert verdict_lines(load_rows(samples, [])) == [
+        "c=2: router 15 tok/s = 0.750× plain [0.750, 0.750], p99 1.00 s = 1.00× → FAIL"
+    ]
+    assert session_verdicts(samples, []) == [
+        "[session B] c=2: router 15 tok/s = 1.500× plain [1.500, 1.500], p99 1.00 s = 1.00× → PASS"
+    ]
+    # A router measured in a session of its own is not compared with anything.
+    lone = [*block("plain", 30, "A"), *block("router", 15, "C")]
+    assert session_verdicts(lone, []) == [
+        "[session C] router arms with no static arm measured in that session: INVALID, not compared"
+    ]
+    # One session: the lines are verdict_lines', unprefixed.
+    one = [s for s in samples if s["session"] == "B"]
+    assert session_verdicts(one, []) == verdict_lines(load_rows(one, []))
+    page = load_markdown(load_rows(lone, []), [], "t", {}, None, session_verdicts(lone, []))
+    assert "compares arms within one session only" in page and "- [session C] router" in page
+    # plain2 ÷ plain likewise: only where one session measured both.
+    spread = [*lone, *block("plain2", 45, "C"), *block("plain2", 60, "A", 1)]
+    assert session_spread(spread, []) == pytest.approx({2: 2.0})  # A: 60 ÷ 30
+    apart = [*lone, *block("plain2", 45, "C")]
+    assert session_spread(apart, []) == {}
+    page = load_markdown(load_rows(apart, []), [], "t", {}, None, [], {})
+    assert "Not compared: `plain2` and `plain` were measured in different sessions" in page
 
 
 def _no_calibration(folder: Path) -> None:

@@ -229,7 +229,8 @@ def load_markdown(
     if routed:
         lines += ["", "## Where the router sent requests", ""]
         lines += [
-            f"- c={r.c}: " + ", ".join(f"{k} {v}" for k, v in r.routes.items()) for r in routed
+            f"- {r.arm}, c={r.c}: " + ", ".join(f"{k} {v}" for k, v in r.routes.items())
+            for r in routed
         ]
     if spread is None:
         spread = spread_ratios(rows)

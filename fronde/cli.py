@@ -1111,8 +1111,9 @@ def bench_load(
     import asyncio
     import json
 
-    from fronde.bench.load import CLIENTS, curves_from, load_rows, load_setup, looping_items
+    from fronde.bench.load import CLIENTS, load_setup
     from fronde.bench.load_page import write_load_page
+    from fronde.bench.load_sessions import session_curves, tagged_samples
     from fronde.bench.protocol import planned_requests, run_plan
     from fronde.bench.serve import run_info
     from fronde.bench.store import Store
@@ -1166,10 +1167,9 @@ def bench_load(
                 setup.static, setup.settings, config, store, out / "logs", advance, advance.status
             )
         )
-        samples = store.samples()
-        curves = curves_from(
-            load_rows(samples, looping_items(samples)), setup.calibration, str(out)
-        )
+        # Each curve from the latest session that measured it: a run resumed on a
+        # fresh lease (or seeded) would otherwise pool two machines' figures.
+        curves = session_curves(tagged_samples(store), setup.calibration, str(out))
         save_load_curves(setup.settings.cache_dir, key, curves)
         advance(f"load curves saved for {key}: plain from c = {curves.threshold()}", 0)
         asyncio.run(

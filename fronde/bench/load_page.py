@@ -22,12 +22,12 @@ from fronde.bench.load import (
     SPREAD,
     LoadRow,
     arm_about,
-    curves_from,
     load_rows,
     looping_items,
     spread_ratios,
 )
-from fronde.bench.store import Store, sessions
+from fronde.bench.load_sessions import session_curves, tagged_samples
+from fronde.bench.store import Store
 from fronde.errors import FrondeError
 from fronde.modes import Mode
 from fronde.router.calibration import LoadCurves
@@ -38,7 +38,6 @@ __all__ = [
     "load_plot",
     "report_load",
     "rows_json",
-    "session_spread",
     "session_verdicts",
     "spread_ratios",
     "verdict_lines",
@@ -160,22 +159,6 @@ def session_verdicts(samples: Sequence[dict[str, Any]], loops: Sequence[str]) ->
     return out
 
 
-def session_spread(samples: Sequence[dict[str, Any]], loops: Sequence[str]) -> dict[int, float]:
-    """``plain2 ÷ plain`` per c (:func:`spread_ratios`) within one measuring session.
-
-    The latest session (in ``samples``' order) that measured both arms; ``{}`` when
-    none did.
-    """
-    groups: dict[str, list[dict[str, Any]]] = {}
-    for s in samples:
-        groups.setdefault(str(s.get("session", "")), []).append(s)
-    for group in reversed(list(groups.values())):
-        ratios = spread_ratios(load_rows(group, loops))
-        if ratios:
-            return ratios
-    return {}
-
-
 def _best_static_any(rows: Sequence[LoadRow]) -> LoadRow | None:
     return next((r for r in rows if _single(r.arm) and r.tok_s > 0), None)
 
@@ -192,8 +175,9 @@ def load_markdown(
     """The results page: the table per c, the verdict, the curves saved, what was left out.
 
     ``verdict``: its lines (:func:`session_verdicts`); by default :func:`verdict_lines`
-    of ``rows``. ``spread``: ``plain2 ÷ plain`` per c (:func:`session_spread`); by
-    default :func:`spread_ratios` of ``rows``.
+    of ``rows``. ``spread``: ``plain2 ÷ plain`` per c, within one session
+    (:func:`~fronde.bench.load_sessions.session_spread`); by default
+    :func:`spread_ratios` of ``rows``.
     """
     lines = [
         f"# {title}",
@@ -258,8 +242,9 @@ def load_markdown(
             "",
             "## Load curves (calibration, in-sample)",
             "",
-            "Aggregate tok/s of each mode's backend alone, per c (what `fronde serve` "
-            "reads; saved after the static blocks, before the router arms ran): "
+            "Aggregate tok/s of each mode's backend alone, per c, each from the latest "
+            "session that measured it, as `fronde bench load` saves them for "
+            "`fronde serve` before its router arms: "
             + "; ".join(
                 f"{m}: " + ", ".join(f"{c}→{v:.0f}" for c, v in p) for m, p in curves.points.items()
             ),
@@ -335,11 +320,10 @@ def write_load_page(
     Returns:
         The verdict lines (:func:`session_verdicts`).
     """
-    session = sessions(store.records())
-    samples = [s | {"session": session.get(s["block_id"], "")} for s in store.samples()]
+    samples = tagged_samples(store)
     loops = looping_items(samples)
     rows = load_rows(samples, loops)
-    curves = curves_from(rows, dict(calibration), str(out))
+    curves = session_curves(samples, calibration, str(out))
     verdict = session_verdicts(samples, loops)
     arms = list(dict.fromkeys(r.arm for r in rows))
     legend = {a: arm_about(a) for a in arms}
@@ -353,7 +337,7 @@ def write_load_page(
         "verdict": verdict,
     }
     (out / "load.json").write_text(json.dumps(body, indent=1) + "\n")
-    spread = session_spread(samples, loops)
+    spread = dict(curves.spread)
     page = load_markdown(rows, loops, title, legend, curves, verdict, spread)
     (out / "load.md").write_text(page)
     load_plot(rows, out / "load.png", title)

@@ -29,11 +29,11 @@ from fronde.bench.load_page import (
     load_markdown,
     load_plot,
     report_load,
-    session_spread,
     session_verdicts,
     spread_ratios,
     verdict_lines,
 )
+from fronde.bench.load_sessions import session_curves, session_spread
 from fronde.bench.store import Store
 from fronde.config import Settings, load_settings
 from fronde.errors import FrondeError
@@ -636,6 +636,14 @@ def test_router_arms_are_judged_only_against_static_arms_of_their_own_session() 
     assert session_spread(apart, []) == {}
     page = load_markdown(load_rows(apart, []), [], "t", {}, None, [], {})
     assert "Not compared: `plain2` and `plain` were measured in different sessions" in page
+    # The curves the router reads: each arm from the latest session that measured it
+    # (plain from A, 30; default from C, which also measured it in A), and no spread
+    # from plain2 in C against plain in A.
+    later = [*apart, *block("default", 40, "A"), *block("default", 20, "C")]
+    curves = session_curves(later, {Mode.BASELINE: "plain", Mode.NGRAM_MOD: "default"}, "t")
+    assert curves.points == {Mode.BASELINE: ((2, 30.0),), Mode.NGRAM_MOD: ((2, 20.0),)}
+    assert curves.spread == ()
+    assert session_curves(spread, {Mode.BASELINE: "plain"}, "t").spread == ((2, 2.0),)
 
 
 def _no_calibration(folder: Path) -> None:

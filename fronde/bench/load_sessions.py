@@ -1,0 +1,67 @@
+"""A load run's measuring sessions: which samples compare, and the curves the router reads.
+
+A records file can hold blocks of several sessions (a run resumed on a fresh lease of
+the GPU machine, or seeded with an earlier run's records): :func:`~fronde.bench.store.
+sessions` names each block's. The same server reads up to 2× apart from one session
+to the next, so ratios and the curves saved for the router are taken within one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from fronde.bench.load import LoadRow, curves_from, load_rows, looping_items, spread_ratios
+from fronde.bench.store import Store, sessions
+from fronde.modes import Mode
+from fronde.router.calibration import LoadCurves
+
+__all__ = ["session_curves", "session_spread", "tagged_samples"]
+
+
+def tagged_samples(store: Store) -> list[dict[str, Any]]:
+    """``store``'s samples, each with its ``session`` label.
+
+    The samples as :meth:`~fronde.bench.store.Store.samples` gives them, the label as
+    :func:`~fronde.bench.store.sessions` does (``""`` before any run record).
+    """
+    session = sessions(store.records())
+    return [s | {"session": session.get(s["block_id"], "")} for s in store.samples()]
+
+
+def _by_session(samples: Sequence[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+    groups: dict[str, list[dict[str, Any]]] = {}
+    for s in samples:
+        groups.setdefault(str(s.get("session", "")), []).append(s)
+    return groups
+
+
+def session_spread(samples: Sequence[dict[str, Any]], loops: Sequence[str]) -> dict[int, float]:
+    """``plain2 ÷ plain`` per c (:func:`~fronde.bench.load.spread_ratios`) within one session.
+
+    The latest session (in ``samples``' order) that measured both arms; ``{}`` when
+    none did.
+    """
+    for group in reversed(list(_by_session(samples).values())):
+        ratios = spread_ratios(load_rows(group, loops))
+        if ratios:
+            return ratios
+    return {}
+
+
+def session_curves(
+    samples: Sequence[dict[str, Any]], calibration: Mapping[Mode, str], source: str
+) -> LoadCurves:
+    """The load curves for the router arms about to run, from ``samples`` so far.
+
+    Each (calibration arm, c) from the latest session that measured it (the session
+    the router arms run in, when it measured the static arms); ``plain2 ÷ plain`` from
+    one session only (:func:`session_spread`), none when no session measured both.
+    """
+    loops = looping_items(samples)
+    rows: dict[tuple[str, int], LoadRow] = {}
+    for group in _by_session(samples).values():  # later sessions replace earlier ones
+        rows |= {(r.arm, r.c): r for r in load_rows(group, loops)}
+    curves = curves_from(list(rows.values()), dict(calibration), source)
+    spread = tuple(session_spread(samples, loops).items())
+    return LoadCurves(curves.points, curves.source, spread)

@@ -26,7 +26,7 @@ from fronde.bench.load import (
     looping_items,
     spread_ratios,
 )
-from fronde.bench.load_sessions import session_curves, tagged_samples
+from fronde.bench.load_sessions import by_session, session_curves, tagged_samples
 from fronde.bench.store import Store
 from fronde.errors import FrondeError
 from fronde.modes import Mode
@@ -139,9 +139,7 @@ def session_verdicts(samples: Sequence[dict[str, Any]], loops: Sequence[str]) ->
     static arms only adds no line. ``loops`` (every session's) leaves the same items
     out everywhere.
     """
-    groups: dict[str, list[dict[str, Any]]] = {}
-    for s in samples:
-        groups.setdefault(str(s.get("session", "")), []).append(s)
+    groups = by_session(samples)
     if len(groups) <= 1:
         return verdict_lines(load_rows(samples, loops))
     out: list[str] = []

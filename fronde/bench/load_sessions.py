@@ -16,7 +16,7 @@ from fronde.bench.store import Store, sessions
 from fronde.modes import Mode
 from fronde.router.calibration import LoadCurves
 
-__all__ = ["session_curves", "session_spread", "tagged_samples"]
+__all__ = ["by_session", "session_curves", "session_spread", "tagged_samples"]
 
 
 def tagged_samples(store: Store) -> list[dict[str, Any]]:
@@ -29,7 +29,8 @@ def tagged_samples(store: Store) -> list[dict[str, Any]]:
     return [s | {"session": session.get(s["block_id"], "")} for s in store.samples()]
 
 
-def _by_session(samples: Sequence[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+def by_session(samples: Sequence[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+    """``samples`` grouped by their ``session`` label, sessions in order of first sample."""
     groups: dict[str, list[dict[str, Any]]] = {}
     for s in samples:
         groups.setdefault(str(s.get("session", "")), []).append(s)
@@ -42,7 +43,7 @@ def session_spread(samples: Sequence[dict[str, Any]], loops: Sequence[str]) -> d
     The latest session (in ``samples``' order) that measured both arms; ``{}`` when
     none did.
     """
-    for group in reversed(list(_by_session(samples).values())):
+    for group in reversed(list(by_session(samples).values())):
         ratios = spread_ratios(load_rows(group, loops))
         if ratios:
             return ratios
@@ -60,7 +61,7 @@ def session_curves(
     """
     loops = looping_items(samples)
     rows: dict[tuple[str, int], LoadRow] = {}
-    for group in _by_session(samples).values():  # later sessions replace earlier ones
+    for group in by_session(samples).values():  # later sessions replace earlier ones
         rows |= {(r.arm, r.c): r for r in load_rows(group, loops)}
     curves = curves_from(list(rows.values()), dict(calibration), source)
     spread = tuple(session_spread(samples, loops).items())

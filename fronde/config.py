@@ -304,8 +304,8 @@ class RouterSettings(_Section):
         "in flight reach the load from which its curve is the highest, else as planned "
         "(one server at a time); best = the mode whose server alone serves the load in "
         "flight best, joining the busiest server within load_band of it (one batch), or "
-        "the least busy where fronde bench load measured two servers serving more than "
-        "one at that load (plain2); "
+        "the less busy of the best two where fronde bench load measured two servers "
+        "serving more than one at that load (plain2); "
         "marginal = the backend whose curve gains most (several servers at once)",
     )
     load_band: float = Field(

@@ -72,8 +72,10 @@ baseline cut aggregate throughput from 40 to 16.5 tok/s.
   server's requests together, so the requests gather where the best static server for
   that load would have them, and a lone request keeps its per-prompt plan. Where the
   run also measured two plain servers against one (``plain2``) and a second process
-  served more at that load (its step spent on the CPU, as gemma's sampling), the
-  least busy of those servers instead: the requests spread.
+  served more at that load (g = ``plain2 ÷ plain`` above 1 + ``load_band``: its step
+  spent on the CPU, as gemma's sampling), the less busy of two servers instead, the
+  best and the next best whose curve is at least (2/g − 1) × the best's: the
+  requests spread over two processes.
 - ``off``: requests queue where planned.
 
 ``serialize`` and ``spread`` answer with class ``fallback``.
@@ -459,9 +461,16 @@ def _best(
     """``load_placement = "best"``: the server that serves the load in flight best.
 
     Among the servers whose curve at the load in flight is within ``band`` of the best,
-    the busiest (one batch), or the least busy where two servers were measured to
-    serve more than one at that load (:meth:`LoadModel.spread_gain` above 1 + band),
-    over two servers at most (what was measured).
+    the busiest (one batch). Where two servers were measured to serve more than one at
+    that load (:meth:`LoadModel.spread_gain` g above 1 + band), the less busy of two
+    servers instead (two at most, what was measured): those already decoding, else the
+    best by curve and the next best among those whose curve is at least (2/g − 1) × the
+    best's. The bound: two plain servers serve g × one, so a pair of servers A and B,
+    each taking its share in proportion to its own curve, serves about g × (A + B) / 2,
+    more than A alone while B > (2/g − 1) × A (g = 1.8: any B above 0.11 A; g = 1.12:
+    above 0.79 A). A band of ``band`` around the best alone never spread on the H200's
+    in-session curves (SmolLM2 at c = 2: cascade 263, the next 248, g = 1.82), where
+    the two plain servers of ``plain2`` served 1.8× one.
     """
     planned = _planned(plan)
     n = sum(in_flight.values()) + 1
@@ -473,11 +482,12 @@ def _best(
     order = list(Mode)
     gain = curves.spread_gain(n)
     if gain is not None and gain > 1 + band:
-        # A second process adds throughput at this load (measured, plain2 ÷ plain):
-        # the least busy of the servers near the best, then the planned mode. Two
-        # servers at most, as measured: once two near ones decode, the less busy of them.
-        busy = [m for m in near if in_flight.get(m, 0) > 0]
-        pool = busy if len(busy) >= 2 else near
+        # A second process adds throughput at this load (measured, plain2 ÷ plain): the
+        # pair of servers (the bound in the docstring), then the less busy of the two.
+        pair = [m for m in rates if rates[m] >= (2 / gain - 1) * top]
+        pair.sort(key=lambda m: (-rates[m], m is not planned, order.index(m)))
+        busy = [m for m in pair if in_flight.get(m, 0) > 0]
+        pool = (busy + [m for m in pair if m not in busy])[:2]
         target = min(pool, key=lambda m: (in_flight.get(m, 0), m is not planned, order.index(m)))
     else:
         # Join the server already decoding most (one batch on the GPU), then the planned

@@ -458,6 +458,29 @@ def test_the_best_placement_spreads_where_a_second_server_was_measured_to_pay() 
     # A gain inside the band is no reason to spread.
     within = LoadCurves(tie, "test", ((8, 1.04),))
     assert at(in_flight=busy, curves=within) == Plan(Route.LOAD, Mode.CASCADE)
+    # SmolLM2's in-session curves on the H200 at c = 2: cascade 263, ngram-simple 248,
+    # ngram-mod 213, baseline 183 tok/s, and two plain servers 1.82× one. Only cascade
+    # is within 5 % of the best, yet a second process pays: the pair is cascade and
+    # ngram-simple (248 > (2/1.82 − 1) × 263 = 26), and with one request on cascade the
+    # next goes to ngram-simple.
+    smol = {
+        Mode.BASELINE: ((2, 183.0),),
+        Mode.NGRAM_SIMPLE: ((2, 248.0),),
+        Mode.NGRAM_MOD: ((2, 213.0),),
+        Mode.CASCADE: ((2, 263.0),),
+    }
+    pays = LoadCurves(smol, "test", ((2, 1.82),))
+    assert at(in_flight={Mode.CASCADE: 1}, curves=pays) == Plan(Route.LOAD, Mode.NGRAM_SIMPLE)
+    assert at(in_flight={Mode.CASCADE: 1}, curves=LoadCurves(smol, "test")) == Plan(
+        Route.LOAD, Mode.CASCADE
+    )  # without plain2's measurement: one batch
+    # A small gain asks more of the second server: at 1.12 it must reach 0.79 × the
+    # best; ngram-simple at 0.94 × does, a server at 0.70 × does not.
+    small = LoadCurves(smol, "test", ((2, 1.12),))
+    assert at(in_flight={Mode.CASCADE: 1}, curves=small) == Plan(Route.LOAD, Mode.NGRAM_SIMPLE)
+    weak = {Mode.CASCADE: ((2, 263.0),), Mode.BASELINE: ((2, 184.0),)}
+    alone = LoadCurves(weak, "test", ((2, 1.12),))
+    assert at(in_flight={Mode.CASCADE: 1}, curves=alone) == Plan(Route.LOAD, Mode.CASCADE)
 
 
 def test_curves_from_a_run_carry_two_servers_against_one() -> None:

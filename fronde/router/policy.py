@@ -470,7 +470,10 @@ def _best(
     more than A alone while B > (2/g − 1) × A (g = 1.8: any B above 0.11 A; g = 1.12:
     above 0.79 A). A band of ``band`` around the best alone never spread on the H200's
     in-session curves (SmolLM2 at c = 2: cascade 263, the next 248, g = 1.82), where
-    the two plain servers of ``plain2`` served 1.8× one.
+    the two plain servers of ``plain2`` served 1.8× one. Where g is below 1 − band (a
+    second process loses: 0.03 × on 2 CPU cores with two slots a server), the request
+    joins the server already decoding unless another's curve beats it by the same
+    bound, B > (2/g − 1) × A; within the band, the busiest near server as without g.
     """
     planned = _planned(plan)
     n = sum(in_flight.values()) + 1
@@ -489,6 +492,12 @@ def _best(
         busy = [m for m in pair if in_flight.get(m, 0) > 0]
         pool = (busy + [m for m in pair if m not in busy])[:2]
         target = min(pool, key=lambda m: (in_flight.get(m, 0), m is not planned, order.index(m)))
+    elif gain is not None and gain < 1 - band and (decoding := _busiest(rates, in_flight)):
+        # A second process loses at this load (measured: two plain servers served g < 1
+        # × one; on 2 CPU cores 0.03 ×): join the server already decoding, unless
+        # another's curve beats it by the same bound, B > (2/g − 1) × A.
+        better = [m for m in rates if rates[m] > (2 / gain - 1) * rates[decoding]]
+        target = max(better, key=lambda m: rates[m]) if better else decoding
     else:
         # Join the server already decoding most (one batch on the GPU), then the planned
         # mode, then the least speculative (Mode's order: the cheapest to verify).
@@ -496,6 +505,12 @@ def _best(
     if target is planned:
         return Plan(Route.LOAD, planned) if plan.route is Route.PROBE else plan
     return Plan(Route.LOAD, target)
+
+
+def _busiest(rates: Mapping[Mode, float], in_flight: Mapping[Mode, int]) -> Mode | None:
+    """The server with a free slot (in ``rates``) that decodes the most requests; None if idle."""
+    busy = [m for m in rates if in_flight.get(m, 0) > 0]
+    return max(busy, key=lambda m: (in_flight[m], rates[m])) if busy else None
 
 
 def _threshold(

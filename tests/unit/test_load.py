@@ -483,6 +483,35 @@ def test_the_best_placement_spreads_where_a_second_server_was_measured_to_pay() 
     assert at(in_flight={Mode.CASCADE: 1}, curves=alone) == Plan(Route.LOAD, Mode.CASCADE)
 
 
+def test_the_best_placement_keeps_one_process_decoding_where_a_second_was_measured_to_lose() -> (
+    None
+):
+    policy = RouterPolicy(
+        load_rule="measured", floor=Mode.NGRAM_MOD, probe="never", load_placement="best"
+    )
+    at = partial(route, RequestClass.GENERAL, policy=policy)
+    # This CPU, two slots a server (fronde bench load --clients 1 --clients 2): plain
+    # 86 tok/s at c = 2, ngram-mod 81, and two plain servers 0.03 × one (two processes
+    # decoding on 2 cores). With a request decoding on ngram-mod the next joins it;
+    # without the measurement it went to baseline, the best curve, and both crawled.
+    cpu = {Mode.BASELINE: ((1, 64.0), (2, 86.0)), Mode.NGRAM_MOD: ((1, 62.0), (2, 81.0))}
+    loses = LoadCurves(cpu, "test", ((1, 0.98), (2, 0.03)))
+    assert at(in_flight={Mode.NGRAM_MOD: 1}, curves=loses) == Plan(Route.FALLBACK, Mode.NGRAM_MOD)
+    assert at(in_flight={Mode.NGRAM_MOD: 1}, curves=LoadCurves(cpu, "test")) == Plan(
+        Route.LOAD, Mode.BASELINE
+    )
+    # A curve far above the busy server's still wins: gemma on the H200 at c = 32 with
+    # sampling on the GPU, baseline 864 against ngram-mod's 392, and two processes taking
+    # turns (0.92 ×): 864 > (2/0.92 − 1) × 392 = 460.
+    gemma = {Mode.BASELINE: ((32, 864.0),), Mode.NGRAM_MOD: ((32, 392.0),)}
+    turns = LoadCurves(gemma, "test", ((32, 0.92),))
+    assert at(in_flight={Mode.NGRAM_MOD: 31}, curves=turns) == Plan(Route.LOAD, Mode.BASELINE)
+    close = {Mode.BASELINE: ((32, 440.0),), Mode.NGRAM_MOD: ((32, 392.0),)}
+    assert at(in_flight={Mode.NGRAM_MOD: 31}, curves=LoadCurves(close, "test", ((32, 0.92),))) == (
+        Plan(Route.FALLBACK, Mode.NGRAM_MOD)
+    )  # 440 < 460: one batch
+
+
 def test_curves_from_a_run_carry_two_servers_against_one() -> None:
     samples = [
         *(_sample("plain", 2, 0, i, 0.0, 1.0, tokens=10) for i in ("a", "b")),

@@ -75,7 +75,10 @@ baseline cut aggregate throughput from 40 to 16.5 tok/s.
   served more at that load (g = ``plain2 ÷ plain`` above 1 + ``load_band``: its step
   spent on the CPU, as gemma's sampling), the less busy of two servers instead, the
   best and the next best whose curve is at least (2/g − 1) × the best's: the
-  requests spread over two processes.
+  requests spread over two processes. Every placement, where ``plain2`` measured a
+  second process to lose (g below 1 − ``load_band``, as two llama-servers decoding
+  at once on 2 CPU cores: 0.01–0.03 ×), joins the server already decoding rather than
+  start another, unless the other's curve beats it by (2/g − 1) ×.
 - ``off``: requests queue where planned.
 
 ``serialize`` and ``spread`` answer with class ``fallback``.
@@ -433,9 +436,23 @@ def _measured(
     if sum(in_flight.values()) == 0 or plan.route in (Route.FORCED, Route.UNSAFE):
         return plan
     if placement == "threshold":
-        return _threshold(plan, in_flight, usable, curves.threshold(), slots)
-    if placement == "best":
-        return _best(plan, in_flight, usable, curves, slots, band)
+        chosen = _threshold(plan, in_flight, usable, curves.threshold(), slots)
+    elif placement == "best":
+        chosen = _best(plan, in_flight, usable, curves, slots, band)
+    else:
+        chosen = _marginal(plan, in_flight, usable, curves, slots, band)
+    return _one_process(chosen, plan, in_flight, usable, curves, slots, band)
+
+
+def _marginal(
+    plan: Plan,
+    in_flight: Mapping[Mode, int],
+    usable: Collection[Mode],
+    curves: LoadModel,
+    slots: int,
+    band: float,
+) -> Plan:
+    """``load_placement = "marginal"``: the backend whose curve gains most from one more."""
     gains = _free_rates(usable, in_flight, slots, lambda m: curves.marginal(m, in_flight.get(m, 0)))
     if not gains:
         return plan
@@ -448,6 +465,42 @@ def _measured(
     # Ties go to the least speculative mode (Mode's order): the cheapest to verify.
     target = next(m for m in Mode if gains.get(m) == best)
     return Plan(Route.LOAD, target)
+
+
+def _one_process(
+    chosen: Plan,
+    plan: Plan,
+    in_flight: Mapping[Mode, int],
+    usable: Collection[Mode],
+    curves: LoadModel,
+    slots: int,
+    band: float,
+) -> Plan:
+    """Every placement: no second process decoding where one was measured to lose.
+
+    Where two plain servers served g < 1 − ``band`` × one at this load
+    (:meth:`LoadModel.spread_gain`; 0.01–0.03 × on 2 CPU cores with two slots a
+    server, ``results/load-cpu-smollm2-135m-20261203-slots2-before``), a request the
+    placement ``chosen`` sends to an idle server joins the server already decoding
+    most instead, unless the idle one's curve B beats that one's A by the bound of
+    :func:`_best`: a pair serves about g × (A + B) / 2, more than A alone only while
+    B > (2/g − 1) × A. Without that measurement, or with no server decoding that has a
+    free slot, ``chosen`` stands.
+    """
+    n = sum(in_flight.values()) + 1
+    gain = curves.spread_gain(n)
+    if gain is None or gain >= 1 - band or in_flight.get(chosen.mode, 0) > 0:
+        return chosen
+    rates = _free_rates(usable, in_flight, slots, lambda m: curves.aggregate(m, n))
+    busy = _busiest(rates, in_flight)
+    if busy is None:
+        return chosen
+    rate = rates.get(chosen.mode)
+    if rate is not None and rate > (2 / gain - 1) * rates[busy]:
+        return chosen
+    if busy is _planned(plan) and plan.route is not Route.PROBE:
+        return plan
+    return Plan(Route.LOAD, busy)
 
 
 def _best(
@@ -470,10 +523,9 @@ def _best(
     more than A alone while B > (2/g − 1) × A (g = 1.8: any B above 0.11 A; g = 1.12:
     above 0.79 A). A band of ``band`` around the best alone never spread on the H200's
     in-session curves (SmolLM2 at c = 2: cascade 263, the next 248, g = 1.82), where
-    the two plain servers of ``plain2`` served 1.8× one. Where g is below 1 − band (a
-    second process loses: 0.03 × on 2 CPU cores with two slots a server), the request
-    joins the server already decoding unless another's curve beats it by the same
-    bound, B > (2/g − 1) × A; within the band, the busiest near server as without g.
+    the two plain servers of ``plain2`` served 1.8× one. Where g is below 1 − band, no
+    second process starts unless the bound says so (:func:`_one_process`, every
+    placement).
     """
     planned = _planned(plan)
     n = sum(in_flight.values()) + 1
@@ -492,12 +544,6 @@ def _best(
         busy = [m for m in pair if in_flight.get(m, 0) > 0]
         pool = (busy + [m for m in pair if m not in busy])[:2]
         target = min(pool, key=lambda m: (in_flight.get(m, 0), m is not planned, order.index(m)))
-    elif gain is not None and gain < 1 - band and (decoding := _busiest(rates, in_flight)):
-        # A second process loses at this load (measured: two plain servers served g < 1
-        # × one; on 2 CPU cores 0.03 ×): join the server already decoding, unless
-        # another's curve beats it by the same bound, B > (2/g − 1) × A.
-        better = [m for m in rates if rates[m] > (2 / gain - 1) * rates[decoding]]
-        target = max(better, key=lambda m: rates[m]) if better else decoding
     else:
         # Join the server already decoding most (one batch on the GPU), then the planned
         # mode, then the least speculative (Mode's order: the cheapest to verify).

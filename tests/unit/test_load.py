@@ -506,6 +506,16 @@ def test_the_best_placement_keeps_one_process_decoding_where_a_second_was_measur
     gemma = {Mode.BASELINE: ((32, 864.0),), Mode.NGRAM_MOD: ((32, 392.0),)}
     turns = LoadCurves(gemma, "test", ((32, 0.92),))
     assert at(in_flight={Mode.NGRAM_MOD: 31}, curves=turns) == Plan(Route.LOAD, Mode.BASELINE)
+    # Every placement keeps to it: threshold (plain decoding from c = 1 on these
+    # curves) and marginal (baseline gains 64 from one request, ngram-mod 19) both chose
+    # baseline, an idle second process.
+    for placement in ("threshold", "marginal"):
+        other = RouterPolicy(
+            load_rule="measured", floor=Mode.NGRAM_MOD, probe="never", load_placement=placement
+        )
+        moved = partial(route, RequestClass.GENERAL, policy=other, in_flight={Mode.NGRAM_MOD: 1})
+        assert moved(curves=LoadCurves(cpu, "test")) == Plan(Route.LOAD, Mode.BASELINE)
+        assert moved(curves=loses) == Plan(Route.FALLBACK, Mode.NGRAM_MOD)
     close = {Mode.BASELINE: ((32, 440.0),), Mode.NGRAM_MOD: ((32, 392.0),)}
     assert at(in_flight={Mode.NGRAM_MOD: 31}, curves=LoadCurves(close, "test", ((32, 0.92),))) == (
         Plan(Route.FALLBACK, Mode.NGRAM_MOD)

@@ -917,7 +917,7 @@ def _report(out: Path, console: Console) -> None:
 
 def _report_load(out: Path, console: Console) -> None:
     """``fronde bench report`` of a ``bench load`` folder: its page again, no server."""
-    from fronde.bench.load_page import report_load
+    from fronde.bench.load_report import report_load
 
     for line in report_load(out):
         console.print(line, markup=False, highlight=False)
@@ -1112,7 +1112,7 @@ def bench_load(
     import json
 
     from fronde.bench.load import CLIENTS, load_setup
-    from fronde.bench.load_page import write_load_page
+    from fronde.bench.load_report import write_load_page
     from fronde.bench.load_sessions import session_curves, tagged_samples
     from fronde.bench.protocol import planned_requests, run_plan
     from fronde.bench.serve import run_info

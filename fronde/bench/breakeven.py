@@ -41,11 +41,13 @@ import numpy as np
 from fronde.errors import FrondeError
 
 __all__ = [
+    "ServedCost",
     "VerifyCosts",
     "acceptance_rate",
     "break_even_alpha",
     "expected_tokens",
     "measure_verify_costs",
+    "served_cost",
     "speedup",
     "write_break_even_map",
 ]
@@ -180,6 +182,63 @@ def measure_verify_costs(
     if 1 not in measured:
         raise FrondeError("llama-bench gave no result for a batch of 1 token")
     return VerifyCosts(tuple(measured), seconds, stddev, depth, machine, " ".join(argv))
+
+
+@dataclass(frozen=True)
+class ServedCost:
+    """The verify cost as a llama-server pays it, fitted from the requests it served.
+
+    ``decode_ms ≈ pass_ms × passes + drafted_ms × drafted``, least squares without an
+    intercept over the requests' own timings (``predicted_ms``, ``predicted_n``,
+    ``draft_n``, ``draft_n_accepted``; passes = tokens − accepted). Unlike
+    :func:`measure_verify_costs` (llama-bench, the forward pass alone) it counts what
+    the server does per drafted position besides: sampling it on the CPU. On the H200
+    with gemma-3 (262,144-token vocabulary) the forward pass said 0.025 of a step a
+    drafted token; its servers paid 0.27–0.45 (``results/load-gpu-h200-cpu-gemma-270m-
+    20261203-bs``, c = 1).
+
+    Attributes:
+        pass_ms: one target pass, ms.
+        drafted_ms: one drafted token verified, ms.
+        requests: requests fitted.
+        drafted: drafted tokens in them.
+    """
+
+    pass_ms: float
+    drafted_ms: float
+    requests: int
+    drafted: int
+
+    @property
+    def draft_cost(self) -> float:
+        """``drafted_ms ÷ pass_ms``: a drafted token in passes (``router.draft_cost``'s unit)."""
+        return self.drafted_ms / self.pass_ms
+
+
+def served_cost(timings: Sequence[dict[str, Any]], min_requests: int = 8) -> ServedCost | None:
+    """Fit :class:`ServedCost` to llama-server ``timings`` objects of one server's requests.
+
+    Returns None with fewer than ``min_requests`` usable requests, no drafted token,
+    or a fit that is not positive (passes and drafts in one fixed proportion).
+    """
+    rows = [
+        (
+            float(t["predicted_n"] - (t.get("draft_n_accepted") or 0)),
+            float(t.get("draft_n") or 0),
+            float(t["predicted_ms"]),
+        )
+        for t in timings
+        if t.get("predicted_n") and t.get("predicted_ms")
+    ]
+    drafted = int(sum(r[1] for r in rows))
+    if len(rows) < min_requests or drafted == 0:
+        return None
+    x = np.array([[p, d] for p, d, _ in rows])
+    y = np.array([ms for *_, ms in rows])
+    (a, b), *_ = np.linalg.lstsq(x, y, rcond=None)
+    if a <= 0 or b < 0:
+        return None
+    return ServedCost(float(a), float(b), len(rows), drafted)
 
 
 def expected_tokens(beta: np.ndarray | float, gamma: int) -> np.ndarray:

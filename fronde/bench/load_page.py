@@ -10,38 +10,32 @@ user chooses a server before the run, instead of the highest of several noisy fi
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict
 from pathlib import Path
 from statistics import median
-from typing import Any, cast
+from typing import Any
 
+from fronde.bench.breakeven import ServedCost, served_cost
 from fronde.bench.load import (
     ROUTERS,
     SPREAD,
     LoadRow,
-    arm_about,
     load_rows,
-    looping_items,
     spread_ratios,
 )
-from fronde.bench.load_sessions import by_session, session_curves, tagged_samples
-from fronde.bench.store import Store
-from fronde.errors import FrondeError
-from fronde.modes import Mode
+from fronde.bench.load_sessions import by_session
 from fronde.router.calibration import LoadCurves
 
 __all__ = [
     "held_out_ratios",
     "load_markdown",
     "load_plot",
-    "report_load",
     "rows_json",
+    "served_costs",
     "session_verdicts",
     "spread_ratios",
     "verdict_lines",
-    "write_load_page",
 ]
 
 
@@ -128,6 +122,20 @@ def verdict_lines(rows: Sequence[LoadRow]) -> list[str]:
     return out
 
 
+def served_costs(samples: Sequence[dict[str, Any]]) -> dict[str, ServedCost]:
+    """Each single static arm's :class:`~fronde.bench.breakeven.ServedCost` at c = 1.
+
+    From the ``timings`` of its requests alone on the server (every repetition); arms
+    that drafted nothing (plain decoding) or too few requests are left out.
+    """
+    by_arm: dict[str, list[dict[str, Any]]] = {}
+    for s in samples:
+        if s.get("level") == "" and s.get("ok") and _single(s["arm"]) and s.get("timings"):
+            by_arm.setdefault(s["arm"], []).append(s["timings"])
+    fits = {arm: served_cost(t) for arm, t in by_arm.items()}
+    return {arm: fit for arm, fit in fits.items() if fit is not None}
+
+
 def session_verdicts(samples: Sequence[dict[str, Any]], loops: Sequence[str]) -> list[str]:
     """:func:`verdict_lines` within each measuring session of ``samples``.
 
@@ -169,13 +177,15 @@ def load_markdown(
     curves: LoadCurves | None,
     verdict: Sequence[str] | None = None,
     spread: Mapping[int, float] | None = None,
+    costs: Mapping[str, ServedCost] | None = None,
 ) -> str:
     """The results page: the table per c, the verdict, the curves saved, what was left out.
 
     ``verdict``: its lines (:func:`session_verdicts`); by default :func:`verdict_lines`
     of ``rows``. ``spread``: ``plain2 ÷ plain`` per c, within one session
     (:func:`~fronde.bench.load_sessions.session_spread`); by default
-    :func:`spread_ratios` of ``rows``.
+    :func:`spread_ratios` of ``rows``. ``costs``: each speculative static arm's verify
+    cost as its server paid it (:func:`served_costs`), a section when given.
     """
     lines = [
         f"# {title}",
@@ -233,6 +243,21 @@ def load_markdown(
             "## Does spreading pay? (`plain2` ÷ `plain`)",
             "",
             "Not compared: `plain2` and `plain` were measured in different sessions.",
+        ]
+    if costs:
+        lines += [
+            "",
+            "## Verify cost as the servers paid it (c = 1)",
+            "",
+            "Each request's decode time fitted to pass_ms × passes + drafted_ms × drafted "
+            "(`fronde.bench.breakeven.served_cost`); draft cost = drafted_ms ÷ pass_ms, "
+            "in passes, the unit of `router.draft_cost`: "
+            + "; ".join(
+                f"{arm} {c.pass_ms:.2f} ms a pass, {c.drafted_ms:.2f} ms a drafted token, "
+                f"draft cost {c.draft_cost:.3f} ({c.requests} requests, {c.drafted} drafted)"
+                for arm, c in costs.items()
+            )
+            + ".",
         ]
     if curves is not None:
         t = curves.threshold()
@@ -294,94 +319,3 @@ def load_plot(rows: Sequence[LoadRow], path: Path, title: str) -> None:
 def rows_json(rows: Sequence[LoadRow]) -> list[dict[str, Any]]:
     """The rows as JSON objects (``arm``, ``c``, ``tok_s``, ``p50_s``, ``p99_s``, …)."""
     return [asdict(r) for r in rows]
-
-
-def write_load_page(
-    out: Path,
-    store: Store,
-    *,
-    title: str,
-    calibration: Mapping[Mode, str],
-    meta: Mapping[str, Any],
-) -> list[str]:
-    """Write a load run's ``load.json``, ``load.md`` and ``load.png`` into ``out``.
-
-    Args:
-        out: the run's folder.
-        store: its records; the samples of every block that ended ok so far count (a
-            run cut short gives a page of what it measured), each in its measuring
-            session (:func:`~fronde.bench.store.sessions`).
-        title: the page's and the plot's title.
-        calibration: Fronde mode → the static arm whose curve is that mode's backend's.
-        meta: more fields for ``load.json`` (``run``, ``slots``, ``screened``).
-
-    Returns:
-        The verdict lines (:func:`session_verdicts`).
-    """
-    samples = tagged_samples(store)
-    loops = looping_items(samples)
-    rows = load_rows(samples, loops)
-    curves = session_curves(samples, calibration, str(out))
-    verdict = session_verdicts(samples, loops)
-    arms = list(dict.fromkeys(r.arm for r in rows))
-    legend = {a: arm_about(a) for a in arms}
-    legend |= {f"(calibration) {m}": arm for m, arm in calibration.items()}
-    body = {
-        **meta,
-        "calibration": {str(m): a for m, a in calibration.items()},
-        "curves": curves.as_dict(),
-        "looping": loops,
-        "rows": rows_json(rows),
-        "verdict": verdict,
-    }
-    (out / "load.json").write_text(json.dumps(body, indent=1) + "\n")
-    spread = dict(curves.spread)
-    page = load_markdown(rows, loops, title, legend, curves, verdict, spread)
-    (out / "load.md").write_text(page)
-    load_plot(rows, out / "load.png", title)
-    return verdict
-
-
-def report_load(out: Path) -> list[str]:
-    """Write the page of a load run's folder again from its records, finished or not.
-
-    Reads ``records.jsonl`` (or ``records.jsonl.gz``, as committed); the calibration
-    and the title from the run's records, or, for a run of older code, from the
-    ``load.json`` and ``load.md`` it wrote. Starts no server.
-
-    Returns:
-        The verdict lines (:func:`session_verdicts`).
-
-    Raises:
-        FrondeError: no load run recorded in ``out``, or its calibration is nowhere.
-    """
-    store = Store(out / "records.jsonl")
-    runs = [r for r in store.records() if r["type"] == "run"]
-    if not runs or "slots" not in runs[-1].get("identity", {}):
-        raise FrondeError(f"{out}: no `fronde bench load` run recorded there")
-    last = runs[-1]
-    old: dict[str, Any] = {}
-    if (out / "load.json").exists():
-        try:
-            old = cast("dict[str, Any]", json.loads((out / "load.json").read_text()))
-        except ValueError:
-            old = {}
-    raw = last.get("calibration") or old.get("calibration")
-    if not isinstance(raw, dict):
-        raise FrondeError(
-            f"{out}: the run recorded no calibration; run `fronde bench load --out {out}` "
-            "again to finish it"
-        )
-    calibration = {Mode(m): str(a) for m, a in cast("dict[str, Any]", raw).items()}
-    title = last.get("title")
-    if not title and (out / "load.md").exists():
-        title = (out / "load.md").read_text().partition("\n")[0].removeprefix("# ")
-    identity = last["identity"]
-    meta = {
-        "run": {k: v for k, v in last.items() if k not in ("schema", "type", "identity")},
-        "slots": identity["slots"],
-        "screened": identity.get("skip", []),
-    }
-    return write_load_page(
-        out, store, title=str(title or "Load"), calibration=calibration, meta=meta
-    )

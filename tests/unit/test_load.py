@@ -14,6 +14,7 @@ import httpx
 import pytest
 
 from fronde.bench.arms import Target, started
+from fronde.bench.breakeven import served_cost
 from fronde.bench.load import (
     SPREAD,
     agent_mix,
@@ -28,11 +29,12 @@ from fronde.bench.load_page import (
     held_out_ratios,
     load_markdown,
     load_plot,
-    report_load,
+    served_costs,
     session_verdicts,
     spread_ratios,
     verdict_lines,
 )
+from fronde.bench.load_report import report_load
 from fronde.bench.load_sessions import session_curves, session_spread
 from fronde.bench.store import Store
 from fronde.config import Settings, load_settings
@@ -763,3 +765,35 @@ async def test_a_static_arm_of_two_servers_starts_two_llama_servers(
         for url in target.urls:
             with pytest.raises(httpx.TransportError):
                 await http.get(f"{url}/health")
+
+
+def test_the_verify_cost_a_server_paid_is_fitted_from_its_requests_timings() -> None:
+    # 2 ms a pass and 0.5 ms a drafted token (draft cost 0.25), as gemma's speculative
+    # servers paid on the H200 (0.27–0.45), not llama-bench's 0.025 (forward pass only).
+    def timings(tokens: int, accepted: int, drafted: int) -> dict[str, float]:
+        ms = 2.0 * (tokens - accepted) + 0.5 * drafted
+        return {
+            "predicted_n": tokens,
+            "predicted_ms": ms,
+            "draft_n": drafted,
+            "draft_n_accepted": accepted,
+        }
+
+    mix = [timings(64, a, d) for a, d in ((0, 0), (10, 30), (20, 40), (5, 60), (30, 45))] * 2
+    fit = served_cost(mix)
+    assert fit is not None and fit.requests == 10 and fit.drafted == 350
+    assert fit.pass_ms == pytest.approx(2.0) and fit.drafted_ms == pytest.approx(0.5)
+    assert fit.draft_cost == pytest.approx(0.25)
+    assert served_cost(mix[:7]) is None  # too few requests
+    assert served_cost([timings(64, 0, 0)] * 10) is None  # plain decoding drafts nothing
+    # The page: each static speculative arm alone (c = 1); plain and routers left out.
+    plain = [timings(64, 0, 0)] * 10
+    samples = [
+        _sample(arm, 1, 0, f"i{k}", float(k), 1.0, timings=t)
+        for arm, ts in (("default", mix), ("plain", plain), ("router", mix))
+        for k, t in enumerate(ts)
+    ]
+    costs = served_costs(samples)
+    assert list(costs) == ["default"]
+    page = load_markdown(load_rows(samples, []), [], "t", {}, None, None, None, costs)
+    assert "default 2.00 ms a pass, 0.50 ms a drafted token, draft cost 0.250" in page

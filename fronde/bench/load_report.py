@@ -1,0 +1,122 @@
+"""A load run's files: ``load.json``, ``load.md`` and ``load.png`` from its records.
+
+``fronde bench load`` writes them at the end of a run, ``fronde bench report`` again
+from a folder's records (finished or not, gzipped as committed); the page itself is
+:mod:`fronde.bench.load_page`.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any, cast
+
+from fronde.bench.load import arm_about, load_rows, looping_items
+from fronde.bench.load_page import (
+    load_markdown,
+    load_plot,
+    rows_json,
+    served_costs,
+    session_verdicts,
+)
+from fronde.bench.load_sessions import session_curves, tagged_samples
+from fronde.bench.store import Store
+from fronde.errors import FrondeError
+from fronde.modes import Mode
+
+__all__ = ["report_load", "write_load_page"]
+
+
+def write_load_page(
+    out: Path,
+    store: Store,
+    *,
+    title: str,
+    calibration: Mapping[Mode, str],
+    meta: Mapping[str, Any],
+) -> list[str]:
+    """Write a load run's ``load.json``, ``load.md`` and ``load.png`` into ``out``.
+
+    Args:
+        out: the run's folder.
+        store: its records; the samples of every block that ended ok so far count (a
+            run cut short gives a page of what it measured), each in its measuring
+            session (:func:`~fronde.bench.store.sessions`).
+        title: the page's and the plot's title.
+        calibration: Fronde mode → the static arm whose curve is that mode's backend's.
+        meta: more fields for ``load.json`` (``run``, ``slots``, ``screened``).
+
+    Returns:
+        The verdict lines (:func:`session_verdicts`).
+    """
+    samples = tagged_samples(store)
+    loops = looping_items(samples)
+    rows = load_rows(samples, loops)
+    curves = session_curves(samples, calibration, str(out))
+    verdict = session_verdicts(samples, loops)
+    costs = served_costs(samples)
+    arms = list(dict.fromkeys(r.arm for r in rows))
+    legend = {a: arm_about(a) for a in arms}
+    legend |= {f"(calibration) {m}": arm for m, arm in calibration.items()}
+    body = {
+        **meta,
+        "calibration": {str(m): a for m, a in calibration.items()},
+        "curves": curves.as_dict(),
+        "looping": loops,
+        "rows": rows_json(rows),
+        "verdict": verdict,
+        "served_costs": {a: asdict(c) | {"draft_cost": c.draft_cost} for a, c in costs.items()},
+    }
+    (out / "load.json").write_text(json.dumps(body, indent=1) + "\n")
+    spread = dict(curves.spread)
+    page = load_markdown(rows, loops, title, legend, curves, verdict, spread, costs)
+    (out / "load.md").write_text(page)
+    load_plot(rows, out / "load.png", title)
+    return verdict
+
+
+def report_load(out: Path) -> list[str]:
+    """Write the page of a load run's folder again from its records, finished or not.
+
+    Reads ``records.jsonl`` (or ``records.jsonl.gz``, as committed); the calibration
+    and the title from the run's records, or, for a run of older code, from the
+    ``load.json`` and ``load.md`` it wrote. Starts no server.
+
+    Returns:
+        The verdict lines (:func:`session_verdicts`).
+
+    Raises:
+        FrondeError: no load run recorded in ``out``, or its calibration is nowhere.
+    """
+    store = Store(out / "records.jsonl")
+    runs = [r for r in store.records() if r["type"] == "run"]
+    if not runs or "slots" not in runs[-1].get("identity", {}):
+        raise FrondeError(f"{out}: no `fronde bench load` run recorded there")
+    last = runs[-1]
+    old: dict[str, Any] = {}
+    if (out / "load.json").exists():
+        try:
+            old = cast("dict[str, Any]", json.loads((out / "load.json").read_text()))
+        except ValueError:
+            old = {}
+    raw = last.get("calibration") or old.get("calibration")
+    if not isinstance(raw, dict):
+        raise FrondeError(
+            f"{out}: the run recorded no calibration; run `fronde bench load --out {out}` "
+            "again to finish it"
+        )
+    calibration = {Mode(m): str(a) for m, a in cast("dict[str, Any]", raw).items()}
+    title = last.get("title")
+    if not title and (out / "load.md").exists():
+        title = (out / "load.md").read_text().partition("\n")[0].removeprefix("# ")
+    identity = last["identity"]
+    meta = {
+        "run": {k: v for k, v in last.items() if k not in ("schema", "type", "identity")},
+        "slots": identity["slots"],
+        "screened": identity.get("skip", []),
+    }
+    return write_load_page(
+        out, store, title=str(title or "Load"), calibration=calibration, meta=meta
+    )

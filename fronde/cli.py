@@ -864,7 +864,9 @@ def bench_report(
 
     A `fronde bench load` folder gets its page, verdict and plot written again from
     its records (`records.jsonl` or the committed `records.jsonl.gz`), also of a run
-    cut short. Exit status 0 on PASS, 2 on FAIL (as a verdict run itself).
+    cut short; router arms measured in another machine session than every static arm
+    are marked INVALID. Exit status of a verdict folder: 0 on PASS, 2 on FAIL (as the
+    run itself); of a load folder: 0 (its lines say PASS, FAIL or INVALID per c).
     """
     if out is None:
         runs = sorted(Path("runs").glob("verdict*/records.jsonl"), key=lambda p: p.stat().st_mtime)
@@ -895,8 +897,15 @@ def _report(out: Path, console: Console) -> None:
     from fronde.bench.store import Store
 
     store = Store(out / "records.jsonl")
+    if not out.is_dir():
+        raise FrondeError(
+            f"{out}: no such folder: name one `fronde bench verdict` or `bench load` wrote"
+        )
     if not store.exists():
-        raise FrondeError(f"{store.path} does not exist: run `fronde bench verdict --out {out}`")
+        raise FrondeError(
+            f"{out} holds no records.jsonl(.gz): name a folder `fronde bench verdict` or "
+            f"`fronde bench load` wrote, or run `fronde bench verdict --out {out}`"
+        )
     if any(r["type"] == "run" and "slots" in r.get("identity", {}) for r in store.records()):
         _report_load(out, console)
         return

@@ -80,7 +80,7 @@ def sessions(records: Sequence[dict[str, Any]]) -> dict[str, str]:
     runs are one session when they share a ``boot_id``; for records without one (runs
     before 2026-12-04), when they ran on the same kernel build and the later started
     within :data:`SESSION_GAP_S` of the earlier. Arms measured in different sessions
-    do not compare: on the H200 the same server read 0.51–0.94× from one lease to the
+    do not compare: on the H200 the same server read 0.52–0.94× from one lease to the
     next (SmolLM2, plain, c = 1 … 32, ``results/load-gpu-h200-cpu-smollm2-135m-20261203``),
     so ``fronde bench load`` judges its arms within one session. The label is the
     session's first start, UTC (``2026-12-03 13:02``).

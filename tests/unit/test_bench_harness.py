@@ -707,8 +707,14 @@ def test_bench_report_without_records_is_one_line(tmp_path: Path) -> None:
     r = fronde("bench", "report", str(tmp_path))
     assert r.returncode == 1
     [line] = r.stderr.strip().splitlines()
-    assert line.startswith(f"fronde: error: {tmp_path / 'records.jsonl'} does not exist")
+    assert line.startswith(f"fronde: error: {tmp_path} holds no records.jsonl(.gz)")
     assert not (tmp_path / "summary.md").exists()
+    r = fronde("bench", "report", str(tmp_path / "missing"))
+    assert r.returncode == 1
+    assert r.stderr.strip() == (
+        f"fronde: error: {tmp_path / 'missing'}: no such folder: name one "
+        "`fronde bench verdict` or `bench load` wrote"
+    )
 
 
 def _finished_run(folder: Path) -> None:

@@ -66,7 +66,6 @@ from fronde.bench.workloads import Form, Workload, load_workload
 from fronde.config import Settings
 from fronde.errors import FrondeError
 from fronde.modes import Mode
-from fronde.router.calibration import LoadCurves
 
 __all__ = [
     "CLIENTS",
@@ -75,12 +74,10 @@ __all__ = [
     "LoadSetup",
     "agent_mix",
     "arm_about",
-    "curves_from",
     "load_rows",
     "load_setup",
     "looping_items",
     "spec_of",
-    "spread_ratios",
     "steady_window",
 ]
 
@@ -402,24 +399,3 @@ def load_rows(samples: Sequence[dict[str, Any]], loops: Sequence[str]) -> list[L
             )
         )
     return rows
-
-
-def curves_from(rows: Sequence[LoadRow], calibration: dict[Mode, str], source: str) -> LoadCurves:
-    """Each calibrated mode's load curve: its static arm's tok/s at every c measured.
-
-    With :data:`SPREAD` measured, the curves also carry ``plain2 ÷ plain`` at every c
-    both ran (:attr:`~fronde.router.calibration.LoadCurves.spread`).
-    """
-    points: dict[Mode, tuple[tuple[int, float], ...]] = {}
-    for mode, arm in calibration.items():
-        pts = sorted((r.c, r.tok_s) for r in rows if r.arm == arm and r.tok_s > 0)
-        if pts:
-            points[mode] = tuple(pts)
-    return LoadCurves(points, source, tuple(spread_ratios(rows).items()))
-
-
-def spread_ratios(rows: Sequence[LoadRow]) -> dict[int, float]:
-    """Per c, ``plain2``'s aggregate tok/s ÷ ``plain``'s (medians), where both measured."""
-    one = {r.c: r.tok_s for r in rows if r.arm == "plain" and r.tok_s > 0}
-    two = {r.c: r.tok_s for r in rows if r.arm == SPREAD.name and r.tok_s > 0}
-    return {c: two[c] / one[c] for c in sorted(one) if c in two}

@@ -17,14 +17,8 @@ from statistics import median
 from typing import Any
 
 from fronde.bench.breakeven import ServedCost, served_cost
-from fronde.bench.load import (
-    ROUTERS,
-    SPREAD,
-    LoadRow,
-    load_rows,
-    spread_ratios,
-)
-from fronde.bench.load_sessions import by_session
+from fronde.bench.load import ROUTERS, SPREAD, LoadRow, load_rows
+from fronde.bench.load_sessions import by_session, spread_ratios
 from fronde.router.calibration import LoadCurves
 
 __all__ = [

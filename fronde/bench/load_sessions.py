@@ -11,12 +11,19 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from fronde.bench.load import LoadRow, curves_from, load_rows, looping_items, spread_ratios
+from fronde.bench.load import SPREAD, LoadRow, load_rows, looping_items
 from fronde.bench.store import Store, sessions
 from fronde.modes import Mode
 from fronde.router.calibration import LoadCurves
 
-__all__ = ["by_session", "session_curves", "session_spread", "tagged_samples"]
+__all__ = [
+    "by_session",
+    "curves_from",
+    "session_curves",
+    "session_spread",
+    "spread_ratios",
+    "tagged_samples",
+]
 
 
 def tagged_samples(store: Store) -> list[dict[str, Any]]:
@@ -66,3 +73,24 @@ def session_curves(
     curves = curves_from(list(rows.values()), dict(calibration), source)
     spread = tuple(session_spread(samples, loops).items())
     return LoadCurves(curves.points, curves.source, spread)
+
+
+def curves_from(rows: Sequence[LoadRow], calibration: dict[Mode, str], source: str) -> LoadCurves:
+    """Each calibrated mode's load curve: its static arm's tok/s at every c measured.
+
+    With :data:`SPREAD` measured, the curves also carry ``plain2 ÷ plain`` at every c
+    both ran (:attr:`~fronde.router.calibration.LoadCurves.spread`).
+    """
+    points: dict[Mode, tuple[tuple[int, float], ...]] = {}
+    for mode, arm in calibration.items():
+        pts = sorted((r.c, r.tok_s) for r in rows if r.arm == arm and r.tok_s > 0)
+        if pts:
+            points[mode] = tuple(pts)
+    return LoadCurves(points, source, tuple(spread_ratios(rows).items()))
+
+
+def spread_ratios(rows: Sequence[LoadRow]) -> dict[int, float]:
+    """Per c, ``plain2``'s aggregate tok/s ÷ ``plain``'s (medians), where both measured."""
+    one = {r.c: r.tok_s for r in rows if r.arm == "plain" and r.tok_s > 0}
+    two = {r.c: r.tok_s for r in rows if r.arm == SPREAD.name and r.tok_s > 0}
+    return {c: two[c] / one[c] for c in sorted(one) if c in two}

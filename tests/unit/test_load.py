@@ -18,7 +18,6 @@ from fronde.bench.breakeven import served_cost
 from fronde.bench.load import (
     SPREAD,
     agent_mix,
-    curves_from,
     load_rows,
     load_setup,
     looping_items,
@@ -35,7 +34,7 @@ from fronde.bench.load_page import (
     verdict_lines,
 )
 from fronde.bench.load_report import report_load
-from fronde.bench.load_sessions import session_curves, session_spread
+from fronde.bench.load_sessions import curves_from, session_curves, session_spread
 from fronde.bench.store import Store
 from fronde.config import Settings, load_settings
 from fronde.errors import FrondeError

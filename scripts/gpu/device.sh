@@ -188,10 +188,17 @@ case "${1:?step}" in
     mkdir -p "$out"
     # ngram-mod at llama-server's defaults (n_min 48, n_max 64, = --spec-default): the
     # static arms `default` and `cascade` then calibrate Fronde's ngram-mod and cascade
-    # backends, and only ngram-simple needs a server of its own. 0.025 decode steps a
-    # drafted token: the H200's verify cost (results/atlas-gpu-h200-20261130).
+    # backends, and only ngram-simple needs a server of its own. The draft cost, passes
+    # a drafted token, as the H200's llama-servers paid it at c = 1 (the load pages'
+    # "Verify cost" section, 2026-12-03: gemma 0.27-0.45, median 0.37; SmolLM2
+    # 0.18-0.21, median 0.20), not llama-bench's forward pass alone (0.025, the atlas),
+    # which leaves out sampling each drafted position on the CPU.
+    case "$profile" in
+      cpu-gemma-270m) draft_cost=0.37 ;;
+      *) draft_cost=0.20 ;;
+    esac
     FRONDE_PROFILE=$profile FRONDE_SPECULATION__NGRAM_MOD_N_MIN=48 \
-      FRONDE_SPECULATION__NGRAM_MOD_N_MAX=64 FRONDE_ROUTER__DRAFT_COST=0.025 \
+      FRONDE_SPECULATION__NGRAM_MOD_N_MAX=64 FRONDE_ROUTER__DRAFT_COST=${LOAD_DRAFT_COST:-$draft_cost} \
       FRONDE_MODES=${LOAD_MODES:-'["baseline", "ngram-simple", "ngram-mod", "cascade"]'} \
       FRONDE_BACKEND__EXTRA_ARGS=${LOAD_EXTRA:-'[]'} FRONDE_BACKEND__PLAIN_ARGS=${LOAD_PLAIN:-'[]'} \
       timeout "${LOAD_TIMEOUT_S:-560}" python3 -m fronde bench load --out "$out" ${LOAD_ARGS:-} \

@@ -149,7 +149,7 @@ def session_verdicts(samples: Sequence[dict[str, Any]], loops: Sequence[str]) ->
         rows = load_rows(group, loops)
         if not any(_routed(r.arm) for r in rows):
             continue
-        if _best_static_any(rows) is None:
+        if not any(_single(r.arm) and r.tok_s > 0 for r in rows):
             out.append(
                 f"[session {label}] router arms with no static arm measured in that "
                 "session: INVALID, not compared"
@@ -157,10 +157,6 @@ def session_verdicts(samples: Sequence[dict[str, Any]], loops: Sequence[str]) ->
             continue
         out += [f"[session {label}] {line}" for line in verdict_lines(rows)]
     return out
-
-
-def _best_static_any(rows: Sequence[LoadRow]) -> LoadRow | None:
-    return next((r for r in rows if _single(r.arm) and r.tok_s > 0), None)
 
 
 def load_markdown(

@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from fronde.bench.load import SPREAD, LoadRow, load_rows, looping_items
-from fronde.bench.store import Store, sessions
+from fronde.bench.store import Store, samples_of, sessions
 from fronde.modes import Mode
 from fronde.router.calibration import LoadCurves
 
@@ -32,8 +32,9 @@ def tagged_samples(store: Store) -> list[dict[str, Any]]:
     The samples as :meth:`~fronde.bench.store.Store.samples` gives them, the label as
     :func:`~fronde.bench.store.sessions` does (``""`` before any run record).
     """
-    session = sessions(store.records())
-    return [s | {"session": session.get(s["block_id"], "")} for s in store.samples()]
+    records = store.records()
+    session = sessions(records)
+    return [s | {"session": session.get(s["block_id"], "")} for s in samples_of(records)]
 
 
 def by_session(samples: Sequence[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
@@ -45,14 +46,22 @@ def by_session(samples: Sequence[dict[str, Any]]) -> dict[str, list[dict[str, An
 
 
 def session_spread(samples: Sequence[dict[str, Any]], loops: Sequence[str]) -> dict[int, float]:
-    """``plain2 ÷ plain`` per c (:func:`~fronde.bench.load.spread_ratios`) within one session.
+    """``plain2 ÷ plain`` per c (:func:`spread_ratios`) within one session.
 
     The latest session (in ``samples``' order) that measured both arms; ``{}`` when
     none did.
     """
-    for group in reversed(list(by_session(samples).values())):
-        ratios = spread_ratios(load_rows(group, loops))
-        if ratios:
+    return _latest_spread(_session_rows(samples, loops))
+
+
+def _session_rows(samples: Sequence[dict[str, Any]], loops: Sequence[str]) -> list[list[LoadRow]]:
+    """Each session's rows (:func:`~fronde.bench.load.load_rows`), sessions in order."""
+    return [load_rows(group, loops) for group in by_session(samples).values()]
+
+
+def _latest_spread(per_session: Sequence[Sequence[LoadRow]]) -> dict[int, float]:
+    for rows in reversed(per_session):
+        if ratios := spread_ratios(rows):
             return ratios
     return {}
 
@@ -66,13 +75,12 @@ def session_curves(
     the router arms run in, when it measured the static arms); ``plain2 ÷ plain`` from
     one session only (:func:`session_spread`), none when no session measured both.
     """
-    loops = looping_items(samples)
+    per_session = _session_rows(samples, looping_items(samples))
     rows: dict[tuple[str, int], LoadRow] = {}
-    for group in by_session(samples).values():  # later sessions replace earlier ones
-        rows |= {(r.arm, r.c): r for r in load_rows(group, loops)}
+    for group in per_session:  # later sessions replace earlier ones
+        rows |= {(r.arm, r.c): r for r in group}
     curves = curves_from(list(rows.values()), dict(calibration), source)
-    spread = tuple(session_spread(samples, loops).items())
-    return LoadCurves(curves.points, curves.source, spread)
+    return LoadCurves(curves.points, curves.source, tuple(_latest_spread(per_session).items()))
 
 
 def curves_from(rows: Sequence[LoadRow], calibration: dict[Mode, str], source: str) -> LoadCurves:

@@ -32,7 +32,7 @@ from typing import Any, cast
 
 from fronde.errors import FrondeError
 
-__all__ = ["SCHEMA", "SESSION_GAP_S", "Store", "machine_class", "sessions"]
+__all__ = ["SCHEMA", "SESSION_GAP_S", "Store", "machine_class", "samples_of", "sessions"]
 
 SCHEMA = 2
 """Version of the record layout (1 was the retired battery's)."""
@@ -179,10 +179,14 @@ class Store:
         return {r["block"] for r in self.records() if r["type"] == "block" and r["ok"]}
 
     def samples(self) -> list[dict[str, Any]]:
-        """The samples of the last ok block of each key, in file order."""
-        recs = self.records()
-        last: dict[str, str] = {}
-        for r in recs:
-            if r["type"] == "block" and r["ok"]:
-                last[r["block"]] = r["block_id"]
-        return [r for r in recs if r["type"] == "sample" and last.get(r["block"]) == r["block_id"]]
+        """The samples of the last ok block of each key, in file order (:func:`samples_of`)."""
+        return samples_of(self.records())
+
+
+def samples_of(recs: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The samples of the last ok block of each key among ``recs`` (a store's records)."""
+    last: dict[str, str] = {}
+    for r in recs:
+        if r["type"] == "block" and r["ok"]:
+            last[r["block"]] = r["block_id"]
+    return [r for r in recs if r["type"] == "sample" and last.get(r["block"]) == r["block_id"]]

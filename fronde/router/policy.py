@@ -89,6 +89,7 @@ from __future__ import annotations
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
+from functools import cached_property
 from typing import Literal, Protocol
 
 from fronde.config import ROUTER_DEFAULTS, ProbePolicy
@@ -423,59 +424,84 @@ def _free_rates(
     }
 
 
-def _measured(
-    plan: Plan,
-    in_flight: Mapping[Mode, int],
-    usable: Collection[Mode],
-    curves: LoadModel,
-    slots: int,
-    band: float,
-    placement: Literal["marginal", "threshold", "best"] = "marginal",
-) -> Plan:
-    """The ``measured`` load rule (see the module docstring)."""
-    if sum(in_flight.values()) == 0 or plan.route in (Route.FORCED, Route.UNSAFE):
-        return plan
-    if placement == "threshold":
-        chosen = _threshold(plan, in_flight, usable, curves.threshold(), slots)
-    elif placement == "best":
-        chosen = _best(plan, in_flight, usable, curves, slots, band)
-    else:
-        chosen = _marginal(plan, in_flight, usable, curves, slots, band)
-    return _one_process(chosen, plan, in_flight, usable, curves, slots, band)
+@dataclass(frozen=True)
+class _Load:
+    """What the ``measured`` rule's placements read: the load and the measured curves.
+
+    Attributes:
+        in_flight: requests decoding per mode's backend.
+        usable: modes ready and not quarantined.
+        curves: the load curves.
+        slots: slots per backend (``-np``).
+        band: ``router.load_band``.
+    """
+
+    in_flight: Mapping[Mode, int]
+    usable: Collection[Mode]
+    curves: LoadModel
+    slots: int
+    band: float
+
+    @property
+    def n(self) -> int:
+        """The load once this request joins: requests in flight plus one."""
+        return sum(self.in_flight.values()) + 1
+
+    @cached_property
+    def rates(self) -> dict[Mode, float]:
+        """Each free backend's curve at :attr:`n` (aggregate tok/s, its server alone)."""
+        n = self.n
+        return _free_rates(
+            self.usable, self.in_flight, self.slots, lambda m: self.curves.aggregate(m, n)
+        )
 
 
-def _marginal(
-    plan: Plan,
-    in_flight: Mapping[Mode, int],
-    usable: Collection[Mode],
-    curves: LoadModel,
-    slots: int,
-    band: float,
-) -> Plan:
-    """``load_placement = "marginal"``: the backend whose curve gains most from one more."""
-    gains = _free_rates(usable, in_flight, slots, lambda m: curves.marginal(m, in_flight.get(m, 0)))
-    if not gains:
-        return plan
-    best = max(gains.values())
-    probe = plan.route is Route.PROBE
-    planned = _planned(plan)
-    kept = gains.get(planned)
-    if kept is not None and kept >= (1 - band) * best:
-        return Plan(Route.LOAD, planned) if probe else plan
-    # Ties go to the least speculative mode (Mode's order): the cheapest to verify.
-    target = next(m for m in Mode if gains.get(m) == best)
+def _to(plan: Plan, target: Mode) -> Plan:
+    """``plan`` sent to ``target`` under load.
+
+    The plan itself where ``target`` is its planned mode (a probe then runs as that
+    mode, class ``load``: a probe hands over between backends); else class ``load``.
+    """
+    if target is _planned(plan):
+        return Plan(Route.LOAD, target) if plan.route is Route.PROBE else plan
     return Plan(Route.LOAD, target)
 
 
-def _one_process(
-    chosen: Plan,
+def _measured(
     plan: Plan,
-    in_flight: Mapping[Mode, int],
-    usable: Collection[Mode],
-    curves: LoadModel,
-    slots: int,
-    band: float,
+    load: _Load,
+    placement: Literal["marginal", "threshold", "best"] = "marginal",
 ) -> Plan:
+    """The ``measured`` load rule (see the module docstring)."""
+    if sum(load.in_flight.values()) == 0 or plan.route in (Route.FORCED, Route.UNSAFE):
+        return plan
+    if placement == "threshold":
+        chosen = _threshold(plan, load)
+    elif placement == "best":
+        chosen = _best(plan, load)
+    else:
+        chosen = _marginal(plan, load)
+    return _one_process(chosen, plan, load)
+
+
+def _marginal(plan: Plan, load: _Load) -> Plan:
+    """``load_placement = "marginal"``: the backend whose curve gains most from one more."""
+    in_flight, curves = load.in_flight, load.curves
+    gains = _free_rates(
+        load.usable, in_flight, load.slots, lambda m: curves.marginal(m, in_flight.get(m, 0))
+    )
+    if not gains:
+        return plan
+    best = max(gains.values())
+    planned = _planned(plan)
+    kept = gains.get(planned)
+    if kept is not None and kept >= (1 - load.band) * best:
+        return _to(plan, planned)
+    # Ties go to the least speculative mode (Mode's order): the cheapest to verify.
+    return _to(plan, next(m for m in Mode if gains.get(m) == best))
+
+
+def _one_process(chosen: Plan, plan: Plan, load: _Load) -> Plan:
     """Every placement: no second process decoding where one was measured to lose.
 
     Where two plain servers served g < 1 − ``band`` × one at this load
@@ -487,30 +513,20 @@ def _one_process(
     B > (2/g − 1) × A. Without that measurement, or with no server decoding that has a
     free slot, ``chosen`` stands.
     """
-    n = sum(in_flight.values()) + 1
-    gain = curves.spread_gain(n)
-    if gain is None or gain >= 1 - band or in_flight.get(chosen.mode, 0) > 0:
+    gain = load.curves.spread_gain(load.n)
+    if gain is None or gain >= 1 - load.band or load.in_flight.get(chosen.mode, 0) > 0:
         return chosen
-    rates = _free_rates(usable, in_flight, slots, lambda m: curves.aggregate(m, n))
-    busy = _busiest(rates, in_flight)
+    rates = load.rates
+    busy = _busiest(rates, load.in_flight)
     if busy is None:
         return chosen
     rate = rates.get(chosen.mode)
     if rate is not None and rate > (2 / gain - 1) * rates[busy]:
         return chosen
-    if busy is _planned(plan) and plan.route is not Route.PROBE:
-        return plan
-    return Plan(Route.LOAD, busy)
+    return _to(plan, busy)
 
 
-def _best(
-    plan: Plan,
-    in_flight: Mapping[Mode, int],
-    usable: Collection[Mode],
-    curves: LoadModel,
-    slots: int,
-    band: float,
-) -> Plan:
+def _best(plan: Plan, load: _Load) -> Plan:
     """``load_placement = "best"``: the server that serves the load in flight best.
 
     Among the servers whose curve at the load in flight is within ``band`` of the best,
@@ -528,14 +544,14 @@ def _best(
     placement).
     """
     planned = _planned(plan)
-    n = sum(in_flight.values()) + 1
-    rates = _free_rates(usable, in_flight, slots, lambda m: curves.aggregate(m, n))
+    in_flight, band = load.in_flight, load.band
+    rates = load.rates
     if not rates:
-        return Plan(Route.LOAD, planned) if plan.route is Route.PROBE else plan
+        return _to(plan, planned)
     top = max(rates.values())
     near = [m for m in rates if rates[m] >= (1 - band) * top]
     order = list(Mode)
-    gain = curves.spread_gain(n)
+    gain = load.curves.spread_gain(load.n)
     if gain is not None and gain > 1 + band:
         # A second process adds throughput at this load (measured, plain2 ÷ plain): the
         # pair of servers (the bound in the docstring), then the less busy of the two.
@@ -548,9 +564,7 @@ def _best(
         # Join the server already decoding most (one batch on the GPU), then the planned
         # mode, then the least speculative (Mode's order: the cheapest to verify).
         target = max(near, key=lambda m: (in_flight.get(m, 0), m is planned, -order.index(m)))
-    if target is planned:
-        return Plan(Route.LOAD, planned) if plan.route is Route.PROBE else plan
-    return Plan(Route.LOAD, target)
+    return _to(plan, target)
 
 
 def _busiest(rates: Mapping[Mode, float], in_flight: Mapping[Mode, int]) -> Mode | None:
@@ -559,20 +573,14 @@ def _busiest(rates: Mapping[Mode, float], in_flight: Mapping[Mode, int]) -> Mode
     return max(busy, key=lambda m: (in_flight[m], rates[m])) if busy else None
 
 
-def _threshold(
-    plan: Plan,
-    in_flight: Mapping[Mode, int],
-    usable: Collection[Mode],
-    threshold: int | None,
-    slots: int,
-) -> Plan:
+def _threshold(plan: Plan, load: _Load) -> Plan:
     """``load_placement = "threshold"``: baseline from the measured load on, else as planned."""
-    planned = _planned(plan)
-    loaded = threshold is not None and sum(in_flight.values()) + 1 >= threshold
-    free = Mode.BASELINE in usable and in_flight.get(Mode.BASELINE, 0) < slots
-    if loaded and free and planned is not Mode.BASELINE:
+    threshold = load.curves.threshold()
+    loaded = threshold is not None and load.n >= threshold
+    free = Mode.BASELINE in load.usable and load.in_flight.get(Mode.BASELINE, 0) < load.slots
+    if loaded and free and _planned(plan) is not Mode.BASELINE:
         return Plan(Route.LOAD, Mode.BASELINE)
-    return Plan(Route.LOAD, planned) if plan.route is Route.PROBE else plan
+    return _to(plan, _planned(plan))
 
 
 def plan_route(
@@ -635,15 +643,8 @@ def plan_route(
     )
     if measured and curves is not None:
         usable = [m for m in Mode if m in ready and m not in quarantined]
-        plan = _measured(
-            plan,
-            in_flight or {},
-            usable,
-            curves,
-            slots,
-            policy.load_band,
-            policy.load_placement,
-        )
+        load = _Load(in_flight or {}, usable, curves, slots, policy.load_band)
+        plan = _measured(plan, load, policy.load_placement)
     if policy.load_rule == "serialize":
         usable = [m for m in Mode if m in ready and m not in quarantined]
         plan = _serialize(plan, active, usable)

@@ -225,6 +225,10 @@ class Router:
         # the cores (measured: 40 → 1.5 tok/s aggregate with 2 clients on 2 cores).
         self.gate = asyncio.Semaphore(max_parallel_decodes)
         self.in_flight: Counter[Mode] = Counter()
+        # Requests received and not yet planned (see Dispatcher.answer): under the
+        # measured load rule they count in the load a placement reads, so that a burst
+        # of clients starting at once is placed for the load it makes.
+        self.arriving = 0
         self.recent: deque[Decision] = deque(maxlen=RECENT_KEPT)
         self.store = store
         self.events = events
@@ -350,6 +354,7 @@ class Router:
             active=set() if self.swap_residency else {m for m in Mode if self.in_flight[m] > 0},
             speedups=speedups,
             in_flight=self.in_flight,
+            arriving=self.arriving,
             curves=self.load_curves,
             slots=self.slots,
         )

@@ -61,13 +61,17 @@ baseline cut aggregate throughput from 40 to 16.5 tok/s.
   ``fronde bench load`` (:class:`~fronde.router.calibration.LoadCurves`), so a
   saturated speculative server hands new work to the plain one exactly where plain
   decoding's curve climbs faster, and to another process where one server's curve
-  has flattened. A request alone is planned by the rules above. Without curves it
-  acts as ``spread``. With ``load_placement = "threshold"`` (the default) it only ever
-  moves a request to baseline: once the requests in flight, this one counted, reach
-  the load from which plain decoding's curve is the highest (one server, no
-  spreading; on the H200 marginal spreading lost to it at 5 of 6 loads). With
-  ``load_placement = "best"`` a request under load goes to the mode whose server
-  alone serves the load in flight (this request counted) best by its curve, or to the
+  has flattened. A request alone is planned by the rules above; the load counts the
+  requests received and not yet planned (``arriving``), so that clients starting at
+  once are each placed for the load they make together. Without curves it
+  acts as ``spread``. With ``load_placement = "threshold"`` it only ever moves a
+  request to baseline: once the requests in flight, this one counted, reach the load
+  from which plain decoding's curve is the highest (one server, no spreading; on the
+  H200 marginal spreading lost to it at 5 of 6 loads). With ``load_placement =
+  "best"`` (the default: within one H200 session it served more tok/s than threshold
+  at every c on gemma, ``results/load-gpu-h200-cpu-gemma-270m-20261203-bs2``, and at 5
+  of 6 on SmolLM2 in an earlier form) a request under load goes to the mode whose
+  server alone serves the load in flight (this request counted) best by its curve, or to the
   busiest server whose curve is within ``load_band`` of that one: one GPU batches one
   server's requests together, so the requests gather where the best static server for
   that load would have them, and a lone request keeps its per-prompt plan. Where the
@@ -434,6 +438,7 @@ class _Load:
         curves: the load curves.
         slots: slots per backend (``-np``).
         band: ``router.load_band``.
+        arriving: other requests received and not yet planned (they join the load).
     """
 
     in_flight: Mapping[Mode, int]
@@ -441,11 +446,12 @@ class _Load:
     curves: LoadModel
     slots: int
     band: float
+    arriving: int = 0
 
     @property
     def n(self) -> int:
-        """The load once this request joins: requests in flight plus one."""
-        return sum(self.in_flight.values()) + 1
+        """The load once this request joins: in flight, arriving, plus this one."""
+        return sum(self.in_flight.values()) + self.arriving + 1
 
     @cached_property
     def rates(self) -> dict[Mode, float]:
@@ -473,7 +479,7 @@ def _measured(
     placement: Literal["marginal", "threshold", "best"] = "marginal",
 ) -> Plan:
     """The ``measured`` load rule (see the module docstring)."""
-    if sum(load.in_flight.values()) == 0 or plan.route in (Route.FORCED, Route.UNSAFE):
+    if load.n == 1 or plan.route in (Route.FORCED, Route.UNSAFE):
         return plan
     if placement == "threshold":
         chosen = _threshold(plan, load)
@@ -600,6 +606,7 @@ def plan_route(
     in_flight: Mapping[Mode, int] | None = None,
     curves: LoadModel | None = None,
     slots: int = 1,
+    arriving: int = 0,
 ) -> Plan:
     """Decide how to route one request (pure; see the module docstring for the rules).
 
@@ -620,6 +627,9 @@ def plan_route(
         in_flight: requests in flight per mode (for the ``measured`` rule).
         curves: the measured load curves (``measured`` rule); None acts as ``spread``.
         slots: requests one backend serves at once (llama-server ``-np``).
+        arriving: other requests received and not yet planned (``measured`` rule: they
+            count in the load, so that clients starting at once are placed for the
+            load they make together).
 
     Returns:
         The plan.
@@ -643,7 +653,7 @@ def plan_route(
     )
     if measured and curves is not None:
         usable = [m for m in Mode if m in ready and m not in quarantined]
-        load = _Load(in_flight or {}, usable, curves, slots, policy.load_band)
+        load = _Load(in_flight or {}, usable, curves, slots, policy.load_band, arriving)
         plan = _measured(plan, load, policy.load_placement)
     if policy.load_rule == "serialize":
         usable = [m for m in Mode if m in ready and m not in quarantined]

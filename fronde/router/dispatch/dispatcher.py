@@ -40,7 +40,7 @@ from fronde.router.cache import cache_key
 from fronde.router.choice import forced_mode, parse_mode
 from fronde.router.classify import RequestClass, classify, request_text, unsafe_fields
 from fronde.router.counterfactual import self_overlap
-from fronde.router.dispatch.admission import Admission
+from fronde.router.dispatch.admission import Admission, Arrival
 from fronde.router.dispatch.answer import Answer, Streamed, Whole
 from fronde.router.dispatch.apis import Api
 from fronde.router.dispatch.collect import answer_whole
@@ -166,10 +166,18 @@ class Dispatcher:
             FrondeError: an error before any byte of the answer; its ``headers`` name
                 the decision.
         """
-        if kind == "chat" and api is None:
-            await honour_tool_choice(body, self.tools.supports_tools)
-        view = body if api is None else api.view(body)
-        adm, headers = await self._admit(kind, view, mode_header)
+        arrival = Arrival(self.router)
+        try:
+            if self.router.policy.load_rule == "measured":
+                # One turn of the event loop: the requests that came with this one
+                # are counted (Arrival) before any of them is placed.
+                await asyncio.sleep(0)
+            if kind == "chat" and api is None:
+                await honour_tool_choice(body, self.tools.supports_tools)
+            view = body if api is None else api.view(body)
+            adm, headers = await self._admit(kind, view, mode_header, arrival)
+        finally:
+            arrival.close()
         try:
             answer = await self._serve(adm, kind, body, headers, api)
         except FrondeError as exc:
@@ -212,9 +220,12 @@ class Dispatcher:
         return classify(body, edit_block_chars=r.edit_block_chars, unsafe=unsafe, text=text)
 
     async def _admit(
-        self, kind: Kind, body: dict[str, Any], mode_header: str | None
+        self, kind: Kind, body: dict[str, Any], mode_header: str | None, arrival: Arrival
     ) -> tuple[Admission, dict[str, str]]:
         """Classify and plan the request: its admission and the decision's headers.
+
+        ``arrival`` leaves the router's count of requests not yet planned as the plan
+        is made (the plan reads the others).
 
         Raises:
             BackendUnavailableError: nothing can serve it (HTTP 503).
@@ -241,6 +252,7 @@ class Dispatcher:
             await self.router.recall(key)  # another replica may have routed it
         # Only what the bucket needs: a word scan of the request's text (≈ 0.1 ms a 10 kB).
         overlap = self_overlap(text) if self.hindsight.enabled else 0.0
+        arrival.close()
         decision = self.router.plan(
             cls, key, ready, forced, now=t0, budget=max_new_tokens(body), overlap=overlap
         )

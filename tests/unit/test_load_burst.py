@@ -1,0 +1,127 @@
+"""Clients that start at once: the measured load rule places each for the load they make.
+
+Found on the H200 (gemma, ``results/load-gpu-h200-cpu-gemma-270m-20261203-bs2``, c = 32):
+the requests of a burst were each placed for the load planned before them, so the first
+ones went where the curves are best at a low load (ngram-mod's server) and stayed there
+once the load was 32, where baseline's serves far more.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncGenerator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from typing import Any, cast
+
+import httpx
+import pytest
+
+from fronde.backends.client import BackendClient, UpstreamStream
+from fronde.backends.pool import BackendPool
+from fronde.config import load_settings
+from fronde.modes import Mode
+from fronde.router.calibration import LoadCurves
+from fronde.router.classify import RequestClass
+from fronde.router.dispatch import Dispatcher
+from fronde.router.engine import Router
+from fronde.router.policy import Plan, Route, RouterPolicy, plan_route
+
+# Speculation serves more at a low load, plain decoding from load 3 on (a GPU's shape).
+CURVES = LoadCurves(
+    {
+        Mode.BASELINE: ((1, 600.0), (2, 1150.0), (4, 2200.0), (8, 4000.0), (16, 6000.0)),
+        Mode.NGRAM_MOD: ((1, 700.0), (2, 1200.0), (4, 1900.0), (8, 2600.0), (16, 3000.0)),
+        Mode.CASCADE: ((1, 690.0), (2, 1190.0), (4, 1850.0), (8, 2500.0), (16, 2900.0)),
+    },
+    "test",
+)
+POLICY = RouterPolicy(
+    load_rule="measured", floor=Mode.NGRAM_MOD, probe="never", load_placement="best"
+)
+READY = [Mode.BASELINE, Mode.NGRAM_MOD, Mode.CASCADE]
+
+
+def test_requests_arriving_with_this_one_count_in_the_load() -> None:
+    def at(in_flight: dict[Mode, int], arriving: int) -> Plan:
+        return plan_route(
+            RequestClass.GENERAL,
+            ready=READY,
+            speed=lambda m, c: None,
+            policy=POLICY,
+            in_flight=in_flight,
+            curves=CURVES,
+            slots=32,
+            arriving=arriving,
+        )
+
+    # Alone, nothing arriving: the ordinary rules (the floor).
+    assert at({}, 0) == Plan(Route.FALLBACK, Mode.NGRAM_MOD)
+    # Nothing in flight yet, seven more arriving: load 8, where baseline serves 4000
+    # against ngram-mod's 2600.
+    assert at({}, 7) == Plan(Route.LOAD, Mode.BASELINE)
+    # One in flight on ngram-mod and none arriving: load 2, all within 5 %: it joins.
+    assert at({Mode.NGRAM_MOD: 1}, 0) == Plan(Route.FALLBACK, Mode.NGRAM_MOD)
+    assert at({Mode.NGRAM_MOD: 1}, 6) == Plan(Route.LOAD, Mode.BASELINE)
+
+
+@dataclass
+class _Backend:
+    url: str
+
+
+class _Pool:
+    """Every mode ready, each at its own URL."""
+
+    def __init__(self) -> None:
+        self.backends = {m: _Backend(f"http://{m}") for m in READY}
+
+    def ready_modes(self) -> list[Mode]:
+        return list(self.backends)
+
+    def get(self, mode: Mode) -> _Backend:
+        return self.backends[mode]
+
+
+class _Holding(BackendClient):
+    """A backend that takes every request and answers none until released."""
+
+    def __init__(self) -> None:
+        super().__init__(httpx.AsyncClient())
+        self.release = asyncio.Event()
+        self.opened = 0
+
+    @asynccontextmanager
+    async def stream(  # pyright: ignore[reportIncompatibleMethodOverride]
+        self, base_url: str, path: str, body: dict[str, Any]
+    ) -> AsyncGenerator[UpstreamStream]:
+        self.opened += 1
+        await self.release.wait()
+        raise httpx.ConnectError("released")
+        yield  # pragma: no cover - never reached
+
+
+@pytest.mark.anyio
+async def test_clients_that_start_at_once_are_placed_for_the_load_they_make() -> None:
+    client = _Holding()
+    router = Router(POLICY, slots=32, max_parallel_decodes=128, load_curves=CURVES)
+    pool = cast("BackendPool", _Pool())
+    dispatcher = Dispatcher(load_settings(), pool, client, router)
+    body = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 8, "stream": True}
+    tasks = [asyncio.create_task(dispatcher.answer("chat", dict(body), None)) for _ in range(8)]
+    for _ in range(100):
+        await asyncio.sleep(0.01)
+        if client.opened == 8:
+            break
+    assert client.opened == 8  # all eight are in flight
+    modes = [d.plan.mode for d in router.recent]
+    # Planned one by one with only the earlier ones counted, the first two went to
+    # ngram-mod (alone, then load 2 where every curve is within 5 %); counted with
+    # the requests arriving with them, all eight see load 8: baseline.
+    assert modes == [Mode.BASELINE] * 8
+    assert router.in_flight[Mode.BASELINE] == 8 and router.arriving == 0
+    for task in tasks:
+        task.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
+    client.release.set()
+    assert router.arriving == 0 and sum(router.in_flight.values()) == 0

@@ -1111,8 +1111,8 @@ def bench_load(
         list[str] | None,
         typer.Option(
             "--placement",
-            help="router arms: marginal (router), best (router-b), threshold (router-t; "
-            "router.load_placement's default) [default: all three]",
+            help="router arms: marginal (router), best (router-b; router.load_placement's "
+            "default), threshold (router-t) [default: all three]",
         ),
     ] = None,
 ) -> None:

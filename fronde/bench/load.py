@@ -42,9 +42,10 @@ counts in the window (``--skip-from`` leaves such items out of a later run).
 servers included: a user could run any of them), and its p99 ≤ that arm's. Three router
 arms by default, one per placement of the measured rule: ``router`` (``marginal``:
 the backend whose curve gains most, so several servers may decode at once),
-``router-b`` (``best``: the mode whose server alone serves the load in flight best,
-gathering the requests in one batch) and ``router-t`` (``threshold``, the setting's
-default: plain decoding from the measured load on). The verdict lines, the page and
+``router-b`` (``best``, the setting's default: the mode whose server alone serves the
+load in flight best, gathering the requests in one batch, or spreading them over two
+where a second process was measured to pay) and ``router-t`` (``threshold``: plain
+decoding from the measured load on). The verdict lines, the page and
 the plot: :mod:`fronde.bench.load_page` (with the held-out ratio).
 """
 

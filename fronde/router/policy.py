@@ -52,37 +52,11 @@ baseline cut aggregate throughput from 40 to 16.5 tok/s.
 - ``spread``: when the chosen backend is busy (all its slots taken), the request
   goes to baseline if baseline has a free slot, else to any usable mode with a
   free slot, floor first; for a GPU with room for several decodes.
-- ``measured`` (the default with parallel slots, ``backend.parallel > 1``): while
-  other requests are in flight, the planned mode keeps the request only if its
-  backend's **marginal throughput** — the aggregate decode tok/s its load curve
-  gains from one more request at its current in-flight count — is within
-  ``load_band`` of the best backend's; else the request goes to that best backend
-  (class ``load``). The curves are measured per machine, model and slot count by
-  ``fronde bench load`` (:class:`~fronde.router.calibration.LoadCurves`), so a
-  saturated speculative server hands new work to the plain one exactly where plain
-  decoding's curve climbs faster, and to another process where one server's curve
-  has flattened. A request alone is planned by the rules above; the load counts the
-  requests received and not yet planned (``arriving``), so that clients starting at
-  once are each placed for the load they make together. Without curves it
-  acts as ``spread``. With ``load_placement = "threshold"`` it only ever moves a
-  request to baseline: once the requests in flight, this one counted, reach the load
-  from which plain decoding's curve is the highest (one server, no spreading; on the
-  H200 marginal spreading lost to it at 5 of 6 loads). With ``load_placement =
-  "best"`` (the default: within one H200 session it served more tok/s than threshold
-  at every c on gemma, ``results/load-gpu-h200-cpu-gemma-270m-20261203-bs2``, and at 5
-  of 6 on SmolLM2 in an earlier form) a request under load goes to the mode whose
-  server alone serves the load in flight (this request counted) best by its curve, or to the
-  busiest server whose curve is within ``load_band`` of that one: one GPU batches one
-  server's requests together, so the requests gather where the best static server for
-  that load would have them, and a lone request keeps its per-prompt plan. Where the
-  run also measured two plain servers against one (``plain2``) and a second process
-  served more at that load (g = ``plain2 ÷ plain`` above 1 + ``load_band``: its step
-  spent on the CPU, as gemma's sampling), the less busy of two servers instead, the
-  best and the next best whose curve is at least (2/g − 1) × the best's: the
-  requests spread over two processes. Every placement, where ``plain2`` measured a
-  second process to lose (g below 1 − ``load_band``, as two llama-servers decoding
-  at once on 2 CPU cores: 0.01–0.03 ×), joins the server already decoding rather than
-  start another, unless the other's curve beats it by (2/g − 1) ×.
+- ``measured`` (the default with parallel slots, ``backend.parallel > 1``): a request
+  alone is planned by the rules above; while other requests are in flight or arriving,
+  it goes where the measured load curves place it (:mod:`fronde.router.placement`:
+  ``best``, the default, ``threshold`` or ``marginal``), class ``load`` when it moves.
+  Without curves it acts as ``spread``.
 - ``off``: requests queue where planned.
 
 ``serialize`` and ``spread`` answer with class ``fallback``.
@@ -93,12 +67,12 @@ from __future__ import annotations
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
-from functools import cached_property
-from typing import Literal, Protocol
+from typing import Literal
 
 from fronde.config import ROUTER_DEFAULTS, ProbePolicy
 from fronde.modes import Mode
 from fronde.router.classify import RequestClass
+from fronde.router.placement import Load, LoadModel, Placement, place
 
 __all__ = [
     "FALLBACK_FLOOR",
@@ -128,29 +102,6 @@ router; ``router.margin``)."""
 
 LoadRule = Literal["serialize", "spread", "measured", "off"]
 """How concurrent requests are placed (see the module docstring)."""
-
-
-class LoadModel(Protocol):
-    """What the ``measured`` load rule asks of the load curves."""
-
-    def marginal(self, mode: Mode, n: int) -> float | None:
-        """Aggregate tok/s ``mode``'s backend gains from one more request at load ``n``.
-
-        None when ``mode`` has no curve.
-        """
-        ...
-
-    def aggregate(self, mode: Mode, n: int) -> float | None:
-        """Aggregate tok/s of ``mode``'s backend alone with ``n`` requests in flight."""
-        ...
-
-    def threshold(self) -> int | None:
-        """The load from which plain decoding's curve is the highest, or None."""
-        ...
-
-    def spread_gain(self, n: int) -> float | None:
-        """Two servers' aggregate ÷ one's at load ``n``, or None when not measured."""
-        ...
 
 
 FALLBACK_FLOOR = Mode.NGRAM_MOD
@@ -201,7 +152,7 @@ class RouterPolicy:
     predict: bool = ROUTER_DEFAULTS.predict
     predict_band: float = ROUTER_DEFAULTS.predict_band
     load_band: float = ROUTER_DEFAULTS.load_band
-    load_placement: Literal["marginal", "threshold", "best"] = ROUTER_DEFAULTS.load_placement
+    load_placement: Placement = ROUTER_DEFAULTS.load_placement
 
 
 @dataclass(frozen=True)
@@ -414,54 +365,6 @@ def _planned(plan: Plan) -> Mode:
     return plan.floor if plan.route is Route.PROBE and plan.floor is not None else plan.mode
 
 
-def _free_rates(
-    usable: Collection[Mode],
-    in_flight: Mapping[Mode, int],
-    slots: int,
-    rate: Callable[[Mode], float | None],
-) -> dict[Mode, float]:
-    """``rate`` of every usable mode whose backend has a free slot and a curve, tok/s."""
-    return {
-        m: r
-        for m in Mode
-        if m in usable and in_flight.get(m, 0) < slots and (r := rate(m)) is not None
-    }
-
-
-@dataclass(frozen=True)
-class _Load:
-    """What the ``measured`` rule's placements read: the load and the measured curves.
-
-    Attributes:
-        in_flight: requests decoding per mode's backend.
-        usable: modes ready and not quarantined.
-        curves: the load curves.
-        slots: slots per backend (``-np``).
-        band: ``router.load_band``.
-        arriving: other requests received and not yet planned (they join the load).
-    """
-
-    in_flight: Mapping[Mode, int]
-    usable: Collection[Mode]
-    curves: LoadModel
-    slots: int
-    band: float
-    arriving: int = 0
-
-    @property
-    def n(self) -> int:
-        """The load once this request joins: in flight, arriving, plus this one."""
-        return sum(self.in_flight.values()) + self.arriving + 1
-
-    @cached_property
-    def rates(self) -> dict[Mode, float]:
-        """Each free backend's curve at :attr:`n` (aggregate tok/s, its server alone)."""
-        n = self.n
-        return _free_rates(
-            self.usable, self.in_flight, self.slots, lambda m: self.curves.aggregate(m, n)
-        )
-
-
 def _to(plan: Plan, target: Mode) -> Plan:
     """``plan`` sent to ``target`` under load.
 
@@ -473,120 +376,12 @@ def _to(plan: Plan, target: Mode) -> Plan:
     return Plan(Route.LOAD, target)
 
 
-def _measured(
-    plan: Plan,
-    load: _Load,
-    placement: Literal["marginal", "threshold", "best"] = "marginal",
-) -> Plan:
-    """The ``measured`` load rule (see the module docstring)."""
+def _measured(plan: Plan, load: Load, placement: Placement) -> Plan:
+    """The ``measured`` load rule: ``plan`` under ``load`` (:mod:`fronde.router.placement`)."""
     if load.n == 1 or plan.route in (Route.FORCED, Route.UNSAFE):
         return plan
-    if placement == "threshold":
-        chosen = _threshold(plan, load)
-    elif placement == "best":
-        chosen = _best(plan, load)
-    else:
-        chosen = _marginal(plan, load)
-    return _one_process(chosen, plan, load)
-
-
-def _marginal(plan: Plan, load: _Load) -> Plan:
-    """``load_placement = "marginal"``: the backend whose curve gains most from one more."""
-    in_flight, curves = load.in_flight, load.curves
-    gains = _free_rates(
-        load.usable, in_flight, load.slots, lambda m: curves.marginal(m, in_flight.get(m, 0))
-    )
-    if not gains:
-        return plan
-    best = max(gains.values())
-    planned = _planned(plan)
-    kept = gains.get(planned)
-    if kept is not None and kept >= (1 - load.band) * best:
-        return _to(plan, planned)
-    # Ties go to the least speculative mode (Mode's order): the cheapest to verify.
-    return _to(plan, next(m for m in Mode if gains.get(m) == best))
-
-
-def _one_process(chosen: Plan, plan: Plan, load: _Load) -> Plan:
-    """Every placement: no second process decoding where one was measured to lose.
-
-    Where two plain servers served g < 1 − ``band`` × one at this load
-    (:meth:`LoadModel.spread_gain`; 0.01–0.03 × on 2 CPU cores with two slots a
-    server, ``results/load-cpu-smollm2-135m-20261203-slots2-before``), a request the
-    placement ``chosen`` sends to an idle server joins the server already decoding
-    most instead, unless the idle one's curve B beats that one's A by the bound of
-    :func:`_best`: a pair serves about g × (A + B) / 2, more than A alone only while
-    B > (2/g − 1) × A. Without that measurement, or with no server decoding that has a
-    free slot, ``chosen`` stands.
-    """
-    gain = load.curves.spread_gain(load.n)
-    if gain is None or gain >= 1 - load.band or load.in_flight.get(chosen.mode, 0) > 0:
-        return chosen
-    rates = load.rates
-    busy = _busiest(rates, load.in_flight)
-    if busy is None:
-        return chosen
-    rate = rates.get(chosen.mode)
-    if rate is not None and rate > (2 / gain - 1) * rates[busy]:
-        return chosen
-    return _to(plan, busy)
-
-
-def _best(plan: Plan, load: _Load) -> Plan:
-    """``load_placement = "best"``: the server that serves the load in flight best.
-
-    Among the servers whose curve at the load in flight is within ``band`` of the best,
-    the busiest (one batch). Where two servers were measured to serve more than one at
-    that load (:meth:`LoadModel.spread_gain` g above 1 + band), the less busy of two
-    servers instead (two at most, what was measured): those already decoding, else the
-    best by curve and the next best among those whose curve is at least (2/g − 1) × the
-    best's. The bound: two plain servers serve g × one, so a pair of servers A and B,
-    each taking its share in proportion to its own curve, serves about g × (A + B) / 2,
-    more than A alone while B > (2/g − 1) × A (g = 1.8: any B above 0.11 A; g = 1.12:
-    above 0.79 A). A band of ``band`` around the best alone never spread on the H200's
-    in-session curves (SmolLM2 at c = 2: cascade 263, the next 248, g = 1.82), where
-    the two plain servers of ``plain2`` served 1.8× one. Where g is below 1 − band, no
-    second process starts unless the bound says so (:func:`_one_process`, every
-    placement).
-    """
-    planned = _planned(plan)
-    in_flight, band = load.in_flight, load.band
-    rates = load.rates
-    if not rates:
-        return _to(plan, planned)
-    top = max(rates.values())
-    near = [m for m in rates if rates[m] >= (1 - band) * top]
-    order = list(Mode)
-    gain = load.curves.spread_gain(load.n)
-    if gain is not None and gain > 1 + band:
-        # A second process adds throughput at this load (measured, plain2 ÷ plain): the
-        # pair of servers (the bound in the docstring), then the less busy of the two.
-        pair = [m for m in rates if rates[m] >= (2 / gain - 1) * top]
-        pair.sort(key=lambda m: (-rates[m], m is not planned, order.index(m)))
-        busy = [m for m in pair if in_flight.get(m, 0) > 0]
-        pool = (busy + [m for m in pair if m not in busy])[:2]
-        target = min(pool, key=lambda m: (in_flight.get(m, 0), m is not planned, order.index(m)))
-    else:
-        # Join the server already decoding most (one batch on the GPU), then the planned
-        # mode, then the least speculative (Mode's order: the cheapest to verify).
-        target = max(near, key=lambda m: (in_flight.get(m, 0), m is planned, -order.index(m)))
-    return _to(plan, target)
-
-
-def _busiest(rates: Mapping[Mode, float], in_flight: Mapping[Mode, int]) -> Mode | None:
-    """The server with a free slot (in ``rates``) that decodes the most requests; None if idle."""
-    busy = [m for m in rates if in_flight.get(m, 0) > 0]
-    return max(busy, key=lambda m: (in_flight[m], rates[m])) if busy else None
-
-
-def _threshold(plan: Plan, load: _Load) -> Plan:
-    """``load_placement = "threshold"``: baseline from the measured load on, else as planned."""
-    threshold = load.curves.threshold()
-    loaded = threshold is not None and load.n >= threshold
-    free = Mode.BASELINE in load.usable and load.in_flight.get(Mode.BASELINE, 0) < load.slots
-    if loaded and free and _planned(plan) is not Mode.BASELINE:
-        return Plan(Route.LOAD, Mode.BASELINE)
-    return _to(plan, _planned(plan))
+    target = place(_planned(plan), load, placement)
+    return plan if target is None else _to(plan, target)
 
 
 def plan_route(
@@ -653,7 +448,7 @@ def plan_route(
     )
     if measured and curves is not None:
         usable = [m for m in Mode if m in ready and m not in quarantined]
-        load = _Load(in_flight or {}, usable, curves, slots, policy.load_band, arriving)
+        load = Load(in_flight or {}, usable, curves, slots, policy.load_band, arriving)
         plan = _measured(plan, load, policy.load_placement)
     if policy.load_rule == "serialize":
         usable = [m for m in Mode if m in ready and m not in quarantined]

@@ -225,9 +225,9 @@ class Router:
         # the cores (measured: 40 → 1.5 tok/s aggregate with 2 clients on 2 cores).
         self.gate = asyncio.Semaphore(max_parallel_decodes)
         self.in_flight: Counter[Mode] = Counter()
-        # Requests received and not yet planned (see Dispatcher.answer): under the
-        # measured load rule they count in the load a placement reads, so that a burst
-        # of clients starting at once is placed for the load it makes.
+        # Requests received and not yet in flight (dispatch.admission.Arrival): under
+        # the measured load rule they count in the load a placement reads, so that a
+        # burst of clients starting at once is placed for the load it makes.
         self.arriving = 0
         self.recent: deque[Decision] = deque(maxlen=RECENT_KEPT)
         self.store = store
@@ -322,12 +322,15 @@ class Router:
         now: float | None = None,
         budget: int | None = None,
         overlap: float = 0.0,
+        arriving_self: bool = False,
     ) -> Decision:
         """Plan one request (see :func:`~fronde.router.policy.plan_route`) and remember it.
 
         ``budget`` is the request's token budget (None: open), for the probe policy;
         ``overlap`` its prompt's self-overlap
-        (:func:`~fronde.router.counterfactual.self_overlap`), for its bucket.
+        (:func:`~fronde.router.counterfactual.self_overlap`), for its bucket;
+        ``arriving_self``: this request is counted in :attr:`arriving` (the plan reads
+        the others).
         """
         now = time.monotonic() if now is None else now
         ms = self.measurements
@@ -354,7 +357,7 @@ class Router:
             active=set() if self.swap_residency else {m for m in Mode if self.in_flight[m] > 0},
             speedups=speedups,
             in_flight=self.in_flight,
-            arriving=self.arriving,
+            arriving=self.arriving - 1 if arriving_self else self.arriving,
             curves=self.load_curves,
             slots=self.slots,
         )

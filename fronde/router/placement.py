@@ -6,7 +6,7 @@ requests are in flight or arriving, it places it by the **load curves**: the agg
 decode tok/s of each mode's server alone against the requests in flight, measured per
 machine, model and slot count by ``fronde bench load``
 (:class:`~fronde.router.calibration.LoadCurves`). The load a placement reads is the
-requests in flight, the requests received and not yet planned (``arriving``: clients
+requests in flight, the requests received and not yet in flight (``arriving``: clients
 that start at once are each placed for the load they make together; on the H200, gemma
 at c = 32, counting only those planned before sent 22 of 100 requests to ngram-mod's
 server as the clients started), and this one. The functions here answer with a mode;
@@ -25,8 +25,9 @@ Placements (``router.load_placement``):
   sampling), the less busy of two servers instead, the best and the next best whose
   curve is at least (2/g − 1) × the best's: the requests spread over two processes.
 - ``threshold``: baseline once the load reaches the load from which plain decoding's
-  curve is the highest, else as planned (one server, no spreading; on the H200
-  ``marginal`` lost to it at 5 of 6 loads).
+  curve is the highest, else as planned (one server, no spreading; on the H200 on
+  2026-12-02 ``marginal`` lost to it at 5 of 6 loads, in the SmolLM2 session of
+  2026-12-03 at 3 of 6).
 - ``marginal``: the planned mode keeps the request only if its backend's **marginal
   throughput** (the aggregate tok/s its curve gains from one more request at its
   current in-flight count) is within ``load_band`` of the best backend's; else that
@@ -100,7 +101,7 @@ class Load:
         curves: the load curves.
         slots: slots per backend (``-np``).
         band: ``router.load_band``.
-        arriving: other requests received and not yet planned (they join the load).
+        arriving: other requests received and not yet in flight (they join the load).
     """
 
     in_flight: Mapping[Mode, int]

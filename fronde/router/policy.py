@@ -422,7 +422,7 @@ def plan_route(
         in_flight: requests in flight per mode (for the ``measured`` rule).
         curves: the measured load curves (``measured`` rule); None acts as ``spread``.
         slots: requests one backend serves at once (llama-server ``-np``).
-        arriving: other requests received and not yet planned (``measured`` rule: they
+        arriving: other requests received and not yet in flight (``measured`` rule: they
             count in the load, so that clients starting at once are placed for the
             load they make together).
 

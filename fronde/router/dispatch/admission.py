@@ -20,10 +20,11 @@ __all__ = ["Admission", "Arrival"]
 
 
 class Arrival:
-    """One request between its arrival and its plan, counted in ``router.arriving``.
+    """One request from its arrival until it is in flight, counted in ``router.arriving``.
 
-    Under the ``measured`` load rule the requests received and not yet planned count
-    in the load a placement reads (:func:`~fronde.router.policy.plan_route`'s
+    Under the ``measured`` load rule the requests received and not yet in flight
+    (being planned, or waiting for residency or a slot) count in the load a placement
+    reads (:func:`~fronde.router.policy.plan_route`'s
     ``arriving``): clients that start at once are placed for the load they make
     together, not each for the load of those planned before it. Measured on the
     H200 (gemma, ``results/load-gpu-h200-cpu-gemma-270m-20261203-bs2``, c = 32): with
@@ -32,7 +33,8 @@ class Arrival:
 
     Args:
         router: the router whose ``arriving`` count this request is in until
-            :meth:`close`.
+            :meth:`close` (its admission's first generation counted in flight, or its
+            end).
     """
 
     def __init__(self, router: Router) -> None:
@@ -41,7 +43,7 @@ class Arrival:
         router.arriving += 1
 
     def close(self) -> None:
-        """Planned (or failed before): out of the count; only the first call counts."""
+        """In flight, or ended: out of the count; only the first call counts."""
         if self._open:
             self._open = False
             self.router.arriving -= 1
@@ -54,11 +56,16 @@ class Admission:
         router: the router whose gate, in-flight counts and recent decisions it uses.
         decision: the planned request, or None for a call that is not routed (the
             native ``/completion`` pass-through takes a decode slot all the same).
+        arrival: the request's count among those not yet in flight, closed when it is
+            (:meth:`count`) or when the admission is released.
     """
 
-    def __init__(self, router: Router, decision: Decision | None = None) -> None:
+    def __init__(
+        self, router: Router, decision: Decision | None = None, arrival: Arrival | None = None
+    ) -> None:
         self.router = router
         self.decision = decision
+        self._arrival = arrival
         self._t0 = time.monotonic()
         self._gate_held = False
         self._after: list[Callable[[], None]] = []
@@ -76,6 +83,8 @@ class Admission:
 
     def count(self, mode: Mode) -> Callable[[], None]:
         """Count one generation in flight on ``mode``; return its idempotent uncount."""
+        if self._arrival is not None:
+            self._arrival.close()  # in flight now: no longer arriving
         self.router.in_flight[mode] += 1
         done = False
 
@@ -103,6 +112,8 @@ class Admission:
 
     def release(self) -> None:
         """Give the decode slot back and run the :meth:`on_release` callbacks; once."""
+        if self._arrival is not None:
+            self._arrival.close()
         if self._gate_held:
             self._gate_held = False
             self.router.gate.release()

@@ -176,8 +176,9 @@ class Dispatcher:
                 await honour_tool_choice(body, self.tools.supports_tools)
             view = body if api is None else api.view(body)
             adm, headers = await self._admit(kind, view, mode_header, arrival)
-        finally:
-            arrival.close()
+        except BaseException:
+            arrival.close()  # after the plan, the admission closes it
+            raise
         try:
             answer = await self._serve(adm, kind, body, headers, api)
         except FrondeError as exc:
@@ -224,8 +225,9 @@ class Dispatcher:
     ) -> tuple[Admission, dict[str, str]]:
         """Classify and plan the request: its admission and the decision's headers.
 
-        ``arrival`` leaves the router's count of requests not yet planned as the plan
-        is made (the plan reads the others).
+        ``arrival`` (this request, counted in the router's ``arriving``) goes to the
+        admission, which closes it when the request's generation is counted in flight
+        or the request ends: a request waiting for residency or a slot stays counted.
 
         Raises:
             BackendUnavailableError: nothing can serve it (HTTP 503).
@@ -252,9 +254,15 @@ class Dispatcher:
             await self.router.recall(key)  # another replica may have routed it
         # Only what the bucket needs: a word scan of the request's text (≈ 0.1 ms a 10 kB).
         overlap = self_overlap(text) if self.hindsight.enabled else 0.0
-        arrival.close()
         decision = self.router.plan(
-            cls, key, ready, forced, now=t0, budget=max_new_tokens(body), overlap=overlap
+            cls,
+            key,
+            ready,
+            forced,
+            now=t0,
+            budget=max_new_tokens(body),
+            overlap=overlap,
+            arriving_self=True,
         )
         headers = {
             "x-fronde-mode": str(decision.plan.mode),
@@ -263,7 +271,7 @@ class Dispatcher:
         }
         if decision.predicted_tok_s is not None:  # the counterfactual book's forecast
             headers["x-fronde-predicted-tok-s"] = f"{decision.predicted_tok_s:.2f}"
-        return Admission(self.router, decision), headers
+        return Admission(self.router, decision, arrival), headers
 
     async def _serve(
         self,

@@ -1,0 +1,145 @@
+"""Where a burst of clients lands: the measured rule's placements on fake backends.
+
+Saves the load curves of a ``fronde bench load`` folder (its static arms, one
+repetition) for a `fronde serve` whose llama-servers are the test suite's fake
+(tests/fakes/fake_llama_server.py: no model, ``--fake-tps`` tokens a second), starts
+it with 32 slots a backend and the four modes, sends ``--clients`` streamed chat
+requests of the agent mix at once (or ``--spacing-ms`` apart) and prints where each
+went (``x-fronde-class → x-fronde-mode``), once a fresh server is up and again 1 s
+later. Used in the closing note of issue 23:
+``.venv/bin/python scripts/load_burst.py results/load-gpu-h200-cpu-gemma-270m-20261203-bs2``
+(with ``--spacing-ms`` 0, 0.5, 1): on the commit before the arriving count every burst
+went 11 baseline, 9 cascade, 9 ngram-mod, 3 ngram-simple; after it the first burst went
+31-32 to baseline, the second 21-32 at 0 and 1 ms apart but 11 at 0.5 ms (a warm
+server plans each request before the next arrives). Linux, a few seconds plus the
+start-up.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import gzip
+import json
+import os
+import stat
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from pathlib import Path
+
+import httpx
+
+from fronde.bench.load import agent_mix
+from fronde.bench.load_sessions import session_curves
+from fronde.config import load_settings
+from fronde.modes import Mode
+from fronde.router.calibration import load_key, save_load_curves
+
+ROOT = Path(__file__).resolve().parents[1]
+FAKE = ROOT / "tests" / "fakes" / "fake_llama_server.py"
+MODES = [Mode.BASELINE, Mode.NGRAM_SIMPLE, Mode.NGRAM_MOD, Mode.CASCADE]
+# The static arm that calibrates each mode in `fronde bench load` (its page's "Arms").
+CALIBRATION = {
+    Mode.BASELINE: "plain",
+    Mode.NGRAM_SIMPLE: "s-simple",
+    Mode.NGRAM_MOD: "default",
+    Mode.CASCADE: "cascade",
+}
+
+
+def fake_binary(folder: Path) -> Path:
+    """An executable in ``folder`` that runs the fake llama-server with this Python."""
+    exe = folder / "llama-server"
+    exe.write_text(f'#!/bin/sh\nexec "{sys.executable}" "{FAKE}" "$@"\n')
+    exe.chmod(exe.stat().st_mode | stat.S_IXUSR)
+    return exe
+
+
+def save_curves(run: Path, rep: int, env: dict[str, str]) -> str:
+    """Save ``run``'s curves (repetition ``rep``'s static arms) for the settings of ``env``."""
+    with gzip.open(run / "records.jsonl.gz", "rt") as fh:
+        rows = [json.loads(line) for line in fh]
+    samples = [
+        r
+        for r in rows
+        if r.get("type") == "sample" and r["rep"] == rep and not r["arm"].startswith("router")
+    ]
+    curves = session_curves(samples, CALIBRATION, f"{run.name} rep {rep}")
+    old = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    try:
+        settings = load_settings()
+    finally:
+        for k, v in old.items():
+            if v is None:
+                os.environ.pop(k)
+            else:
+                os.environ[k] = v
+    key = load_key(settings)
+    save_load_curves(settings.cache_dir, key, curves)
+    return key
+
+
+async def burst(base: str, clients: int, spacing_s: float) -> Counter[str]:
+    """Send ``clients`` streamed chat requests, the i-th ``i × spacing_s`` late."""
+    items = agent_mix().items
+    async with httpx.AsyncClient(
+        timeout=120, limits=httpx.Limits(max_keepalive_connections=0)
+    ) as http:
+
+        async def one(i: int) -> str:
+            await asyncio.sleep(i * spacing_s)
+            body = items[i % len(items)].body("chat", 64) | {"model": "fronde"}
+            async with http.stream("POST", f"{base}/v1/chat/completions", json=body) as r:
+                where = f"{r.headers.get('x-fronde-class')} → {r.headers.get('x-fronde-mode')}"
+                async for _ in r.aiter_lines():
+                    pass
+            return where
+
+        return Counter(await asyncio.gather(*(one(i) for i in range(clients))))
+
+
+def main() -> None:
+    """Parse the arguments, save the curves, start the server, send the bursts."""
+    p = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    p.add_argument("run", type=Path, help="a `fronde bench load` folder with records.jsonl.gz")
+    p.add_argument("--rep", type=int, default=0, help="the repetition whose curves [0]")
+    p.add_argument("--clients", type=int, default=32, help="requests in the burst [32]")
+    p.add_argument("--spacing-ms", type=float, default=0.0, help="between two clients [0]")
+    p.add_argument("--bursts", type=int, default=2, help="bursts, one after another [2]")
+    p.add_argument("--port", type=int, default=18450)
+    args = p.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        env = {
+            "FRONDE_LLAMA_SERVER": str(fake_binary(Path(tmp))),
+            "FRONDE_CACHE_DIR": tmp,
+            "FRONDE_BACKEND__PARALLEL": "32",
+            "FRONDE_MODES": json.dumps([str(m) for m in MODES]),
+            "FRONDE_BACKEND__EXTRA_ARGS": '["--fake-tps", "64"]',
+            "FRONDE_ROUTER__LOAD_RULE": "measured",
+            "FRONDE_ROUTER__LOAD_PLACEMENT": "best",
+            "FRONDE_LOG_LEVEL": "warning",
+        }
+        print(f"curves saved for {save_curves(args.run, args.rep, env)}")
+        argv = [sys.executable, "-m", "fronde", "serve", "--port", str(args.port)]
+        serve = subprocess.Popen(
+            argv, env=os.environ | env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True
+        )
+        try:
+            out = serve.stdout
+            print(out.readline().strip() if out else "")  # the ready line, once the backends are up
+            base = f"http://127.0.0.1:{args.port}"
+            for n in range(args.bursts):
+                where = asyncio.run(burst(base, args.clients, args.spacing_ms / 1000))
+                print(f"burst {n + 1}: " + ", ".join(f"{k} {v}" for k, v in where.most_common()))
+                time.sleep(1)
+        finally:
+            serve.terminate()
+            serve.wait(timeout=30)
+
+
+if __name__ == "__main__":
+    main()

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import gzip
 import json
 import os
 import stat
@@ -29,11 +28,14 @@ import tempfile
 import time
 from collections import Counter
 from pathlib import Path
+from unittest import mock
 
 import httpx
 
-from fronde.bench.load import agent_mix
+from fronde.bench.load import ROUTERS, agent_mix
+from fronde.bench.load_report import recorded_run
 from fronde.bench.load_sessions import session_curves
+from fronde.bench.store import Store
 from fronde.config import load_settings
 from fronde.modes import Mode
 from fronde.router.calibration import load_key, save_load_curves
@@ -41,13 +43,6 @@ from fronde.router.calibration import load_key, save_load_curves
 ROOT = Path(__file__).resolve().parents[1]
 FAKE = ROOT / "tests" / "fakes" / "fake_llama_server.py"
 MODES = [Mode.BASELINE, Mode.NGRAM_SIMPLE, Mode.NGRAM_MOD, Mode.CASCADE]
-# The static arm that calibrates each mode in `fronde bench load` (its page's "Arms").
-CALIBRATION = {
-    Mode.BASELINE: "plain",
-    Mode.NGRAM_SIMPLE: "s-simple",
-    Mode.NGRAM_MOD: "default",
-    Mode.CASCADE: "cascade",
-}
 
 
 def fake_binary(folder: Path) -> Path:
@@ -59,25 +54,18 @@ def fake_binary(folder: Path) -> Path:
 
 
 def save_curves(run: Path, rep: int, env: dict[str, str]) -> str:
-    """Save ``run``'s curves (repetition ``rep``'s static arms) for the settings of ``env``."""
-    with gzip.open(run / "records.jsonl.gz", "rt") as fh:
-        rows = [json.loads(line) for line in fh]
-    samples = [
-        r
-        for r in rows
-        if r.get("type") == "sample" and r["rep"] == rep and not r["arm"].startswith("router")
-    ]
-    curves = session_curves(samples, CALIBRATION, f"{run.name} rep {rep}")
-    old = {k: os.environ.get(k) for k in env}
-    os.environ.update(env)
-    try:
+    """Save ``run``'s curves (repetition ``rep``'s static arms) for the settings of ``env``.
+
+    Each mode's curve from the static arm the run recorded as its calibration; returns
+    the key the curves are saved under (:func:`~fronde.router.calibration.load_key`).
+    """
+    store = Store(run / "records.jsonl")
+    _, calibration = recorded_run(run, store)
+    routers = set(ROUTERS.values())  # the static plan's samples: plain2's ratio included
+    static = [s for s in store.samples() if s["rep"] == rep and s["arm"] not in routers]
+    curves = session_curves(static, calibration, f"{run.name} rep {rep}")
+    with mock.patch.dict(os.environ, env):
         settings = load_settings()
-    finally:
-        for k, v in old.items():
-            if v is None:
-                os.environ.pop(k)
-            else:
-                os.environ[k] = v
     key = load_key(settings)
     save_load_curves(settings.cache_dir, key, curves)
     return key

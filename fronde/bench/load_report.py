@@ -26,7 +26,7 @@ from fronde.bench.store import Store
 from fronde.errors import FrondeError
 from fronde.modes import Mode
 
-__all__ = ["report_load", "write_load_page"]
+__all__ = ["recorded_run", "report_load", "write_load_page"]
 
 
 def write_load_page(
@@ -77,20 +77,15 @@ def write_load_page(
     return verdict
 
 
-def report_load(out: Path) -> list[str]:
-    """Write the page of a load run's folder again from its records, finished or not.
+def recorded_run(out: Path, store: Store) -> tuple[dict[str, Any], dict[Mode, str]]:
+    """The last ``fronde bench load`` run record in ``store`` (folder ``out``) and its calibration.
 
-    Reads ``records.jsonl`` (or ``records.jsonl.gz``, as committed); the calibration
-    and the title from the run's records, or, for a run of older code, from the
-    ``load.json`` and ``load.md`` it wrote. Starts no server.
-
-    Returns:
-        The verdict lines (:func:`session_verdicts`).
+    The calibration (Fronde mode → the static arm whose curve is that mode's backend's)
+    from the run record, or, for a run of older code, from the ``load.json`` it wrote.
 
     Raises:
         FrondeError: no load run recorded in ``out``, or its calibration is nowhere.
     """
-    store = Store(out / "records.jsonl")
     runs = [r for r in store.records() if r["type"] == "run"]
     if not runs or "slots" not in runs[-1].get("identity", {}):
         raise FrondeError(f"{out}: no `fronde bench load` run recorded there")
@@ -107,7 +102,24 @@ def report_load(out: Path) -> list[str]:
             f"{out}: the run recorded no calibration; run `fronde bench load --out {out}` "
             "again to finish it"
         )
-    calibration = {Mode(m): str(a) for m, a in cast("dict[str, Any]", raw).items()}
+    return last, {Mode(m): str(a) for m, a in cast("dict[str, Any]", raw).items()}
+
+
+def report_load(out: Path) -> list[str]:
+    """Write the page of a load run's folder again from its records, finished or not.
+
+    Reads ``records.jsonl`` (or ``records.jsonl.gz``, as committed); the calibration
+    and the title from the run's records, or, for a run of older code, from the
+    ``load.json`` and ``load.md`` it wrote. Starts no server.
+
+    Returns:
+        The verdict lines (:func:`session_verdicts`).
+
+    Raises:
+        FrondeError: as :func:`recorded_run`.
+    """
+    store = Store(out / "records.jsonl")
+    last, calibration = recorded_run(out, store)
     title = last.get("title")
     if not title and (out / "load.md").exists():
         title = (out / "load.md").read_text().partition("\n")[0].removeprefix("# ")

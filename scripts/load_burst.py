@@ -10,9 +10,9 @@ later. Used in the closing note of issue 23:
 ``.venv/bin/python scripts/load_burst.py results/load-gpu-h200-cpu-gemma-270m-20261203-bs2``
 (with ``--spacing-ms`` 0, 0.5, 1): on the commit before the arriving count every burst
 went 11 baseline, 9 cascade, 9 ngram-mod, 3 ngram-simple; after it the first burst went
-21-32 to baseline (32 in five of seven runs), the second 21-32 at 0 and 1 ms apart but
-11 at 0.5 ms (a warm server plans each request before the next arrives). Linux, a few
-seconds plus the start-up.
+32 to baseline in three of four runs (21 once, 0.5 ms apart), the second 21-32 at 0
+and 1 ms apart but 11 at 0.5 ms (a warm server plans each request before the next
+arrives). Linux, a few seconds plus the start-up.
 """
 
 from __future__ import annotations

@@ -229,6 +229,8 @@ class Router:
         # the measured load rule they count in the load a placement reads, so that a
         # burst of clients starting at once is placed for the load it makes.
         self.arriving = 0
+        # When the last request arrived, s (monotonic): Arrival.gathered waits out bursts.
+        self.last_arrival: float | None = None
         self.recent: deque[Decision] = deque(maxlen=RECENT_KEPT)
         self.store = store
         self.events = events

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import time
 
 import pytest
 
 from fronde.modes import Mode
 from fronde.router.classify import RequestClass
-from fronde.router.dispatch.admission import Admission
+from fronde.router.dispatch.admission import Admission, Arrival
 from fronde.router.engine import Router
 
 pytestmark = pytest.mark.anyio
@@ -49,3 +50,40 @@ async def test_an_admission_writes_its_decisions_status_and_counts() -> None:
     adm.close("error", "late")  # the first end counts
     assert (decision.status, decision.error, released) == ("done", None, ["lease"])
     assert not router.gate.locked()
+
+
+async def test_a_lone_request_is_placed_at_once() -> None:
+    router = Router()
+    first = Arrival(router)
+    t0 = time.monotonic()
+    await first.gathered(quiet_s=0.5, most_s=5.0)
+    assert time.monotonic() - t0 < 0.4  # nothing arrived within 0.5 s before it
+    first.close()
+    assert router.arriving == 0
+
+
+async def test_a_request_of_a_burst_waits_until_the_burst_has_arrived() -> None:
+    router = Router()
+    Arrival(router)
+    second = Arrival(router)  # within quiet_s of the first: a burst
+    waiter = asyncio.ensure_future(second.gathered(quiet_s=0.1, most_s=5.0))
+    await asyncio.sleep(0.05)
+    assert not waiter.done()
+    third = Arrival(router)  # the burst goes on: the wait is from this one
+    await asyncio.wait_for(waiter, 2.0)
+    assert time.monotonic() - third.t0 >= 0.1
+    assert router.arriving == 3  # all three counted when the second is placed
+
+
+async def test_a_request_of_a_burst_waits_no_longer_than_most_s() -> None:
+    router = Router()
+    Arrival(router)
+    second = Arrival(router)
+    waiter = asyncio.ensure_future(second.gathered(quiet_s=0.1, most_s=0.3))
+    for _ in range(100):  # a burst that never ends: one arrival every 20 ms for 2 s
+        if waiter.done():
+            break
+        Arrival(router)
+        await asyncio.sleep(0.02)
+    assert waiter.done()
+    assert time.monotonic() - second.t0 < 1.5

@@ -151,3 +151,39 @@ async def test_a_request_waiting_for_a_slot_still_counts_in_the_load() -> None:
     await asyncio.gather(first, return_exceptions=True)
     client.release.set()
     assert router.arriving == 0 and sum(router.in_flight.values()) == 0
+
+
+async def _ramp(gather_ms: float, clients: int = 8, spacing_s: float = 0.002) -> list[Mode]:
+    """Where ``clients`` streamed requests ``spacing_s`` apart go, with ``gather_ms``."""
+    client = _Holding()
+    router = Router(POLICY, slots=32, max_parallel_decodes=128, load_curves=CURVES)
+    settings = load_settings(router={"gather_ms": gather_ms, "gather_max_ms": 500})
+    dispatcher = Dispatcher(settings, cast("BackendPool", _Pool()), client, router)
+    body = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 8, "stream": True}
+    tasks: list[asyncio.Task[Any]] = []
+    for _ in range(clients):
+        tasks.append(asyncio.create_task(dispatcher.answer("chat", dict(body), None)))
+        await asyncio.sleep(spacing_s)
+    for _ in range(300):
+        await asyncio.sleep(0.01)
+        if client.opened == clients:
+            break
+    assert client.opened == clients
+    for task in tasks:
+        task.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
+    client.release.set()
+    assert router.arriving == 0 and sum(router.in_flight.values()) == 0
+    return [d.plan.mode for d in router.recent]  # in the order they were planned
+
+
+@pytest.mark.anyio
+async def test_clients_starting_a_few_ms_apart_are_placed_for_the_load_they_make() -> None:
+    # A ramp, 2 ms apart: each request is placed before the next arrives, so one turn
+    # of the event loop counts none of those to come; the first ones join ngram-mod.
+    unsure = await _ramp(gather_ms=0)
+    assert unsure.count(Mode.NGRAM_MOD) >= 2
+    # Waiting for the burst to end (100 ms without an arrival here, generous for a
+    # busy machine): the first, alone, cannot know; the other seven see load 8.
+    gathered = await _ramp(gather_ms=100)
+    assert gathered[1:] == [Mode.BASELINE] * 7

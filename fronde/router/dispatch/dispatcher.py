@@ -169,9 +169,10 @@ class Dispatcher:
         arrival = Arrival(self.router)
         try:
             if self.router.policy.load_rule == "measured":
-                # One turn of the event loop: the requests that came with this one
-                # are counted (Arrival) before any of them is placed.
-                await asyncio.sleep(0)
+                # The requests that came with this one are counted (Arrival) before
+                # any of them is placed.
+                r = self.settings.router
+                await arrival.gathered(r.gather_ms / 1000, r.gather_max_ms / 1000)
             if kind == "chat" and api is None:
                 await honour_tool_choice(body, self.tools.supports_tools)
             view = body if api is None else api.view(body)

@@ -25,6 +25,7 @@ from fronde.modes import Mode
 from fronde.router.calibration import LoadCurves
 from fronde.router.classify import RequestClass
 from fronde.router.dispatch import Dispatcher
+from fronde.router.dispatch.answer import Streamed
 from fronde.router.engine import Router
 from fronde.router.policy import Plan, Route, RouterPolicy, plan_route
 
@@ -187,3 +188,37 @@ async def test_clients_starting_a_few_ms_apart_are_placed_for_the_load_they_make
     # busy machine): the first, alone, cannot know; the other seven see load 8.
     gathered = await _ramp(gather_ms=100)
     assert gathered[1:] == [Mode.BASELINE] * 7
+
+
+async def _reads() -> AsyncGenerator[bytes]:
+    """A llama-server's streamed chat answer, one read an event: two, then ``[DONE]``."""
+    chunk = '{"choices": [{"index": 0, "delta": {"content": "ok"}, "finish_reason": null}]}'
+    for event in (f"data: {chunk}", f"data: {chunk}", "data: [DONE]"):
+        yield f"{event}\n\n".encode()
+        await asyncio.sleep(0.01)
+
+
+def _sse(request: httpx.Request) -> httpx.Response:
+    """The streamed answer of :func:`_reads`."""
+    return httpx.Response(200, content=_reads(), headers={"content-type": "text/event-stream"})
+
+
+@pytest.mark.anyio
+async def test_a_stream_is_out_of_the_load_when_its_client_reads_the_end() -> None:
+    # A closed-loop client sends its next request as soon as it reads [DONE]; if
+    # its last one still counted, 15 answers ending together filled baseline's
+    # slots on the H200 (gemma, c = 32) and the next 15 went to ngram-simple.
+    client = BackendClient(httpx.AsyncClient(transport=httpx.MockTransport(_sse)))
+    router = Router(POLICY, slots=32, max_parallel_decodes=128, load_curves=CURVES)
+    dispatcher = Dispatcher(load_settings(), cast("BackendPool", _Pool()), client, router)
+    body = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 8, "stream": True}
+    answer = await dispatcher.answer("chat", body, Mode.BASELINE.value)
+    assert isinstance(answer, Streamed)
+    in_flight_at: list[int] = []
+    async for piece in answer.events:
+        in_flight_at.append(sum(router.in_flight.values()))
+        if b"[DONE]" in piece:
+            assert sum(router.in_flight.values()) == 0
+            assert router.recent[-1].status == "done"
+    assert in_flight_at[0] == 1  # counted while it streams
+    assert sum(router.in_flight.values()) == 0 and router.arriving == 0

@@ -367,7 +367,8 @@ class Dispatcher:
     ) -> AsyncIterator[bytes]:
         """Relay an SSE byte stream, counting its events and ending the request with it.
 
-        The outcome is ``done`` when ``[DONE]`` went out (another API's stream: when its
+        The outcome is ``done`` when ``[DONE]`` goes out, and the request ends before
+        the piece with it is passed on (another API's stream: when its
         ``events`` relay saw the final event; it counts the progress itself), ``error``
         when the stream ended without it (an in-band error event), ``cancelled`` when
         the client left.
@@ -383,6 +384,12 @@ class Dispatcher:
                         adm.progress(n)
                     if piece.startswith(DONE_BYTES) or DONE_INSIDE in piece:
                         outcome = "done"
+                elif events.ended:
+                    outcome = "done"
+                if outcome == "done":
+                    # The backend has finished: out of the load before the client
+                    # reads the end and comes back (Admission.release).
+                    adm.close(outcome)
                 yield piece
             if events is not None and events.ended:
                 outcome = "done"

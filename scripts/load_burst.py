@@ -12,7 +12,10 @@ later. Used in the closing note of issue 23:
 went 11 baseline, 9 cascade, 9 ngram-mod, 3 ngram-simple; after it the first burst went
 32 to baseline in three of four runs (21 once, 0.5 ms apart), the second 21-32 at 0
 and 1 ms apart but 11 at 0.5 ms (a warm server plans each request before the next
-arrives). Linux, a few seconds plus the start-up.
+arrives). With the burst wait (``router.gather_ms`` 10) the first burst went 32, 32, 31
+to baseline and the second 32, 31, 31 at 0.5, 1 and 2 ms apart; with
+``FRONDE_ROUTER__GATHER_MS=0`` the second went 21, 21, 11 (the first 21 at 2 ms).
+Linux, a few seconds plus the start-up.
 """
 
 from __future__ import annotations

@@ -317,9 +317,10 @@ class RouterSettings(_Section):
         description="measured load rule: a request that arrives within this many ms of "
         "the one before it waits, before it is placed, until none has arrived for as long "
         "(at most gather_max_ms), so that clients starting together are placed for the "
-        "load they make; 0 turns it off. The H200's bench clients started 22 requests in "
-        "14 ms; on 2 loaded CPU cores the proxy saw gaps up to 15 ms inside a burst "
-        "(scripts/load_burst.py: 3 ms split it, 10 ms did not)",
+        "load they make; a client coming back within as long of an answer's end, a "
+        "forced mode, or no load curves: no wait; 0 turns it off. The H200's bench "
+        "clients started 22 requests in 14 ms; on 2 loaded CPU cores the proxy saw gaps "
+        "up to 15 ms inside a burst (scripts/load_burst.py: 3 ms split it, 10 ms did not)",
     )
     gather_max_ms: float = Field(
         default=50.0,

@@ -180,6 +180,10 @@ class UpstreamStream:
         except TRANSPORT_ERRORS as exc:
             raise self._broken(exc) from exc
 
+    async def aclose(self) -> None:
+        """Close the answer now (idempotent): llama-server sees the client gone and stops."""
+        await self._resp.aclose()
+
     def lines(self) -> AsyncIterator[str]:
         """The body's lines, without their line endings.
 

@@ -231,6 +231,8 @@ class Router:
         self.arriving = 0
         # When the last request arrived, s (monotonic): Arrival.gathered waits out bursts.
         self.last_arrival: float | None = None
+        # When a routed request last ended (its admission released), s (monotonic).
+        self.last_end: float | None = None
         self.recent: deque[Decision] = deque(maxlen=RECENT_KEPT)
         self.store = store
         self.events = events

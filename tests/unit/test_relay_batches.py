@@ -103,3 +103,31 @@ def test_a_stream_cut_on_a_stop_string_inside_a_pass_reports_a_tau() -> None:
     assert (got.predicted_n, got.draft_n_accepted, got.draft_n) == (22, 19, 19)
     assert got.tau == pytest.approx(22 / 3)
     assert b'"draft_n_accepted": 19' in out  # the client's timings say the same
+
+
+class _Generating(_Reads):
+    """A body llama-server keeps writing until it is closed; records when it is."""
+
+    def __init__(self, reads: list[bytes]) -> None:
+        super().__init__(reads)
+        self.closed = False
+
+    async def aclose(self) -> None:
+        self.closed = True
+
+
+def test_a_stop_string_closes_the_upstream_before_the_client_reads_the_end() -> None:
+    # The request leaves the load when its [DONE] passes (Dispatcher._tracked): by then
+    # llama-server must have been told to stop, not generate on for nobody.
+    body = _Generating([_event("one "), _event("END"), _event("more "), _event("and more ")])
+    upstream = UpstreamStream(httpx.Response(200, stream=body), "http://x")
+    closed_at_done: list[bool] = []
+
+    async def run() -> None:
+        relayed = relay_sse(upstream, "baseline", stops=OwnedStops(["END"], chat=True))
+        async for piece in relayed:
+            if b"[DONE]" in piece:
+                closed_at_done.append(body.closed)
+
+    asyncio.run(run())
+    assert closed_at_done == [True]

@@ -168,9 +168,13 @@ class Dispatcher:
         """
         arrival = Arrival(self.router)
         try:
-            if self.router.policy.load_rule == "measured":
+            if (
+                self.router.policy.load_rule == "measured"
+                and self.router.load_curves is not None
+                and forced_mode(mode_header, body.get("model")) is None
+            ):
                 # The requests that came with this one are counted (Arrival) before
-                # any of them is placed.
+                # any of them is placed (only a placement by the curves reads them).
                 r = self.settings.router
                 await arrival.gathered(r.gather_ms / 1000, r.gather_max_ms / 1000)
             if kind == "chat" and api is None:
@@ -233,7 +237,6 @@ class Dispatcher:
         Raises:
             BackendUnavailableError: nothing can serve it (HTTP 503).
         """
-        t0 = time.monotonic()
         forced = forced_mode(mode_header, body.get("model"))
         ready = self.routable()
         has_tools = bool(body.get("tools") or body.get("functions"))
@@ -260,7 +263,7 @@ class Dispatcher:
             key,
             ready,
             forced,
-            now=t0,
+            now=arrival.t0,  # from its arrival: a burst's wait is Fronde's own time
             budget=max_new_tokens(body),
             overlap=overlap,
             arriving_self=True,

@@ -285,6 +285,11 @@ async def relay_sse(
                 out += pieces
                 if over:
                     break
+            if over and stops is not None:
+                # Fronde's stop string ended the answer while llama-server generates on:
+                # stop it before the client reads the end (the request then leaves the
+                # load, Dispatcher._tracked).
+                await upstream.aclose()
             if out:
                 yield b"".join(out)
             if over:

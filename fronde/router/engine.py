@@ -317,6 +317,15 @@ class Router:
         if self.store is not None:
             await self.store.lookup_route(key)
 
+    @property
+    def places_by_load(self) -> bool:
+        """Whether a plan reads the load curves (and so the requests arriving).
+
+        The ``measured`` load rule with curves saved for this machine
+        (:func:`~fronde.router.policy.plan_route`); without them it acts as ``spread``.
+        """
+        return self.policy.load_rule == "measured" and self.load_curves is not None
+
     def plan(
         self,
         cls: RequestClass,

@@ -168,19 +168,16 @@ class Dispatcher:
         """
         arrival = Arrival(self.router)
         try:
-            if (
-                self.router.policy.load_rule == "measured"
-                and self.router.load_curves is not None
-                and forced_mode(mode_header, body.get("model")) is None
-            ):
+            if kind == "chat" and api is None:
+                await honour_tool_choice(body, self.tools.supports_tools)
+            view = body if api is None else api.view(body)
+            forced = forced_mode(mode_header, view.get("model"))
+            if forced is None and self.router.places_by_load:
                 # The requests that came with this one are counted (Arrival) before
                 # any of them is placed (only a placement by the curves reads them).
                 r = self.settings.router
                 await arrival.gathered(r.gather_ms / 1000, r.gather_max_ms / 1000)
-            if kind == "chat" and api is None:
-                await honour_tool_choice(body, self.tools.supports_tools)
-            view = body if api is None else api.view(body)
-            adm, headers = await self._admit(kind, view, mode_header, arrival)
+            adm, headers = await self._admit(kind, view, forced, arrival)
         except BaseException:
             arrival.close()  # after the plan, the admission closes it
             raise
@@ -226,9 +223,12 @@ class Dispatcher:
         return classify(body, edit_block_chars=r.edit_block_chars, unsafe=unsafe, text=text)
 
     async def _admit(
-        self, kind: Kind, body: dict[str, Any], mode_header: str | None, arrival: Arrival
+        self, kind: Kind, body: dict[str, Any], forced: Mode | None, arrival: Arrival
     ) -> tuple[Admission, dict[str, str]]:
         """Classify and plan the request: its admission and the decision's headers.
+
+        ``forced``: the mode the client named (:func:`~fronde.router.choice.forced_mode`),
+        if any.
 
         ``arrival`` (this request, counted in the router's ``arriving``) goes to the
         admission, which closes it when the request's generation is counted in flight
@@ -237,7 +237,6 @@ class Dispatcher:
         Raises:
             BackendUnavailableError: nothing can serve it (HTTP 503).
         """
-        forced = forced_mode(mode_header, body.get("model"))
         ready = self.routable()
         has_tools = bool(body.get("tools") or body.get("functions"))
         ignored = has_tools and await self.tools.supports_tools() is False

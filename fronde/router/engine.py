@@ -686,9 +686,15 @@ class Router:
 
 
 def measurements_from(settings: Settings) -> Measurements:
-    """The EMA and quarantine book ``settings.router`` describes."""
+    """The EMA and quarantine book ``settings.router`` describes.
+
+    Collapses are judged only where one generation decodes at a time (a decode gate
+    of 1: :meth:`~fronde.config.Settings.effective_max_parallel_decodes`); with
+    parallel slots a request's speed is the batch's (:mod:`fronde.router.measure`).
+    """
     r = settings.router
-    return Measurements(r.ema_alpha, r.collapse, r.quarantine_s, r.draft_cost)
+    alone = settings.effective_max_parallel_decodes() == 1
+    return Measurements(r.ema_alpha, r.collapse, r.quarantine_s, r.draft_cost, alone=alone)
 
 
 def cache_from(settings: Settings) -> RouteCache:

@@ -28,6 +28,15 @@ so every rule is testable with numbers.
   edits (11 of 12 router sessions, issue 21). When the quarantine expires the mode is
   *on probation*: with ``probe = "always"`` it gets no traffic until a probe has
   measured it again (hysteresis, no flapping); otherwise it simply comes back.
+  **Only where generations run one at a time** (the decode gate is 1, the default
+  without parallel slots): with parallel slots a request's step rate is set by the
+  batch it shares, not by its server's health, so no collapse is judged (the EMAs
+  still fold every sample). Measured on the H200 (gemma at c = 32, 32 slots,
+  ``results/load-gpu-h200-cpu-gemma-270m-20261203-c32b``): a request that decoded
+  before the other 31 had joined read 761 tok/s, those decoding with them 62, and
+  baseline, serving as fast as the plain static server, was quarantined 15 and 16
+  times in two repetitions, sending 15 to 17 requests each to servers with half
+  its throughput.
 - **Trusted speed** (what floors and probes compare against): the median of the last
   ``SPEED_WINDOW = 5`` samples of a (mode, class), counted only when at least
   ``MIN_TRUSTED_SAMPLES = 3`` of them are younger than ``STALE_S = 600`` seconds;
@@ -267,6 +276,9 @@ class Measurements:
         collapse: collapse threshold as a fraction of the step-rate EMA.
         quarantine_s: quarantine length, seconds.
         draft_cost: verify cost of a drafted token, decode steps (:data:`DRAFT_COST`).
+        alone: generations run one at a time (a decode gate of 1), so that one
+            request's step rate can be compared with another's; False: no collapse is
+            ever judged (see the module docstring).
     """
 
     def __init__(
@@ -275,11 +287,14 @@ class Measurements:
         collapse: float = EMA_COLLAPSE,
         quarantine_s: float = QUARANTINE_S,
         draft_cost: float = DRAFT_COST,
+        *,
+        alone: bool = True,
     ) -> None:
         self.ema_alpha = ema_alpha
         self.collapse = collapse
         self.quarantine_s = quarantine_s
         self.draft_cost = draft_cost
+        self.alone = alone
         self._modes: dict[Mode, _ModeState] = {}
         self._by_class: dict[tuple[Mode, str], _ClassSpeed] = {}
 
@@ -299,7 +314,8 @@ class Measurements:
         """Fold one generation into the EMAs; return True if it was a collapse.
 
         A sample whose step rate is below ``collapse`` × the mode's step-rate EMA
-        (with enough history) is a strike and is not folded in;
+        (with enough history, and only when generations run :attr:`alone`) is a
+        strike and is not folded in;
         :data:`COLLAPSE_STRIKES` in a row quarantine the mode until
         ``now + quarantine_s``. A measurement of a mode on probation clears
         the probation (unless it collapses again). Generations under
@@ -311,7 +327,8 @@ class Measurements:
         before = st.steps.value
         rate = m.step_rate(self.draft_cost)
         low = (
-            before is not None
+            self.alone
+            and before is not None
             and st.steps.samples >= MIN_SAMPLES_FOR_COLLAPSE
             and rate < self.collapse * before
         )

@@ -205,9 +205,9 @@ def _sse(request: httpx.Request) -> httpx.Response:
 
 @pytest.mark.anyio
 async def test_a_stream_is_out_of_the_load_when_its_client_reads_the_end() -> None:
-    # A closed-loop client sends its next request as soon as it reads [DONE]; if
-    # its last one still counted, 15 answers ending together filled baseline's
-    # slots on the H200 (gemma, c = 32) and the next 15 went to ngram-simple.
+    # A closed-loop client sends its next request as soon as it reads [DONE]: its
+    # last one must be out of the load by then, or a full server looks busier
+    # than it is.
     client = BackendClient(httpx.AsyncClient(transport=httpx.MockTransport(_sse)))
     router = Router(POLICY, slots=32, max_parallel_decodes=128, load_curves=CURVES)
     dispatcher = Dispatcher(load_settings(), cast("BackendPool", _Pool()), client, router)

@@ -240,6 +240,39 @@ def test_a_slow_server_collapses_on_the_second_low_step_rate() -> None:
     )
 
 
+# The H200 run's baseline samples in order (results/load-gpu-h200-cpu-gemma-270m-20261203-c32b,
+# router-b, repetition 2): one request decoded before the other 31 joined, the rest with them.
+BATCHED = [(64, 761.0), (23, 48.0), (41, 62.0), (64, 62.0), (64, 62.0), (64, 62.0), (64, 64.0)]
+
+
+def test_with_parallel_slots_a_batched_request_is_no_collapse() -> None:
+    def quarantined(alone: bool) -> bool:
+        ms = Measurements(alone=alone)
+        for t, (n, tok_s) in enumerate(BATCHED):
+            ms.record(
+                Mode.BASELINE, "general", Measurement(n, tok_s, None, None, n / tok_s * 1000), t
+            )
+        return ms.quarantined(Mode.BASELINE, now=len(BATCHED))
+
+    # One at a time, the same numbers would be a collapse (the rule is unchanged there) …
+    assert quarantined(alone=True)
+    # … but a request's speed in a shared batch is the batch's: every sample is folded in.
+    assert not quarantined(alone=False)
+
+
+def test_collapses_are_judged_only_behind_a_decode_gate_of_one() -> None:
+    from fronde.config import BackendSettings
+    from fronde.router.engine import measurements_from
+
+    assert measurements_from(Settings()).alone  # CPU default: one slot, the gate
+    slots = Settings(backend=BackendSettings(parallel=32))
+    assert not measurements_from(slots).alone
+    gated = Settings(
+        backend=BackendSettings(parallel=32), router=RouterSettings(max_parallel_decodes=1)
+    )
+    assert measurements_from(gated).alone
+
+
 def test_the_step_rate_weighs_drafts_by_draft_cost() -> None:
     m = copy_heavy(FAST_MS)
     seconds = FAST_MS / 1000

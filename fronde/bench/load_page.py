@@ -25,6 +25,7 @@ __all__ = [
     "held_out_ratios",
     "load_markdown",
     "load_plot",
+    "quarantine_lines",
     "rows_json",
     "served_costs",
     "session_verdicts",
@@ -159,6 +160,33 @@ def session_verdicts(samples: Sequence[dict[str, Any]], loops: Sequence[str]) ->
     return out
 
 
+def quarantine_lines(records: Sequence[dict[str, Any]]) -> list[str]:
+    """The router blocks whose state at their end counted collapses, one line each.
+
+    Each router block's record keeps ``/fronde/v1/router`` as it ended (``router``);
+    a mode's ``collapses`` are the times the collapse rule quarantined it
+    (:mod:`fronde.router.measure`). Lines read ``router-b, c=32, rep 1: baseline 16``;
+    a block with none gives no line. ``records``: a store's records, in file order (a
+    block run again counts as its last record).
+    """
+    last: dict[str, dict[str, Any]] = {}
+    for r in records:
+        if r.get("type") == "block" and r.get("ok") and isinstance(r.get("router"), dict):
+            last[r["block"]] = r
+    lines: list[str] = []
+    for key, r in last.items():
+        modes: dict[str, Any] = r["router"].get("modes") or {}
+        hit = {m: int(v.get("collapses") or 0) for m, v in modes.items()}
+        hit = {m: n for m, n in hit.items() if n}
+        if hit:
+            parts = key.split("|")  # workload|arm|rep|level
+            level = parts[3] if len(parts) > 3 else ""
+            c = int(level[1:]) if level.startswith("c") else 1
+            where = f"{parts[1]}, c={c}, rep {int(parts[2]) + 1}"
+            lines.append(where + ": " + ", ".join(f"{m} {n}" for m, n in hit.items()))
+    return lines
+
+
 def load_markdown(
     rows: Sequence[LoadRow],
     loops: Sequence[str],
@@ -168,6 +196,7 @@ def load_markdown(
     verdict: Sequence[str] | None = None,
     spread: Mapping[int, float] | None = None,
     costs: Mapping[str, ServedCost] | None = None,
+    quarantines: Sequence[str] = (),
 ) -> str:
     """The results page: the table per c, the verdict, the curves saved, what was left out.
 
@@ -176,6 +205,7 @@ def load_markdown(
     (:func:`~fronde.bench.load_sessions.session_spread`); by default
     :func:`spread_ratios` of ``rows``. ``costs``: each speculative static arm's verify
     cost as its server paid it (:func:`served_costs`), a section when given.
+    ``quarantines``: :func:`quarantine_lines`, a section when there are any.
     """
     lines = [
         f"# {title}",
@@ -213,6 +243,17 @@ def load_markdown(
         lines += [
             f"- {r.arm}, c={r.c}: " + ", ".join(f"{k} {v}" for k, v in r.routes.items())
             for r in routed
+        ]
+    if quarantines:
+        lines += [
+            "",
+            "## Quarantines (the collapse rule, each router block's state at its end)",
+            "",
+            "A quarantined mode gets no request for `router.quarantine_s`; with parallel "
+            "slots none is expected since the rule judges only generations that run one "
+            "at a time:",
+            "",
+            *[f"- {q}" for q in quarantines],
         ]
     if spread is None:
         spread = spread_ratios(rows)

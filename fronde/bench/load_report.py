@@ -17,6 +17,7 @@ from fronde.bench.load import arm_about, load_rows, looping_items
 from fronde.bench.load_page import (
     load_markdown,
     load_plot,
+    quarantine_lines,
     rows_json,
     served_costs,
     session_verdicts,
@@ -57,6 +58,7 @@ def write_load_page(
     curves = session_curves(samples, calibration, str(out))
     verdict = session_verdicts(samples, loops)
     costs = served_costs(samples)
+    quarantines = quarantine_lines(store.records())
     arms = list(dict.fromkeys(r.arm for r in rows))
     legend = {a: arm_about(a) for a in arms}
     legend |= {f"(calibration) {m}": arm for m, arm in calibration.items()}
@@ -67,11 +69,12 @@ def write_load_page(
         "looping": loops,
         "rows": rows_json(rows),
         "verdict": verdict,
+        "quarantines": quarantines,
         "served_costs": {a: asdict(c) | {"draft_cost": c.draft_cost} for a, c in costs.items()},
     }
     (out / "load.json").write_text(json.dumps(body, indent=1) + "\n")
     spread = dict(curves.spread)
-    page = load_markdown(rows, loops, title, legend, curves, verdict, spread, costs)
+    page = load_markdown(rows, loops, title, legend, curves, verdict, spread, costs, quarantines)
     (out / "load.md").write_text(page)
     load_plot(rows, out / "load.png", title)
     return verdict

@@ -271,10 +271,14 @@ class RouterSettings(_Section):
         default=0.5,
         gt=0,
         lt=1,
-        description="EMA_COLLAPSE: a step rate below this × its EMA collapses",
+        description="EMA_COLLAPSE: a step rate below this × its EMA collapses (judged only "
+        "with a decode gate of 1: with parallel slots a request's speed is its batch's)",
     )
     quarantine_s: float = Field(
-        default=120.0, ge=0, le=86_400, description="QUARANTINE_S: how long a collapsed mode is out"
+        default=120.0,
+        ge=0,
+        le=86_400,
+        description="QUARANTINE_S: how long a collapsed mode is out (see collapse)",
     )
     draft_cost: float = Field(
         default=0.2,

@@ -164,10 +164,11 @@ def quarantine_lines(records: Sequence[dict[str, Any]]) -> list[str]:
     """The router blocks whose state at their end counted collapses, one line each.
 
     Each router block's record keeps ``/fronde/v1/router`` as it ended (``router``);
-    a mode's ``collapses`` are the times the collapse rule quarantined it
-    (:mod:`fronde.router.measure`). Lines read ``router-b, c=32, rep 1: baseline 16``;
-    a block with none gives no line. ``records``: a store's records, in file order (a
-    block run again counts as its last record).
+    a mode's ``collapses`` count the times the collapse rule fired on it
+    (:mod:`fronde.router.measure`), each one (re)starting its quarantine. Lines read
+    ``router-b, c=32, rep 2: baseline 16`` (repetitions from 1); a block with none
+    gives no line. ``records``: a store's records, in file order (a block run again
+    counts as its last ok record).
     """
     last: dict[str, dict[str, Any]] = {}
     for r in records:
@@ -179,10 +180,9 @@ def quarantine_lines(records: Sequence[dict[str, Any]]) -> list[str]:
         hit = {m: int(v.get("collapses") or 0) for m, v in modes.items()}
         hit = {m: n for m, n in hit.items() if n}
         if hit:
-            parts = key.split("|")  # workload|arm|rep|level
-            level = parts[3] if len(parts) > 3 else ""
-            c = int(level[1:]) if level.startswith("c") else 1
-            where = f"{parts[1]}, c={c}, rep {int(parts[2]) + 1}"
+            level = (key.split("|") + [""] * 4)[3]  # workload|arm|rep|level; c = 1 untagged
+            c = level.split("-")[0].removeprefix("c") or "1"  # c24-gap0.25-plain → 24
+            where = f"{r.get('arm')}, c={c}, rep {int(r.get('rep') or 0) + 1}"
             lines.append(where + ": " + ", ".join(f"{m} {n}" for m, n in hit.items()))
     return lines
 
@@ -247,11 +247,12 @@ def load_markdown(
     if quarantines:
         lines += [
             "",
-            "## Quarantines (the collapse rule, each router block's state at its end)",
+            "## Collapses (the collapse rule, each router block's state at its end)",
             "",
-            "A quarantined mode gets no request for `router.quarantine_s`; with parallel "
-            "slots none is expected since the rule judges only generations that run one "
-            "at a time:",
+            "Each collapse (re)starts the mode's quarantine (`router.quarantine_s`): no "
+            "request goes there while another ready mode is not quarantined. Since commit "
+            "6222fa6 the rule judges only generations that run one at a time, so with "
+            "parallel slots none is expected; earlier runs judged them there too:",
             "",
             *[f"- {q}" for q in quarantines],
         ]

@@ -217,7 +217,9 @@ class Router:
         self.load_why = load_why
         self.counterfactual = counterfactual
         self.floor_why = floor_why or f"{self.policy.floor}: set by the policy"
-        self.measurements = measurements if measurements is not None else Measurements()
+        if measurements is None:
+            measurements = Measurements(alone=max_parallel_decodes == 1)
+        self.measurements = measurements
         self.cache = cache if cache is not None else RouteCache()
         self.slots = slots
         # At most this many generations run at once across all backends; the rest
@@ -294,12 +296,20 @@ class Router:
             own_baseline_step=bool(settings.backend.plain_args),
         )
         log.info("router.floor", floor=str(start.mode), why=start.why, probe=r.probe)
+        measurements = measurements if measurements is not None else measurements_from(settings)
+        log.info(
+            "router.collapse",
+            judged=measurements.alone,
+            why="one generation at a time"
+            if measurements.alone
+            else "parallel decodes: a request's speed is its batch's",
+        )
         if rule == "measured":
             threshold = curves.threshold() if curves is not None else None
             log.info("router.load", rule=rule, why=load_why, plain_from=threshold)
         return cls(
             policy,
-            measurements if measurements is not None else measurements_from(settings),
+            measurements,
             cache if cache is not None else cache_from(settings),
             slots=settings.backend.parallel,
             max_parallel_decodes=settings.effective_max_parallel_decodes(),

@@ -34,9 +34,9 @@ so every rule is testable with numbers.
   still fold every sample). Measured on the H200 (gemma at c = 32, 32 slots,
   ``results/load-gpu-h200-cpu-gemma-270m-20261203-c32b``): a request that decoded
   before the other 31 had joined read 761 tok/s, those decoding with them 62, and
-  baseline, serving as fast as the plain static server, was quarantined 15 and 16
-  times in two repetitions, sending 15 to 17 requests each to servers with half
-  its throughput.
+  baseline, serving as fast as the plain static server, collapsed 16 and 15 times
+  in two of three repetitions (each re-arming its quarantine for the rest of the
+  block), and 15 and 16 requests went to servers with half its throughput.
 - **Trusted speed** (what floors and probes compare against): the median of the last
   ``SPEED_WINDOW = 5`` samples of a (mode, class), counted only when at least
   ``MIN_TRUSTED_SAMPLES = 3`` of them are younger than ``STALE_S = 600`` seconds;

@@ -271,6 +271,9 @@ def test_collapses_are_judged_only_behind_a_decode_gate_of_one() -> None:
         backend=BackendSettings(parallel=32), router=RouterSettings(max_parallel_decodes=1)
     )
     assert measurements_from(gated).alone
+    # A router built without a book gets the same rule from its gate.
+    assert Router().measurements.alone
+    assert not Router(slots=32, max_parallel_decodes=128).measurements.alone
 
 
 def test_the_step_rate_weighs_drafts_by_draft_cost() -> None:

@@ -156,9 +156,7 @@ class Admission:
 
         A generation still counted in flight is uncounted here: a stream releases its
         admission when ``[DONE]`` passes, before the client reads it, so that a client
-        that sends its next request at once finds its last one out of the load. (On
-        the H200, gemma at c = 32, the misplacements first blamed on a late release
-        were the collapse rule quarantining baseline: :mod:`fronde.router.measure`.)
+        that sends its next request at once finds its last one out of the load.
         """
         if self._arrival is not None:
             self._arrival.close()

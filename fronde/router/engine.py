@@ -676,6 +676,7 @@ class Router:
                 "load_band": self.policy.load_band,
                 "load_placement": self.policy.load_placement,
                 "slots": self.slots,
+                "collapses_judged": self.measurements.alone,
             },
             "load": {
                 "rule": self.policy.load_rule,

@@ -273,7 +273,11 @@ def test_collapses_are_judged_only_behind_a_decode_gate_of_one() -> None:
     assert measurements_from(gated).alone
     # A router built without a book gets the same rule from its gate.
     assert Router().measurements.alone
-    assert not Router(slots=32, max_parallel_decodes=128).measurements.alone
+    parallel = Router(slots=32, max_parallel_decodes=128)
+    assert not parallel.measurements.alone
+    # /fronde/v1/router says which.
+    assert Router().snapshot(now=0.0)["policy"]["collapses_judged"] is True
+    assert parallel.snapshot(now=0.0)["policy"]["collapses_judged"] is False
 
 
 def test_the_step_rate_weighs_drafts_by_draft_cost() -> None:

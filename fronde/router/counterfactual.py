@@ -38,16 +38,6 @@ on them, and the verify-cost model turns the counts into decode time:
   24 for the others after a few slow requests), and correcting predictions with it
   sent the warm router to ngram-simple everywhere (0.82 of the best static server,
   against 0.94 without; ``results/verdict-cpu-gemma-270m-20261202-counterfactual-stepcost/``).
-- **Outcome correction** (only with ``own_baseline_step``): the timed passes' ratio
-  comes from one generation on each backend before the first request, and nothing
-  corrects it afterwards (``k_m`` absorbs only the served mode's own replay error). So
-  each speculative mode keeps an EMA of actual ÷ predicted decode tok/s over the
-  requests it served with a prediction, and once it has :data:`MIN_OUTCOMES` of them
-  its predictions and speed-ups are scaled by it. On the H200 (gemma,
-  ``--backend-sampling`` on baseline, c = 1, two sessions) the speculative picks ran at
-  0.69–0.81 of their predictions, baseline's at 1.01–1.05
-  (``results/load-gpu-h200-cpu-gemma-270m-20261203-low``, ``…-bs2``), and the router
-  matched the plain server instead of beating it. Not measured with the correction.
 
 Each request then gives every replayable mode a sample of its speed-up over baseline,
 ``decode_ms(baseline) ÷ decode_ms(m)``, folded into an EMA per **bucket**: the static
@@ -83,7 +73,6 @@ from fronde.router.shadow import (
 
 __all__ = [
     "MIN_BUCKET_SAMPLES",
-    "MIN_OUTCOMES",
     "REPLAYABLE",
     "Counterfactual",
     "Observation",
@@ -96,10 +85,6 @@ REPLAYABLE = (Mode.BASELINE, Mode.NGRAM_SIMPLE, Mode.NGRAM_MOD, Mode.CASCADE)
 
 MIN_BUCKET_SAMPLES = 2
 """Requests a bucket needs before its predictions are used."""
-
-MIN_OUTCOMES = 3
-"""Served requests with a prediction a mode needs before its outcome correction applies
-(one slow answer is noise; see the module docstring)."""
 
 
 OVERLAP_N = 4
@@ -204,7 +189,6 @@ class Counterfactual:
         self.calibration: dict[Mode, Ema] = {}
         self.step_ms: dict[Mode, Ema] = {}
         self.pass_ms: dict[Mode, float] = {}
-        self.outcome: dict[Mode, Ema] = {}
         self._buckets: dict[str, _Bucket] = {}
         self._errors: dict[str, deque[float]] = {
             "predicted": deque(maxlen=ERRORS_KEPT),
@@ -307,8 +291,7 @@ class Counterfactual:
             m: its measurement (real counts and decode time).
             stats: :meth:`replay`'s result for the same request.
             predicted_tok_s: what was predicted for ``served`` before generating, if
-                anything; its error is recorded, and with ``own_baseline_step`` a
-                speculative mode's outcome correction learns from it.
+                anything; its error is recorded.
 
         Returns:
             The observation, or None when the request is too short to measure
@@ -343,10 +326,6 @@ class Counterfactual:
         self._errors["replay"].append(replay_error)
         if predicted_tok_s is not None and m.decode_tok_s > 0:
             self._errors["predicted"].append(abs(predicted_tok_s / m.decode_tok_s - 1.0))
-            if self.own_baseline_step and served is not Mode.BASELINE and predicted_tok_s > 0:
-                # The prediction carried the correction of its time: fold in actual ÷ raw.
-                ema = self.outcome.setdefault(served, Ema(self.ema_alpha))
-                ema.update(m.decode_tok_s * self.correction(served) / predicted_tok_s)
         return Observation(served, speed, m.decode_tok_s, replay_error, dict(stats))
 
     def predict(self, bucket: str) -> dict[Mode, float]:
@@ -357,25 +336,14 @@ class Counterfactual:
         b = self._buckets.get(bucket)
         if b is None or b.samples < MIN_BUCKET_SAMPLES:
             return {}
-        return {m: e.value * self.correction(m) for m, e in b.speed.items() if e.value is not None}
+        return {m: e.value for m, e in b.speed.items() if e.value is not None}
 
     def speedups(self, bucket: str) -> dict[Mode, float]:
         """Predicted speed-up over baseline of each mode for ``bucket`` (empty: not yet)."""
         b = self._buckets.get(bucket)
         if b is None or b.samples < MIN_BUCKET_SAMPLES:
             return {}
-        return {m: e.value * self.correction(m) for m, e in b.ratio.items() if e.value is not None}
-
-    def correction(self, mode: Mode) -> float:
-        """The factor ``mode``'s predictions are scaled by: its outcome EMA, else 1.0.
-
-        1.0 for baseline, without ``own_baseline_step``, and before :data:`MIN_OUTCOMES`
-        served requests with a prediction (see the module docstring).
-        """
-        ema = self.outcome.get(mode)
-        if ema is None or ema.value is None or ema.samples < MIN_OUTCOMES:
-            return 1.0
-        return ema.value
+        return {m: e.value for m, e in b.ratio.items() if e.value is not None}
 
     def errors(self) -> dict[str, float | None]:
         """Median absolute relative errors, None while unmeasured.
@@ -394,7 +362,6 @@ class Counterfactual:
             "draft_cost": self.draft_cost,
             "own_baseline_step": self.own_baseline_step,
             "pass_ms": {str(m): v for m, v in self.pass_ms.items()},
-            "outcome": {str(m): e.value for m, e in self.outcome.items()},
             "calibration": {str(m): e.value for m, e in self.calibration.items()},
             "step_ms": {str(m): e.value for m, e in self.step_ms.items()},
             "mirror_entries": {str(m): len(t) for m, t in self.mirrors.items()},

@@ -13,7 +13,6 @@ from fronde.modes import Mode, SpeculationSettings
 from fronde.router.classify import RequestClass
 from fronde.router.counterfactual import (
     MIN_BUCKET_SAMPLES,
-    MIN_OUTCOMES,
     Counterfactual,
     bucket_of,
     self_overlap,
@@ -337,48 +336,3 @@ def test_serve_times_each_backends_pass_before_routing_when_baseline_has_flags_o
                 assert "starting" in statuses and "timing passes" in statuses
             else:
                 assert "timing passes" not in statuses
-
-
-def test_a_speculative_mode_that_runs_slower_than_predicted_is_predicted_lower() -> None:
-    # As on the H200 (gemma, --backend-sampling on baseline only): ngram-mod's picks ran
-    # at 0.7 of their prediction. With baseline timed apart the book corrects for it.
-    fresh = list(range(10, 74))  # nothing to copy: ngram-mod replays as many passes
-    for own in (False, True):
-        book = Counterfactual(SPEC, ALL, own_baseline_step=own)
-        book.seed_step(Mode.BASELINE, _measure(32, 800.0))
-        book.seed_step(Mode.NGRAM_MOD, _measure(32, 800.0))  # timed alike: ratio 1
-        for i in range(MIN_BUCKET_SAMPLES):
-            stats = book.replay(Mode.BASELINE, [i], fresh, None)
-            book.observe("b", Mode.BASELINE, _measure(64, 1600.0), stats)
-        raw = book.predict("b")[Mode.NGRAM_MOD]
-        assert raw == pytest.approx(40.0)
-        for i in range(MIN_OUTCOMES + 2):
-            predicted = book.predict("b")[Mode.NGRAM_MOD]
-            answer = list(range(1000 * (i + 1), 1000 * (i + 1) + 64))  # new to its table
-            stats = book.replay(Mode.NGRAM_MOD, [100 + i], answer, None)
-            # It ran at 0.7 × the raw prediction: 28 tok/s, 64 tokens in 2.29 s.
-            book.observe(
-                "b",
-                Mode.NGRAM_MOD,
-                _measure(64, 64 / 28.0 * 1000),
-                stats,
-                predicted_tok_s=predicted,
-            )
-            # Too few outcomes yet: predictions stay the replay's (the bucket also learns).
-            if own and i < MIN_OUTCOMES - 1:
-                assert book.correction(Mode.NGRAM_MOD) == 1.0
-        # Served on ngram-mod, its slower passes also lower the bucket's baseline (one
-        # step for both: the timed passes were alike); the correction is ngram-mod's own.
-        assert book.correction(Mode.BASELINE) == 1.0
-        speedup = book.speedups("b")[Mode.NGRAM_MOD]
-        if own:
-            assert book.correction(Mode.NGRAM_MOD) < 0.85
-            assert speedup == pytest.approx(book.correction(Mode.NGRAM_MOD), rel=1e-6)
-            assert book.predict("b")[Mode.NGRAM_MOD] < book.predict("b")[Mode.BASELINE]
-            assert book.snapshot()["outcome"]["ngram-mod"] == pytest.approx(
-                book.correction(Mode.NGRAM_MOD)
-            )
-        else:
-            assert book.correction(Mode.NGRAM_MOD) == 1.0
-            assert speedup == pytest.approx(1.0)
-            assert book.snapshot()["outcome"] == {}

@@ -18,6 +18,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -139,14 +140,31 @@ def run_tool(
         check=False,
         stdin=subprocess.DEVNULL,
     )
-    new = [r for r in recent(serve) if r["id"] not in before]
-    return done, new
+    # A request the tool left as it exited ends once Fronde sees the connection go.
+    deadline = time.monotonic() + 10
+    while True:
+        new = [r for r in recent(serve) if r["id"] not in before]
+        if all(r["status"] not in ("waiting", "running") for r in new):
+            return done, new
+        if time.monotonic() > deadline:
+            return done, new
+        time.sleep(0.2)
 
 
-def answered(done: subprocess.CompletedProcess[str], rows: list[dict[str, Any]]) -> None:
+def answered(
+    done: subprocess.CompletedProcess[str], rows: list[dict[str, Any]], *, leaves: bool = False
+) -> None:
+    """The tool exited 0 and every request it sent Fronde was answered.
+
+    ``leaves``: the tool may walk away from a request it no longer needs when it exits
+    (Fronde then records it ``cancelled``); at least one request must be ``done`` and
+    none may fail.
+    """
     assert done.returncode == 0, f"{done.args[0]} exited {done.returncode}: {done.stderr[-2000:]}"
     assert rows, "the tool sent Fronde no request"
-    assert all(r["status"] == "done" for r in rows), rows
+    ended = {"done", "cancelled"} if leaves else {"done"}
+    assert all(r["status"] in ended for r in rows), rows
+    assert any(r["status"] == "done" for r in rows), rows
 
 
 def test_curl_recipe(smol: Serve, tmp_path: Path) -> None:
@@ -192,7 +210,11 @@ def test_opencode_recipe(smol: Serve, tmp_path: Path) -> None:
     exe = npm_tool("opencode", OPENCODE, "opencode")
     recipe("opencode.json", smol, tmp_path / "opencode.json")
     done, rows = run_tool(smol, [str(exe), "run", "Say hello."], tmp_path)
-    answered(done, rows)
+    # opencode asks for a session title beside the answer and exits when the answer is
+    # done: behind the CPU's decode gate the title request can still be waiting then
+    # (CI, 2026-12-03: the answer looped to its 512 tokens in 38.7 s, the title request
+    # waited 38.6 s and was left 0.1 s after it began).
+    answered(done, rows, leaves=True)
     # opencode sends `tools` with every build request; SmolLM2's template takes none, so
     # llama-server decodes them as plain chat and they are routed (the structured matrix).
     assert all(r["class"] != "unsafe-for-spec" for r in rows), rows

@@ -75,6 +75,7 @@ __all__ = [
     "LoadSetup",
     "agent_mix",
     "arm_about",
+    "level_c",
     "load_rows",
     "load_setup",
     "looping_items",
@@ -335,8 +336,13 @@ def _tokens_between(s: dict[str, Any], lo: float, hi: float) -> float:
     return n * _overlap(first, end, lo, hi) / (end - first)
 
 
-def _level_c(level: str) -> int:
-    return int(level[1:]) if level.startswith("c") else 1
+def level_c(level: str) -> int:
+    """The concurrency of a level tag (:attr:`~fronde.bench.protocol.Level.tag`).
+
+    ``c32`` → 32, ``c24-gap0.25-plain`` → 24, the empty tag (one client) → 1.
+    """
+    head = level.split("-")[0]
+    return int(head[1:]) if head.startswith("c") else 1
 
 
 def load_rows(samples: Sequence[dict[str, Any]], loops: Sequence[str]) -> list[LoadRow]:
@@ -345,7 +351,7 @@ def load_rows(samples: Sequence[dict[str, Any]], loops: Sequence[str]) -> list[L
         lambda: defaultdict(list)
     )
     for s in samples:
-        cells[(s["arm"], _level_c(s["level"]))][s["rep"]].append(s)
+        cells[(s["arm"], level_c(s["level"]))][s["rep"]].append(s)
     left = set(loops)
     rows: list[LoadRow] = []
     for (arm, c), reps in cells.items():

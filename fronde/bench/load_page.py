@@ -17,7 +17,7 @@ from statistics import median
 from typing import Any
 
 from fronde.bench.breakeven import ServedCost, served_cost
-from fronde.bench.load import ROUTERS, SPREAD, LoadRow, load_rows
+from fronde.bench.load import ROUTERS, SPREAD, LoadRow, level_c, load_rows
 from fronde.bench.load_sessions import by_session, spread_ratios
 from fronde.router.calibration import LoadCurves
 
@@ -180,9 +180,8 @@ def quarantine_lines(records: Sequence[dict[str, Any]]) -> list[str]:
         hit = {m: int(v.get("collapses") or 0) for m, v in modes.items()}
         hit = {m: n for m, n in hit.items() if n}
         if hit:
-            level = (key.split("|") + [""] * 4)[3]  # workload|arm|rep|level; c = 1 untagged
-            c = level.split("-")[0].removeprefix("c") or "1"  # c24-gap0.25-plain → 24
-            where = f"{r.get('arm')}, c={c}, rep {int(r.get('rep') or 0) + 1}"
+            level = (key.split("|") + [""] * 4)[3]  # workload|arm|rep|level
+            where = f"{r.get('arm')}, c={level_c(level)}, rep {int(r.get('rep') or 0) + 1}"
             lines.append(where + ": " + ", ".join(f"{m} {n}" for m, n in hit.items()))
     return lines
 

@@ -1115,6 +1115,13 @@ def bench_load(
             "default), threshold (router-t) [default: all three]",
         ),
     ] = None,
+    proxy: Annotated[
+        bool,
+        typer.Option(
+            help="also run fr-plain, Fronde in front of the plain server alone (every "
+            "request forced there): what the proxy changes without routing"
+        ),
+    ] = True,
 ) -> None:
     """Many agents at once: Fronde against one llama-server at each concurrency c."""
     import asyncio
@@ -1154,7 +1161,9 @@ def bench_load(
             markup=False,
             highlight=False,
         )
-    setup = load_setup(settings, form, max_tokens, reps, levels, n_slots, items, placements, skip)
+    setup = load_setup(
+        settings, form, max_tokens, reps, levels, n_slots, items, placements, skip, proxy
+    )
     machine = info["machine"]
     where = ", ".join(machine.get("gpus") or []) or f"{machine.get('cpus')} CPUs"
     title = f"Load: {settings.profile}, {n_slots} slots per server, {where}"

@@ -11,8 +11,10 @@ reports a net loss at two or more parallel requests), so each c is measured apar
 (``--spec-type ngram-simple,ngram-mod``); a static server with Fronde's argv for each
 Fronde mode no static arm already runs (``s-simple``, …: the **calibration** of that
 mode's backend); ``plain2``, two plain servers behind a least-busy choice
-(:data:`SPREAD`: does spreading pay at this c?); and the router arms, `fronde serve`
-with every mode and the ``measured`` load rule. A mode's backend is the same as a
+(:data:`SPREAD`: does spreading pay at this c?); ``fr-plain``, `fronde serve` with
+baseline alone, every request forced to it (:data:`PROXY`: what the proxy itself
+changes); and the router arms, `fronde serve` with every mode and the ``measured``
+load rule. A mode's backend is the same as a
 static arm when both start the same speculation (``--spec-default`` is ngram-mod with
 n_match 24, n_min 48, n_max 64, also its defaults; ``common/arg.cpp``), so that arm's
 curve is the mode's.
@@ -54,7 +56,7 @@ from __future__ import annotations
 import random
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from statistics import median
 from typing import Any
 
@@ -70,6 +72,7 @@ from fronde.modes import Mode
 
 __all__ = [
     "CLIENTS",
+    "PROXY",
     "SPREAD",
     "LoadRow",
     "LoadSetup",
@@ -101,6 +104,21 @@ where it was the limit and gained where the step was spent on the CPU
 (``results/serving-probe-gpu-h200-20261203``): this arm measures it on the benchmark's
 own requests. Not a single server: left out of the verdict's best static arm."""
 
+PROXY = Arm(
+    "fr-plain",
+    "fronde",
+    Mode.BASELINE,
+    about="Fronde in front of the plain server alone (`fronde serve --mode baseline`, "
+    "every request forced there): the proxy without routing",
+)
+"""Fronde's proxy in front of baseline's server, nothing routed: the same server as
+``plain`` (``backend.plain_args`` included) reached through Fronde. ``fr-plain ÷
+plain`` is what the hop itself changes; a router arm ÷ ``fr-plain`` is what routing
+adds. On the H200 (2026-12-04, gemma, c = 32) ``router-b`` sent every request to
+baseline and read 1.20× ``plain``, its server decoding each request at 43–47 tok/s
+against the plain arm's 34–36: a gain the routing did not make. Not a single server:
+left out of the verdict's best static arm."""
+
 ROUTERS = {"marginal": "router", "threshold": "router-t", "best": "router-b"}
 """The router arm of each placement of the measured load rule."""
 
@@ -131,7 +149,7 @@ def arm_about(name: str) -> str:
     (``s-simple`` → ``llama-server as ngram-simple``) and a router arm's placement;
     the name itself for an arm this code does not know (a run of older code).
     """
-    known = {a.name: a.about for a in (*ARMS, SPREAD)}
+    known = {a.name: a.about for a in (*ARMS, SPREAD, PROXY)}
     known |= {r: _router_about(p) for p, r in ROUTERS.items()}
     known |= {f"s-{short}": _probe_about(m) for m, short in SHORT.items()}
     return known.get(name, name)
@@ -201,6 +219,7 @@ def load_setup(
     items: int | None = None,
     placements: Sequence[str] = ("marginal", "best"),
     skip: Sequence[str] = (),
+    proxy: bool = True,
 ) -> LoadSetup:
     """The arms and plans of a load run (see the module docstring).
 
@@ -216,6 +235,8 @@ def load_setup(
         placements: the measured rule's placements, one router arm each (``router``
             for marginal, ``router-t`` for threshold, ``router-b`` for best).
         skip: item ids to leave out (see :func:`agent_mix`).
+        proxy: with router arms, run :data:`PROXY` first among them (what the proxy
+            itself changes, on the router's settings).
 
     Raises:
         FrondeError: llama-server or the model is missing.
@@ -254,6 +275,8 @@ def load_setup(
         )
         for p in placements
     ]
+    if proxy and routers:
+        routers.insert(0, replace(PROXY, env=env))
     levels = tuple(Level(c) for c in clients)
     mix = agent_mix(items, skip=skip)
     return LoadSetup(

@@ -17,7 +17,7 @@ from statistics import median
 from typing import Any
 
 from fronde.bench.breakeven import ServedCost, served_cost
-from fronde.bench.load import ROUTERS, SPREAD, LoadRow, level_c, load_rows
+from fronde.bench.load import PROXY, ROUTERS, SPREAD, LoadRow, level_c, load_rows
 from fronde.bench.load_sessions import by_session, spread_ratios
 from fronde.router.calibration import LoadCurves
 
@@ -39,8 +39,11 @@ def _routed(arm: str) -> bool:
 
 
 def _single(arm: str) -> bool:
-    """A static arm of one server (``plain2`` is two: not what the verdict compares)."""
-    return not _routed(arm) and arm != SPREAD.name
+    """A static arm of one server, what the verdict compares.
+
+    ``plain2`` is two servers and ``fr-plain`` goes through Fronde: neither.
+    """
+    return not _routed(arm) and arm not in (SPREAD.name, PROXY.name)
 
 
 def _best_static(rows: Sequence[LoadRow], c: int) -> LoadRow | None:
@@ -196,6 +199,7 @@ def load_markdown(
     spread: Mapping[int, float] | None = None,
     costs: Mapping[str, ServedCost] | None = None,
     quarantines: Sequence[str] = (),
+    proxy: Mapping[str, Mapping[int, float]] | None = None,
 ) -> str:
     """The results page: the table per c, the verdict, the curves saved, what was left out.
 
@@ -205,6 +209,9 @@ def load_markdown(
     :func:`spread_ratios` of ``rows``. ``costs``: each speculative static arm's verify
     cost as its server paid it (:func:`served_costs`), a section when given.
     ``quarantines``: :func:`quarantine_lines`, a section when there are any.
+    ``proxy``: ``"fr-plain ÷ plain"`` and each ``"<router arm> ÷ fr-plain"`` → per c,
+    within one session (:func:`~fronde.bench.load_sessions.session_ratios`), a
+    section when given.
     """
     lines = [
         f"# {title}",
@@ -274,6 +281,18 @@ def load_markdown(
             "## Does spreading pay? (`plain2` ÷ `plain`)",
             "",
             "Not compared: `plain2` and `plain` were measured in different sessions.",
+        ]
+    if proxy:
+        lines += ["", "## What the proxy itself changes (`fr-plain`)", ""]
+        lines += [
+            "`fr-plain` is Fronde in front of the plain server alone, every request forced "
+            "there: its ratio to `plain` is the hop's own effect on the same server, a "
+            "router arm's ratio to it what routing adds. Same session, tok/s:",
+            "",
+            *[
+                f"- {label}: " + ", ".join(f"c={c} {v:.2f}×" for c, v in ratios.items())
+                for label, ratios in proxy.items()
+            ],
         ]
     if costs:
         lines += [

@@ -13,7 +13,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any, cast
 
-from fronde.bench.load import arm_about, load_rows, looping_items
+from fronde.bench.load import PROXY, ROUTERS, arm_about, load_rows, looping_items
 from fronde.bench.load_page import (
     load_markdown,
     load_plot,
@@ -22,7 +22,7 @@ from fronde.bench.load_page import (
     served_costs,
     session_verdicts,
 )
-from fronde.bench.load_sessions import session_curves, tagged_samples
+from fronde.bench.load_sessions import session_curves, session_ratios, tagged_samples
 from fronde.bench.store import Store
 from fronde.errors import FrondeError
 from fronde.modes import Mode
@@ -60,6 +60,12 @@ def write_load_page(
     costs = served_costs(samples)
     quarantines = quarantine_lines(store.records())
     arms = list(dict.fromkeys(r.arm for r in rows))
+    pairs = [(PROXY.name, "plain")] + [(r, PROXY.name) for r in ROUTERS.values() if r in arms]
+    proxy = {
+        f"{num} ÷ {den}": ratios
+        for num, den in pairs
+        if (ratios := session_ratios(samples, loops, num, den))
+    }
     legend = {a: arm_about(a) for a in arms}
     legend |= {f"(calibration) {m}": arm for m, arm in calibration.items()}
     body = {
@@ -70,11 +76,14 @@ def write_load_page(
         "rows": rows_json(rows),
         "verdict": verdict,
         "quarantines": quarantines,
+        "proxy": {k: {str(c): v for c, v in r.items()} for k, r in proxy.items()},
         "served_costs": {a: asdict(c) | {"draft_cost": c.draft_cost} for a, c in costs.items()},
     }
     (out / "load.json").write_text(json.dumps(body, indent=1) + "\n")
     spread = dict(curves.spread)
-    page = load_markdown(rows, loops, title, legend, curves, verdict, spread, costs, quarantines)
+    page = load_markdown(
+        rows, loops, title, legend, curves, verdict, spread, costs, quarantines, proxy
+    )
     (out / "load.md").write_text(page)
     load_plot(rows, out / "load.png", title)
     return verdict

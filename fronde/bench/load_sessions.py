@@ -17,9 +17,11 @@ from fronde.modes import Mode
 from fronde.router.calibration import LoadCurves
 
 __all__ = [
+    "arm_ratios",
     "by_session",
     "curves_from",
     "session_curves",
+    "session_ratios",
     "session_spread",
     "spread_ratios",
     "tagged_samples",
@@ -51,7 +53,17 @@ def session_spread(samples: Sequence[dict[str, Any]], loops: Sequence[str]) -> d
     The latest session (in ``samples``' order) that measured both arms; ``{}`` when
     none did.
     """
-    return _latest_spread(_session_rows(samples, loops))
+    return _latest(_session_rows(samples, loops), SPREAD.name, "plain")
+
+
+def session_ratios(
+    samples: Sequence[dict[str, Any]], loops: Sequence[str], num: str, den: str
+) -> dict[int, float]:
+    """``num ÷ den`` per c (:func:`arm_ratios`) in the latest session that measured both.
+
+    ``{}`` when no session did: two arms of different sessions are not compared.
+    """
+    return _latest(_session_rows(samples, loops), num, den)
 
 
 def _session_rows(samples: Sequence[dict[str, Any]], loops: Sequence[str]) -> list[list[LoadRow]]:
@@ -59,9 +71,10 @@ def _session_rows(samples: Sequence[dict[str, Any]], loops: Sequence[str]) -> li
     return [load_rows(group, loops) for group in by_session(samples).values()]
 
 
-def _latest_spread(per_session: Sequence[Sequence[LoadRow]]) -> dict[int, float]:
+def _latest(per_session: Sequence[Sequence[LoadRow]], num: str, den: str) -> dict[int, float]:
+    """``num ÷ den`` per c in the last of ``per_session`` that measured both; else ``{}``."""
     for rows in reversed(per_session):
-        if ratios := spread_ratios(rows):
+        if ratios := arm_ratios(rows, num, den):
             return ratios
     return {}
 
@@ -80,7 +93,8 @@ def session_curves(
     for group in per_session:  # later sessions replace earlier ones
         rows |= {(r.arm, r.c): r for r in group}
     curves = curves_from(list(rows.values()), dict(calibration), source)
-    return LoadCurves(curves.points, curves.source, tuple(_latest_spread(per_session).items()))
+    spread = _latest(per_session, SPREAD.name, "plain")
+    return LoadCurves(curves.points, curves.source, tuple(spread.items()))
 
 
 def curves_from(rows: Sequence[LoadRow], calibration: dict[Mode, str], source: str) -> LoadCurves:
@@ -97,8 +111,13 @@ def curves_from(rows: Sequence[LoadRow], calibration: dict[Mode, str], source: s
     return LoadCurves(points, source, tuple(spread_ratios(rows).items()))
 
 
+def arm_ratios(rows: Sequence[LoadRow], num: str, den: str) -> dict[int, float]:
+    """Per c, arm ``num``'s aggregate tok/s ÷ arm ``den``'s (medians), where both measured."""
+    under = {r.c: r.tok_s for r in rows if r.arm == den and r.tok_s > 0}
+    over = {r.c: r.tok_s for r in rows if r.arm == num and r.tok_s > 0}
+    return {c: over[c] / under[c] for c in sorted(under) if c in over}
+
+
 def spread_ratios(rows: Sequence[LoadRow]) -> dict[int, float]:
     """Per c, ``plain2``'s aggregate tok/s ÷ ``plain``'s (medians), where both measured."""
-    one = {r.c: r.tok_s for r in rows if r.arm == "plain" and r.tok_s > 0}
-    two = {r.c: r.tok_s for r in rows if r.arm == SPREAD.name and r.tok_s > 0}
-    return {c: two[c] / one[c] for c in sorted(one) if c in two}
+    return arm_ratios(rows, SPREAD.name, "plain")

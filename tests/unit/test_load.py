@@ -247,11 +247,12 @@ def test_a_mode_is_calibrated_by_the_static_arm_that_starts_the_same_speculation
     assert setup.calibration[Mode.NGRAM_MOD] == "s-mod"
     assert Mode.DRAFT not in setup.calibration  # no draft model in the profile
     assert setup.settings.backend.parallel == 4 and setup.settings.backend.ctx_size >= 8192
-    env = dict(setup.router.arms[0].env)
+    env = dict(setup.router.arms[1].env)
     assert env["FRONDE_BACKEND__PARALLEL"] == "4"
     assert env["FRONDE_ROUTER__LOAD_RULE"] == "measured"
-    assert [a.name for a in setup.router.arms] == ["router", "router-b"]
-    assert dict(setup.router.arms[1].env)["FRONDE_ROUTER__LOAD_PLACEMENT"] == "best"
+    # fr-plain first: Fronde in front of the plain server alone (test_load_proxy.py).
+    assert [a.name for a in setup.router.arms] == ["fr-plain", "router", "router-b"]
+    assert dict(setup.router.arms[2].env)["FRONDE_ROUTER__LOAD_PLACEMENT"] == "best"
     assert [lv.concurrency for lv in setup.router.levels] == [1, 4]
     # With llama-server's defaults, --spec-default and the static cascade stand for them.
     spec = settings.speculation.model_copy(update={"ngram_mod_n_min": 48, "ngram_mod_n_max": 64})

@@ -1,0 +1,120 @@
+"""``fr-plain``: Fronde in front of the plain server alone, the load run's proxy control.
+
+On the H200 (2026-12-04, gemma, c = 32) ``router-b`` sent every request to baseline
+and read 1.20× ``plain``: the same server, faster through Fronde. The control arm
+separates what the hop does to a server from what routing adds.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from fronde.bench.load import PROXY, load_rows, load_setup
+from fronde.bench.load_page import verdict_lines
+from fronde.bench.load_report import report_load
+from fronde.bench.load_sessions import session_ratios
+from fronde.bench.store import Store
+from fronde.config import Settings
+from fronde.modes import Mode
+
+
+def _samples(arm: str, tokens: int, session: str = "A", c: int = 2) -> list[dict[str, Any]]:
+    """Two 1-s requests side by side, then one more (the steady window is [0, 1] s)."""
+    level = f"c{c}" if c > 1 else ""
+    return [
+        {
+            "arm": arm,
+            "level": level,
+            "rep": 0,
+            "item": item,
+            "t0": t0,
+            "wall_s": 1.0,
+            "ttft_s": 0.01,
+            "tokens": tokens,
+            "ok": True,
+            "repetition": 0.1,
+            "route": {},
+            "session": session,
+        }
+        for item, t0 in (("a", 0.0), ("b", 0.0), ("z", 1.0))
+    ]
+
+
+def test_the_router_plan_starts_with_the_proxy_control_on_the_routers_settings(
+    fake_gemma: Callable[[int], Settings],
+) -> None:
+    setup = load_setup(fake_gemma(400), "completion", 16, 1, (1, 4), slots=4, items=3)
+    control, *routers = setup.router.arms
+    assert control.name == PROXY.name == "fr-plain"
+    assert control.kind == "fronde" and control.force is Mode.BASELINE
+    env = dict(control.env)
+    assert env["FRONDE_BACKEND__PARALLEL"] == "4"
+    assert "FRONDE_ROUTER__LOAD_PLACEMENT" not in env  # nothing is placed: all forced
+    assert [a.name for a in routers] == ["router", "router-b"]
+    assert {k: v for k, v in routers[0].env if k in env} == env  # the routers' settings
+    bare = load_setup(fake_gemma(400), "completion", 16, 1, (1,), 1, proxy=False)
+    assert [a.name for a in bare.router.arms] == ["router", "router-b"]
+    # No router arm (the screening block): no control either.
+    screen = load_setup(fake_gemma(400), "completion", 16, 1, (1,), 1, placements=())
+    assert not screen.router.arms
+
+
+def test_the_proxy_control_is_no_static_arm_of_the_verdict() -> None:
+    # c = 2: plain 20 tok/s, fr-plain 30 (the same server through Fronde), router-b 24.
+    samples = [*_samples("plain", 10), *_samples("fr-plain", 15), *_samples("router-b", 12)]
+    [line] = verdict_lines(load_rows(samples, []))
+    assert line.startswith("c=2: router-b 24 tok/s = 1.200× plain")
+    assert session_ratios(samples, [], "fr-plain", "plain") == pytest.approx({2: 1.5})
+    assert session_ratios(samples, [], "router-b", "fr-plain") == pytest.approx({2: 0.8})
+    # Arms of different sessions are not compared.
+    apart = [*_samples("plain", 10, "A"), *_samples("fr-plain", 15, "B")]
+    assert session_ratios(apart, [], "fr-plain", "plain") == {}
+
+
+def test_the_page_says_what_the_hop_changes_and_what_routing_adds(tmp_path: Path) -> None:
+    store = Store(tmp_path / "records.jsonl")
+    store.append(
+        {
+            "type": "run",
+            "identity": {"machine": {"cpus": 2}, "slots": 2, "skip": []},
+            "calibration": {"baseline": "plain"},
+            "title": "Load: here",
+        }
+    )
+    samples = [*_samples("plain", 10), *_samples("fr-plain", 15), *_samples("router-b", 12)]
+    for arm in ("plain", "fr-plain", "router-b"):
+        block = f"agent-mix|{arm}|0|c2"
+        for s in samples:
+            if s["arm"] == arm:
+                rec = {k: v for k, v in s.items() if k != "session"}
+                store.append({"type": "sample", "block": block, "block_id": block, **rec})
+        store.append({"type": "block", "block": block, "block_id": block, "ok": True})
+    report_load(tmp_path)
+    page = (tmp_path / "load.md").read_text()
+    assert "## What the proxy itself changes (`fr-plain`)" in page
+    assert "- fr-plain ÷ plain: c=2 1.50×" in page
+    assert "- router-b ÷ fr-plain: c=2 0.80×" in page
+    assert "- `fr-plain`: Fronde in front of the plain server alone" in page
+    body = json.loads((tmp_path / "load.json").read_text())
+    assert body["proxy"]["fr-plain ÷ plain"] == pytest.approx({"2": 1.5})
+    # A run without the control has no such section.
+    assert "What the proxy itself changes" not in _page_without(tmp_path, "fr-plain")
+
+
+def _page_without(folder: Path, arm: str) -> str:
+    """The page of ``folder``'s records with ``arm``'s left out."""
+    other = folder / "without"
+    other.mkdir()
+    kept = [
+        line
+        for line in (folder / "records.jsonl").read_text().splitlines()
+        if f'"{arm}"' not in line and f"|{arm}|" not in line
+    ]
+    (other / "records.jsonl").write_text("\n".join(kept) + "\n")
+    report_load(other)
+    return (other / "load.md").read_text()

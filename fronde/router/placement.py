@@ -36,7 +36,8 @@ Placements (``router.load_placement``):
 Every placement, where ``plain2`` measured a second process to lose (g below 1 −
 ``load_band``, as two llama-servers decoding at once on 2 CPU cores: 0.01–0.03 ×),
 joins the server already decoding rather than start another, unless the other's curve
-beats it by (2/g − 1) ×.
+beats it by (2/g − 1) ×, or, where g is at least :data:`MOVE_FLOOR`, by more than
+``load_band`` (the requests move to the better server: see :func:`_one_process`).
 """
 
 from __future__ import annotations
@@ -48,10 +49,21 @@ from typing import Literal, Protocol
 
 from fronde.modes import Mode
 
-__all__ = ["Load", "LoadModel", "Placement", "place"]
+__all__ = ["MOVE_FLOOR", "Load", "LoadModel", "Placement", "place"]
 
 Placement = Literal["marginal", "threshold", "best"]
 """``router.load_placement`` (see the module docstring)."""
+
+MOVE_FLOOR = 0.5
+"""The least ``plain2 ÷ plain`` (g) at which a request leaves a worse busy server.
+
+Moving starts a second process only while the busy server's requests drain (the later
+ones join the new server), so it costs the pair's shortfall, at most 1 − g of the
+throughput, for about one request's time, and the better curve pays that back from
+then on. Below this the drain itself crawls (2 CPU cores: g = 0.01–0.03, two slots a
+server, ``results/load-cpu-smollm2-135m-20261203-slots2-before``); every g measured on
+the H200 was 0.46 or above. Not measured as a threshold: it separates those two.
+"""
 
 
 class LoadModel(Protocol):
@@ -166,9 +178,14 @@ def _one_process(chosen: Mode, load: Load) -> Mode:
     server, ``results/load-cpu-smollm2-135m-20261203-slots2-before``), a request the
     placement sends to an idle server (``chosen``) joins the server already decoding
     most instead, unless the idle one's curve B beats that one's A by the bound of
-    :func:`_best`: a pair serves about g × (A + B) / 2, more than A alone only while
-    B > (2/g − 1) × A. Without that measurement, or with no server decoding that has a
-    free slot, ``chosen`` stands.
+    :func:`_best` (a pair serves about g × (A + B) / 2, more than A alone only while
+    B > (2/g − 1) × A), or g ≥ :data:`MOVE_FLOOR` and B > (1 + ``band``) × A: the
+    request moves, and the ones after it join it. Without that second way out, the
+    first server a closed loop used kept every request: on the H200 (gemma, c = 2,
+    ``results/load-gpu-h200-cpu-gemma-270m-20261204-lowb``) the first request, planned
+    alone, went to ngram-mod (288 tok/s at c = 2) and 47 of the 49 after it stayed, with
+    g = 0.83 asking 1.41 × of cascade's 351. Without the measurement, or with no server
+    decoding that has a free slot, ``chosen`` stands.
     """
     gain = load.curves.spread_gain(load.n)
     if gain is None or gain >= 1 - load.band or load.in_flight.get(chosen, 0) > 0:
@@ -178,9 +195,8 @@ def _one_process(chosen: Mode, load: Load) -> Mode:
     if busy is None:
         return chosen
     rate = rates.get(chosen)
-    if rate is not None and rate > (2 / gain - 1) * rates[busy]:
-        return chosen
-    return busy
+    bound = 1 + load.band if gain >= MOVE_FLOOR else 2 / gain - 1
+    return chosen if rate is not None and rate > bound * rates[busy] else busy
 
 
 def _best(planned: Mode, load: Load) -> Mode:

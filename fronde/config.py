@@ -337,7 +337,9 @@ class RouterSettings(_Section):
         ge=0,
         lt=1,
         description="measured load rule: the planned mode is kept while its marginal "
-        "throughput is within this fraction of the best backend's",
+        "throughput is within this fraction of the best backend's; `best` counts the "
+        "servers whose curve is within it of the best as equal, and a request leaves the "
+        "one busy server when that server's curve is not (router.placement.MOVE_FLOOR)",
     )
     cache_max_entries: int = Field(
         default=4096, ge=1, le=10_000_000, description="prompt-hash cache capacity, entries"

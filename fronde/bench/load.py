@@ -114,10 +114,11 @@ PROXY = Arm(
 """Fronde's proxy in front of baseline's server, nothing routed: the same server as
 ``plain`` (``backend.plain_args`` included) reached through Fronde. ``fr-plain ÷
 plain`` is what the hop itself changes; a router arm ÷ ``fr-plain`` is what routing
-adds. On the H200 (2026-12-04, gemma, c = 32) ``router-b`` sent every request to
-baseline and read 1.20× ``plain``, its server decoding each request at 43–47 tok/s
-against the plain arm's 34–36: a gain the routing did not make. Not a single server:
-left out of the verdict's best static arm."""
+adds, with the router's other servers up beside it (``fr-plain`` starts one). On the
+H200 (2026-12-04, gemma, c = 32) ``router-b`` sent every request to baseline and read
+1.20× ``plain``, its server decoding each request at 43–47 tok/s against the plain
+arm's 34–36: a gain the routing did not make. Not a single server: left out of the
+verdict's best static arm."""
 
 ROUTERS = {"marginal": "router", "threshold": "router-t", "best": "router-b"}
 """The router arm of each placement of the measured load rule."""
@@ -235,7 +236,7 @@ def load_setup(
         placements: the measured rule's placements, one router arm each (``router``
             for marginal, ``router-t`` for threshold, ``router-b`` for best).
         skip: item ids to leave out (see :func:`agent_mix`).
-        proxy: with router arms, run :data:`PROXY` first among them (what the proxy
+        proxy: with router arms, run :data:`PROXY` among them (what the proxy
             itself changes, on the router's settings).
 
     Raises:

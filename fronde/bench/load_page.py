@@ -287,7 +287,8 @@ def load_markdown(
         lines += [
             "`fr-plain` is Fronde in front of the plain server alone, every request forced "
             "there: its ratio to `plain` is the hop's own effect on the same server, a "
-            "router arm's ratio to it what routing adds. Same session, tok/s:",
+            "router arm's ratio to it what routing adds (its other servers up beside it "
+            "included). Same session, tok/s:",
             "",
             *[
                 f"- {label}: " + ", ".join(f"c={c} {v:.2f}×" for c, v in ratios.items())

@@ -518,8 +518,8 @@ def test_the_best_placement_keeps_one_process_decoding_where_a_second_was_measur
         moved = partial(route, RequestClass.GENERAL, policy=other, in_flight={Mode.NGRAM_MOD: 1})
         assert moved(curves=LoadCurves(cpu, "test")) == Plan(Route.LOAD, Mode.BASELINE)
         assert moved(curves=loses) == Plan(Route.FALLBACK, Mode.NGRAM_MOD)
-    # Within load_band of the busy server's curve: one batch (405 < 1.05 × 392); past
-    # it, with g ≥ MOVE_FLOOR, the request moves (test_load_move.py).
+    # ngram-mod's 392 within load_band of baseline's 405: best's near rule keeps the
+    # batch (where the busy curve is further below, a request moves: test_load_move.py).
     close = {Mode.BASELINE: ((32, 405.0),), Mode.NGRAM_MOD: ((32, 392.0),)}
     assert at(in_flight={Mode.NGRAM_MOD: 31}, curves=LoadCurves(close, "test", ((32, 0.92),))) == (
         Plan(Route.FALLBACK, Mode.NGRAM_MOD)

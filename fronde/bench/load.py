@@ -116,9 +116,9 @@ PROXY = Arm(
 plain`` is what the hop itself changes; a router arm ÷ ``fr-plain`` is what routing
 adds, with the router's other servers up beside it (``fr-plain`` starts one). On the
 H200 (2026-12-04, gemma, c = 32) ``router-b`` sent every request to baseline and read
-1.20× ``plain``, its server decoding each request at 43–47 tok/s against the plain
-arm's 34–36: a gain the routing did not make. Not a single server: left out of the
-verdict's best static arm."""
+1.20× ``plain``, its median request decoding at 47 tok/s by the server's own timings
+against the plain arm's 37: a gain the routing did not make. Not a single server: left
+out of the verdict's best static arm."""
 
 ROUTERS = {"marginal": "router", "threshold": "router-t", "best": "router-b"}
 """The router arm of each placement of the measured load rule."""
@@ -307,6 +307,12 @@ class LoadRow:
         reps: repetitions measured.
         routes: router arm: ``route→mode`` counts.
         tok_s_reps: repetition → its tok/s (the repetitions that measured one).
+        server_tok_s: the median request's decode tok/s by its llama-server's own
+            ``timings`` (``predicted_per_second``; requests of :data:`SERVER_MIN_TOKENS`
+            tokens or more, loops left out), all repetitions; None without timings. It
+            tells a server decoding faster from the hop or the clients changing the
+            aggregate: on the H200 (gemma, c = 32) the plain arm's server read 37 and
+            the same server behind Fronde 47.
     """
 
     arm: str
@@ -323,6 +329,12 @@ class LoadRow:
     reps: int
     routes: dict[str, int]
     tok_s_reps: dict[int, float] = field(default_factory=dict[int, float])
+    server_tok_s: float | None = None
+
+
+SERVER_MIN_TOKENS = 8
+"""The fewest tokens a request decodes to count in :attr:`LoadRow.server_tok_s`: a
+short answer's rate is a few passes' (llama-server's ``predicted_per_second``)."""
 
 
 def looping_items(samples: Iterable[dict[str, Any]]) -> list[str]:
@@ -384,6 +396,7 @@ def load_rows(samples: Sequence[dict[str, Any]], loops: Sequence[str]) -> list[L
         loads: list[float] = []
         walls: list[float] = []
         ttfts: list[float] = []
+        served: list[float] = []
         routes: Counter[str] = Counter()
         for rep_no, rep in reps.items():
             ok = [s for s in rep if s["ok"]]
@@ -405,6 +418,7 @@ def load_rows(samples: Sequence[dict[str, Any]], loops: Sequence[str]) -> list[L
                 by_rep[int(rep_no)] = round(rates[-1], 1)
             walls += [s["wall_s"] for s in kept]
             ttfts += [s["ttft_s"] for s in kept if s.get("ttft_s") is not None]
+            served += _server_rates(kept)
             for s in ok:
                 route: dict[str, Any] = s.get("route") or {}
                 if "class" in route:
@@ -427,6 +441,18 @@ def load_rows(samples: Sequence[dict[str, Any]], loops: Sequence[str]) -> list[L
                 len(rates),
                 dict(routes.most_common()),
                 dict(sorted(by_rep.items())),
+                round(median(served), 1) if served else None,
             )
         )
     return rows
+
+
+def _server_rates(samples: Iterable[dict[str, Any]]) -> list[float]:
+    """Each request's decode tok/s by its server's timings (:attr:`LoadRow.server_tok_s`)."""
+    out: list[float] = []
+    for s in samples:
+        t: dict[str, Any] = s.get("timings") or {}
+        rate = t.get("predicted_per_second")
+        if (t.get("predicted_n") or 0) >= SERVER_MIN_TOKENS and isinstance(rate, int | float):
+            out.append(float(rate))
+    return out

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from fronde.bench.load import PROXY, load_rows, load_setup
-from fronde.bench.load_page import verdict_lines
+from fronde.bench.load_page import load_markdown, verdict_lines
 from fronde.bench.load_report import report_load
 from fronde.bench.load_sessions import session_ratios
 from fronde.bench.store import Store
@@ -118,3 +118,21 @@ def _page_without(folder: Path, arm: str) -> str:
     (other / "records.jsonl").write_text("\n".join(kept) + "\n")
     report_load(other)
     return (other / "load.md").read_text()
+
+
+def test_each_row_gives_its_servers_own_decode_rate() -> None:
+    # plain's server decoded the two long answers at 34 and 36 tok/s; the 3-token answer
+    # (a few passes) and the looping item count nowhere.
+    rated = [*_samples("plain", 10)]
+    rated[0]["timings"] = {"predicted_n": 10, "predicted_per_second": 34.0}
+    rated[1]["timings"] = {"predicted_n": 10, "predicted_per_second": 36.0}
+    rated[2]["timings"] = {"predicted_n": 3, "predicted_per_second": 90.0}
+    loop = {**rated[0], "item": "loop", "repetition": 0.9}
+    loop["timings"] = {"predicted_n": 64, "predicted_per_second": 500.0}
+    [row] = load_rows([*rated, loop], ["loop"])
+    assert row.server_tok_s == pytest.approx(35.0)
+    [bare] = load_rows(_samples("plain", 10), [])
+    assert bare.server_tok_s is None
+    page = load_markdown([row, bare], [], "t", {}, None)
+    assert "| ttft s | srv | load |" in page
+    assert "| 0.010 | 35 | " in page and "| 0.010 | - | " in page

@@ -205,9 +205,10 @@ def _moves(chosen: Mode, busy: Mode, load: Load) -> bool:
     ``band`` of it: among the servers :func:`_best` counts as equal to the best, and
     the only second process the move starts. Without it the first server a closed
     loop used kept every request: on the H200 (gemma, c = 2,
-    ``results/load-gpu-h200-cpu-gemma-270m-20261204-lowb``) the first request, planned
-    alone, went to ngram-mod (288 tok/s at c = 2) and 47 of the 49 after it stayed, with
-    g = 0.83 asking 1.41 × of cascade's 351. A request planned alone (load 1) still
+    ``results/load-gpu-h200-cpu-gemma-270m-20261204-lowb``) the first two requests went
+    to cascade, the third, planned alone as they ended, to ngram-mod (288 tok/s at
+    c = 2), and all 47 after it stayed there, with g = 0.83 asking 1.41 × of cascade's
+    351. A request planned alone (load 1) still
     follows the ordinary rules, so each burst after an idle spell can move once more.
     """
     gain = load.curves.spread_gain(load.n)

@@ -1,11 +1,12 @@
 """Where a second process costs little, a request leaves a worse busy server.
 
 On the H200 (gemma, c = 2, ``results/load-gpu-h200-cpu-gemma-270m-20261204-lowb``) the
-first request, planned alone, went to ngram-mod's server and 47 of the 49 after it
-stayed there: two plain servers had read 0.83 × one at c = 2, so the one-process guard
-asked 1.41 × of cascade's curve to start it, and a closed loop never let ngram-mod
-drain. Cascade's server, the best at c = 2 that session (351 tok/s against 288), served
-the block as a static arm at 1.15 × what the router did.
+first two requests went to cascade's server; the third, planned alone as they ended,
+went to ngram-mod's, and all 47 after it stayed there: two plain servers had read 0.83
+× one at c = 2, so the one-process guard asked 1.41 × of cascade's curve to start it,
+and a closed loop never let ngram-mod drain. Cascade's server, the best at c = 2 that
+session (351 tok/s against 288), served the block as a static arm at 1.15 × what the
+router did.
 """
 
 from __future__ import annotations

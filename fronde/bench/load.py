@@ -69,6 +69,7 @@ from fronde.bench.workloads import Form, Workload, load_workload
 from fronde.config import Settings
 from fronde.errors import FrondeError
 from fronde.modes import Mode
+from fronde.timings import Timings
 
 __all__ = [
     "CLIENTS",
@@ -449,10 +450,9 @@ def load_rows(samples: Sequence[dict[str, Any]], loops: Sequence[str]) -> list[L
 
 def _server_rates(samples: Iterable[dict[str, Any]]) -> list[float]:
     """Each request's decode tok/s by its server's timings (:attr:`LoadRow.server_tok_s`)."""
-    out: list[float] = []
-    for s in samples:
-        t: dict[str, Any] = s.get("timings") or {}
-        rate = t.get("predicted_per_second")
-        if (t.get("predicted_n") or 0) >= SERVER_MIN_TOKENS and isinstance(rate, int | float):
-            out.append(float(rate))
-    return out
+    parsed = (Timings.parse(s.get("timings")) for s in samples)
+    return [
+        t.predicted_per_second
+        for t in parsed
+        if t is not None and t.predicted_n >= SERVER_MIN_TOKENS
+    ]

@@ -53,7 +53,7 @@ def session_spread(samples: Sequence[dict[str, Any]], loops: Sequence[str]) -> d
     The latest session (in ``samples``' order) that measured both arms; ``{}`` when
     none did.
     """
-    return _latest(_session_rows(samples, loops), SPREAD.name, "plain")
+    return session_ratios(samples, loops, SPREAD.name, "plain")
 
 
 def session_ratios(

@@ -192,28 +192,29 @@ def _one_process(chosen: Mode, load: Load) -> Mode:
     if busy is None:
         return chosen
     rate = rates.get(chosen)
-    if rate is not None and (rate > (2 / gain - 1) * rates[busy] or _moves(chosen, busy, load)):
+    if rate is not None and (
+        rate > (2 / gain - 1) * rates[busy] or _moves(chosen, busy, gain, load)
+    ):
         return chosen
     return busy
 
 
-def _moves(chosen: Mode, busy: Mode, load: Load) -> bool:
+def _moves(chosen: Mode, busy: Mode, gain: float, load: Load) -> bool:
     """Whether a request leaves the one busy server for ``chosen`` (:func:`_one_process`).
 
-    Only where ``busy`` is the one server decoding, g ≥ :data:`MOVE_FLOOR`, ``busy``'s
-    curve is more than ``band`` below the best free server's and ``chosen``'s is within
-    ``band`` of it: among the servers :func:`_best` counts as equal to the best, and
-    the only second process the move starts. Without it the first server a closed
-    loop used kept every request: on the H200 (gemma, c = 2,
-    ``results/load-gpu-h200-cpu-gemma-270m-20261204-lowb``) the first two requests went
-    to cascade, the third, planned alone as they ended, to ngram-mod (288 tok/s at
-    c = 2), and all 47 after it stayed there, with g = 0.83 asking 1.41 × of cascade's
-    351. A request planned alone (load 1) still
-    follows the ordinary rules, so each burst after an idle spell can move once more.
+    Only where ``busy`` is the one server decoding, g (``gain``, ``plain2 ÷ plain`` at
+    this load) ≥ :data:`MOVE_FLOOR`, ``busy``'s curve is more than ``band`` below the
+    best free server's and ``chosen``'s is within ``band`` of it: among the servers
+    :func:`_best` counts as equal to the best, and the only second process the move
+    starts. Without it the first server a closed loop used kept every request: on the
+    H200 (gemma, c = 2, ``results/load-gpu-h200-cpu-gemma-270m-20261204-lowb``) the
+    first two requests went to cascade, the third, planned alone as they ended, to
+    ngram-mod (288 tok/s at c = 2), and all 47 after it stayed there, with g = 0.83
+    asking 1.41 × of cascade's 351. A request planned alone (load 1) still follows the
+    ordinary rules, so each burst after an idle spell can move once more.
     """
-    gain = load.curves.spread_gain(load.n)
     decoding = [m for m, k in load.in_flight.items() if k > 0]
-    if gain is None or gain < MOVE_FLOOR or decoding != [busy]:
+    if gain < MOVE_FLOOR or decoding != [busy]:
         return False
     rates = load.rates
     top = max(rates.values())

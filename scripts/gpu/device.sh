@@ -8,6 +8,7 @@
 #   probe          one GPU serving many requests: one server against four, server flags
 #   probe-chat     the same with streamed chat and the prompt cache, as bench load sends
 #   probe-steps    the same with CUDA graphs on and off, one server against two at c = 2
+#   hop            what each part of Fronde's hop does to a server (scripts/gpu/hop_probe.py)
 #   atlas | verdict | load   the measurements; results are tarred into $OUT (PROFILE=...)
 # See scripts/gpu/README.md for the order of calls and what each carries.
 set -euo pipefail
@@ -134,6 +135,15 @@ case "${1:?step}" in
       done
     done
     unset GGML_CUDA_DISABLE_GRAPHS
+    ;;
+  hop)
+    # What each part of Fronde's hop does to the plain server (client transport,
+    # keep-alive, Fronde's upstream body, the whole hop): scripts/gpu/hop_probe.py.
+    profile=${PROFILE:-cpu-gemma-270m}
+    FRONDE_PROFILE=$profile FRONDE_BACKEND__PLAIN_ARGS=${LOAD_PLAIN:-'[]'} \
+      python3 scripts/gpu/hop_probe.py --clients "${HOP_CLIENTS:-32}" --reps "${HOP_REPS:-4}" \
+      --budget-s "${HOP_BUDGET_S:-400}" --out "$OUT/hop-$profile-c${HOP_CLIENTS:-32}.jsonl" \
+      2>&1 | grep -v "\[info"
     ;;
   atlas)
     out="results/atlas-gpu-h200-$STAMP"

@@ -1,0 +1,210 @@
+"""What Fronde's hop changes for one llama-server, each of its parts apart.
+
+A diagnostic for the load benchmark (``fronde bench load``): on the H200 (gemma, c = 32,
+2026-12-04) the plain server served 778 tok/s to the benchmark's client and 910 behind
+``fronde serve --mode baseline`` (``fr-plain``), its own per-request timings 42 against
+49 tok/s. The hop differs from the benchmark's client in three ways, each a variant
+here, beside the two ends:
+
+- ``direct``: the benchmark's client (:func:`~fronde.bench.client.bench_http`: httpx's
+  own transport, a new connection per request), the item's body as the plain arm sends it;
+- ``keepalive``: the same client with pooled keep-alive connections (the ``openai`` SDK's
+  default);
+- ``aiohttp``: httpx over aiohttp with keep-alive, as Fronde reaches its backends
+  (:func:`~fronde.backends.client.make_http_client`'s transport);
+- ``fbody``: the benchmark's client with the body Fronde sends upstream (its ``stop``
+  strings taken for Fronde to apply, ``timings_per_token`` asked;
+  :meth:`~fronde.router.dispatch.relay.OwnedStops.take`);
+- ``hop``: through Fronde (the load benchmark's ``fr-plain`` arm).
+
+Every block starts the plain server fresh (``-np`` slots, the load run's context and
+``backend.plain_args``), sends the load benchmark's agent mix with ``c`` closed-loop
+clients, and is read as the load benchmark reads its blocks
+(:func:`~fronde.bench.load.load_rows`: steady-window tok/s, the server's own decode
+tok/s). The variants' order turns each repetition so that drift falls on all of them.
+
+On the H200 (gemma, c = 32, 2026-12-04; ``results/hop-gpu-h200-cpu-gemma-270m-20261204``)
+Fronde in front read 0.99× direct [0.94, 1.03] over 10 pairs: the hop is neutral, and
+the 1.17× was the spread of blocks with a steady window under 2 s. ``fbody`` read
+1.24× only because no one applies its stops: every answer ran to its budget.
+
+    scripts/gpu/device.sh hop    (on the GPU machine; see scripts/gpu/README.md)
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import gzip
+import json
+import math
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import httpx
+from httpx_aiohttp import AiohttpTransport
+
+from fronde.bench.arms import ARMS, Target, started
+from fronde.bench.client import bench_http, send
+from fronde.bench.load import PROXY, agent_mix, load_rows, looping_items
+from fronde.bench.protocol import WARM_ITEM
+from fronde.bench.verdict import bootstrap, geomean
+from fronde.config import load_settings
+from fronde.router.dispatch.relay import OwnedStops
+from fronde.runtime.local import profile_of
+
+VARIANTS = ("direct", "keepalive", "aiohttp", "fbody", "hop")
+TIMEOUT = httpx.Timeout(900.0, connect=10.0)
+
+
+def _client(variant: str, c: int) -> httpx.AsyncClient:
+    """The HTTP client a variant sends with."""
+    if variant == "keepalive":
+        return httpx.AsyncClient(timeout=TIMEOUT, limits=httpx.Limits(max_connections=c + 8))
+    if variant == "aiohttp":
+        limits = httpx.Limits(max_connections=c + 8)
+        return httpx.AsyncClient(
+            timeout=TIMEOUT, limits=limits, transport=AiohttpTransport(limits=limits)
+        )
+    return bench_http()
+
+
+def _body_of(variant: str) -> Callable[[dict[str, Any]], dict[str, Any]]:
+    """How a variant changes the plain arm's body (Fronde's upstream body for ``fbody``)."""
+    if variant == "fbody":
+        return lambda body: OwnedStops.take(body, chat="messages" in body)[0]
+    return lambda body: body
+
+
+async def block(
+    variant: str, rep: int, c: int, max_tokens: int, items: int | None
+) -> list[dict[str, Any]]:
+    """One block of ``variant`` on fresh servers: one sample record per item."""
+    settings = load_settings()
+    ctx = max(settings.backend.ctx_size, c * 2048)
+    backend = settings.backend.model_copy(update={"parallel": c, "ctx_size": ctx})
+    run = settings.model_copy(update={"backend": backend})
+    env = (("FRONDE_BACKEND__PARALLEL", str(c)), ("FRONDE_BACKEND__CTX_SIZE", str(ctx)))
+    plain = next(a for a in ARMS if a.name == "plain")
+    arm = replace(PROXY, env=env) if variant == "hop" else plain
+    form = profile_of(settings).prompt_form
+    mix = agent_mix(items)
+    shape = _body_of(variant)
+    out: list[dict[str, Any]] = []
+    logs = Path(tempfile.mkdtemp(prefix="hop-"))
+    async with started(arm, run, None, logs) as target, _client(variant, c) as http:
+        await _one(http, target, form, shape(target.body(WARM_ITEM, form, 4)))
+        gate = asyncio.Semaphore(c)
+        t_start = time.perf_counter()
+
+        async def one(order: int, body: dict[str, Any], item_id: str) -> None:
+            head = {"arm": variant, "rep": rep, "level": f"c{c}", "item": item_id}
+            head |= {"order": order, "t0": round(time.perf_counter() - t_start, 4)}
+            try:
+                sample = await send(http, target.base_url, form, body, target.headers)
+                out.append(head | {"ok": True, **sample.record()})
+            except Exception as exc:  # a failure is a finding, recorded
+                out.append(head | {"ok": False, "error": repr(exc)[:300]})
+            finally:
+                gate.release()
+
+        tasks: list[asyncio.Task[None]] = []
+        for order, item in enumerate(mix.items):
+            await gate.acquire()
+            body = shape(target.body(item, form, max_tokens))
+            tasks.append(asyncio.create_task(one(order, body, item.id)))
+        await asyncio.gather(*tasks)
+    return out
+
+
+async def _one(http: httpx.AsyncClient, target: Target, form: str, body: dict[str, Any]) -> None:
+    """A warm-up request."""
+    await send(http, target.base_url, form, body, target.headers)
+
+
+def table(files: list[list[dict[str, Any]]]) -> list[str]:
+    """The page's table: per variant, tok/s and its ratio to ``direct`` in the same repetition.
+
+    Args:
+        files: the records of one or more runs (one list each); a run's repetition pairs
+            only with its own ``direct`` block.
+
+    Returns:
+        Markdown lines: tok/s median [lowest, highest] over every block, the server's own
+        decode tok/s, p50 and time to first token, and the geometric mean of the paired
+        ratios with its 95 % bootstrap interval (:func:`~fronde.bench.verdict.bootstrap`).
+    """
+    samples = [s | {"rep": 1000 * k + s["rep"]} for k, run in enumerate(files) for s in run]
+    # fbody's answers run to the budget (no one applies its stops): its loops say nothing
+    # of the other variants' items.
+    loops = looping_items(s for s in samples if s["arm"] != "fbody")
+    rows = {r.arm: r for r in load_rows(samples, loops)}
+    base = rows["direct"].tok_s_reps if "direct" in rows else {}
+    lines = [
+        "| variant | blocks | tok/s | [lo, hi] | srv tok/s | p50 s | ttft s | ÷ direct | 95 % |",
+        "|---|---:|---:|---|---:|---:|---:|---:|---|",
+    ]
+    for name in VARIANTS:
+        r = rows.get(name)
+        if r is None:
+            continue
+        ratios = [v / base[k] for k, v in r.tok_s_reps.items() if base.get(k)]
+        lo, hi = bootstrap([[x] for x in ratios])
+        paired = f"{geomean(ratios):.2f}× ({len(ratios)})" if ratios else "–"
+        ci = f"[{lo:.2f}, {hi:.2f}]" if ratios and not math.isnan(lo) else "–"
+        lines.append(
+            f"| {name} | {r.reps} | {r.tok_s:.0f} | [{r.tok_s_lo:.0f}, {r.tok_s_hi:.0f}] | "
+            f"{r.server_tok_s} | {r.p50_s:.2f} | {r.ttft_s} | {paired} | {ci} |"
+        )
+    lines.append(f"\nLeft out of tokens and latencies (looping in some block): {len(loops)} items.")
+    return lines
+
+
+def main() -> int:
+    """Measure (``--out``) or re-read (``--report``); print the table either way."""
+    ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    ap.add_argument("--clients", type=int, default=32)
+    ap.add_argument("--reps", type=int, default=4)
+    ap.add_argument("--max-tokens", type=int, default=64)
+    ap.add_argument("--items", type=int, default=None, help="the mix's first N items")
+    ap.add_argument("--variant", action="append", choices=VARIANTS, default=None)
+    ap.add_argument("--out", type=Path, help="append each block's records here")
+    ap.add_argument("--report", type=Path, nargs="+", help="re-read these runs' records")
+    ap.add_argument("--budget-s", type=float, default=400.0, help="start no block after this")
+    args = ap.parse_args()
+    if args.report:
+        runs = [[json.loads(line) for line in _text(f).splitlines()] for f in args.report]
+        print("\n".join(table(runs)))
+        return 0
+    if args.out is None:
+        ap.error("--out or --report is needed")
+    variants: list[str] = args.variant or list(VARIANTS)
+    samples: list[dict[str, Any]] = []
+    t0 = time.monotonic()
+    for rep in range(args.reps):
+        turn = rep % len(variants)
+        for variant in variants[turn:] + variants[:turn]:
+            if time.monotonic() - t0 > args.budget_s:
+                break
+            got = asyncio.run(block(variant, rep, args.clients, args.max_tokens, args.items))
+            samples += got
+            with args.out.open("a") as f:  # a block at a time: what was measured survives
+                f.writelines(json.dumps(s) + "\n" for s in got)
+            print(f"{variant} rep {rep}: {sum(s['ok'] for s in got)} ok", flush=True)
+    print("\n".join(table([samples])))
+    return 0
+
+
+def _text(path: Path) -> str:
+    """A records file's text, gzipped or not."""
+    raw = path.read_bytes()
+    return (gzip.decompress(raw) if raw[:2] == b"\x1f\x8b" else raw).decode()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

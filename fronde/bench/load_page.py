@@ -221,18 +221,22 @@ def load_markdown(
         "last one sent (all c clients busy; the drain after it left out), median over "
         "repetitions [lowest, highest]; p50, p99 = end-to-end latency of one request; "
         "ttft = median time to first token; srv = the median request's decode tok/s by "
-        "its server's own timings; load = mean requests in flight then.",
+        "its server's own timings; load = mean requests in flight then; window = that "
+        "span's length, median over repetitions (tok/s rests on it: the shorter, the "
+        "noisier).",
         "",
-        "| c | arm | tok/s | [lo, hi] | p50 s | p99 s | ttft s | srv | load | n | failed | reps |",
-        "|---:|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| c | arm | tok/s | [lo, hi] | p50 s | p99 s | ttft s | srv | load | window s | n "
+        "| failed | reps |",
+        "|---:|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for r in sorted(rows, key=lambda r: (r.c, not _routed(r.arm), r.arm)):
         ttft = f"{r.ttft_s:.3f}" if r.ttft_s is not None else "-"
         srv = f"{r.server_tok_s:.0f}" if r.server_tok_s is not None else "-"
+        window = f"{r.window_s:.1f}" if r.window_s is not None else "-"
         lines.append(
             f"| {r.c} | {r.arm} | {r.tok_s:.0f} | [{r.tok_s_lo:.0f}, {r.tok_s_hi:.0f}] | "
-            f"{r.p50_s:.2f} | {r.p99_s:.2f} | {ttft} | {srv} | {r.in_flight:.1f} | {r.n} | "
-            f"{r.failed} | {r.reps} |"
+            f"{r.p50_s:.2f} | {r.p99_s:.2f} | {ttft} | {srv} | {r.in_flight:.1f} | {window} | "
+            f"{r.n} | {r.failed} | {r.reps} |"
         )
     lines += ["", "## Verdict (router against the best static arm at each c)", ""]
     if verdict is None:

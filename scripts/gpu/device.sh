@@ -140,9 +140,11 @@ case "${1:?step}" in
     # What each part of Fronde's hop does to the plain server (client transport,
     # keep-alive, Fronde's upstream body, the whole hop): scripts/gpu/hop_probe.py.
     profile=${PROFILE:-cpu-gemma-270m}
+    # shellcheck disable=SC2086  # HOP_VARIANTS is a list of options (--variant direct ...)
     FRONDE_PROFILE=$profile FRONDE_BACKEND__PLAIN_ARGS=${LOAD_PLAIN:-'[]'} \
       python3 scripts/gpu/hop_probe.py --clients "${HOP_CLIENTS:-32}" --reps "${HOP_REPS:-4}" \
-      --budget-s "${HOP_BUDGET_S:-400}" --out "$OUT/hop-$profile-c${HOP_CLIENTS:-32}.jsonl" \
+      --server "${HOP_SERVER:-plain}" ${HOP_VARIANTS:-} --budget-s "${HOP_BUDGET_S:-400}" \
+      --out "$OUT/hop-$profile-${HOP_SERVER:-plain}-c${HOP_CLIENTS:-32}.jsonl" \
       2>&1 | grep -v "\[info"
     ;;
   atlas)

@@ -17,7 +17,8 @@ here, beside the two ends:
   :meth:`~fronde.router.dispatch.relay.OwnedStops.take`);
 - ``hop``: through Fronde (the load benchmark's ``fr-plain`` arm).
 
-Every block starts the plain server fresh (``-np`` slots, the load run's context and
+Every block starts the plain server fresh (``--server cascade`` or ``default``: that
+static arm's server instead; ``-np`` slots, the load run's context and
 ``backend.plain_args``), sends the load benchmark's agent mix with ``c`` closed-loop
 clients, and is read as the load benchmark reads its blocks
 (:func:`~fronde.bench.load.load_rows`: steady-window tok/s, the server's own decode
@@ -55,6 +56,7 @@ from fronde.bench.load import PROXY, agent_mix, load_rows, looping_items
 from fronde.bench.protocol import WARM_ITEM
 from fronde.bench.verdict import bootstrap, geomean
 from fronde.config import load_settings
+from fronde.modes import Mode
 from fronde.router.dispatch.relay import OwnedStops
 from fronde.runtime.local import profile_of
 
@@ -81,17 +83,27 @@ def _body_of(variant: str) -> Callable[[dict[str, Any]], dict[str, Any]]:
     return lambda body: body
 
 
+SERVERS = {"plain": Mode.BASELINE, "cascade": Mode.CASCADE, "default": Mode.NGRAM_MOD}
+"""``--server``: the static arm, and the Fronde mode whose backend runs its argv (the load
+benchmark's calibration: ``default`` is ngram-mod at n_min 48, n_max 64)."""
+
+
 async def block(
-    variant: str, rep: int, c: int, max_tokens: int, items: int | None
+    variant: str, rep: int, c: int, max_tokens: int, items: int | None, server: str = "plain"
 ) -> list[dict[str, Any]]:
-    """One block of ``variant`` on fresh servers: one sample record per item."""
+    """One block of ``variant`` on fresh servers: one sample record per item.
+
+    ``server`` names the static arm (:data:`SERVERS`); ``hop`` is Fronde with only that
+    arm's mode, every request forced there.
+    """
     settings = load_settings()
     ctx = max(settings.backend.ctx_size, c * 2048)
     backend = settings.backend.model_copy(update={"parallel": c, "ctx_size": ctx})
     run = settings.model_copy(update={"backend": backend})
     env = (("FRONDE_BACKEND__PARALLEL", str(c)), ("FRONDE_BACKEND__CTX_SIZE", str(ctx)))
-    plain = next(a for a in ARMS if a.name == "plain")
-    arm = replace(PROXY, env=env) if variant == "hop" else plain
+    static = next(a for a in ARMS if a.name == server)
+    hop = replace(PROXY, name=f"fr-{server}", force=SERVERS[server], env=env)
+    arm = hop if variant == "hop" else static
     form = profile_of(settings).prompt_form
     mix = agent_mix(items)
     shape = _body_of(variant)
@@ -173,6 +185,7 @@ def main() -> int:
     ap.add_argument("--max-tokens", type=int, default=64)
     ap.add_argument("--items", type=int, default=None, help="the mix's first N items")
     ap.add_argument("--variant", action="append", choices=VARIANTS, default=None)
+    ap.add_argument("--server", choices=sorted(SERVERS), default="plain")
     ap.add_argument("--out", type=Path, help="append each block's records here")
     ap.add_argument("--report", type=Path, nargs="+", help="re-read these runs' records")
     ap.add_argument("--budget-s", type=float, default=400.0, help="start no block after this")
@@ -191,7 +204,9 @@ def main() -> int:
         for variant in variants[turn:] + variants[:turn]:
             if time.monotonic() - t0 > args.budget_s:
                 break
-            got = asyncio.run(block(variant, rep, args.clients, args.max_tokens, args.items))
+            got = asyncio.run(
+                block(variant, rep, args.clients, args.max_tokens, args.items, args.server)
+            )
             samples += got
             with args.out.open("a") as f:  # a block at a time: what was measured survives
                 f.writelines(json.dumps(s) + "\n" for s in got)

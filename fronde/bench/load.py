@@ -117,9 +117,10 @@ PROXY = Arm(
 plain`` is what the hop itself changes; a router arm ÷ ``fr-plain`` is what routing
 adds, with the router's other servers up beside it (``fr-plain`` starts one). On the
 H200 (2026-12-04, gemma, c = 32) ``router-b`` sent every request to baseline and read
-1.20× ``plain``, its median request decoding at 47 tok/s by the server's own timings
-against the plain arm's 37: a gain the routing did not make. Not a single server: left
-out of the verdict's best static arm."""
+1.13–1.20× ``plain``, ``fr-plain`` 1.17×, while the hop measured alone
+(``scripts/gpu/hop_probe.py``, 10 paired blocks) read 0.99× [0.94, 1.03]: a tie read
+through the spread of blocks. Not a single server: left out of the verdict's best
+static arm."""
 
 ROUTERS = {"marginal": "router", "threshold": "router-t", "best": "router-b"}
 """The router arm of each placement of the measured load rule."""
@@ -314,7 +315,8 @@ class LoadRow:
             tells a server decoding faster from the hop or the clients changing the
             aggregate.
         window_s: the steady window's length (:func:`steady_window`), median over
-            repetitions, s; None for blocks of one request. Tok/s rests on the tokens
+            repetitions, s; None when every request of a block left at once (one
+            request, or no more items than clients). Tok/s rests on the tokens
             decoded in it: on the H200 gemma's c = 32 blocks (51 items) had 1.7 s, and
             one arm's repetitions spread ±15 % there.
     """

@@ -137,14 +137,18 @@ case "${1:?step}" in
     unset GGML_CUDA_DISABLE_GRAPHS
     ;;
   hop)
-    # What each part of Fronde's hop does to the plain server (client transport,
-    # keep-alive, Fronde's upstream body, the whole hop): scripts/gpu/hop_probe.py.
+    # What each part of Fronde's hop does to one static arm's server (client transport,
+    # keep-alive, Fronde's upstream body, the whole hop): scripts/gpu/hop_probe.py. The
+    # load step's ngram-mod settings, so that `default` and `cascade` are Fronde's modes.
     profile=${PROFILE:-cpu-gemma-270m}
+    server=${HOP_SERVER:-plain}
+    clients=${HOP_CLIENTS:-32}
     # shellcheck disable=SC2086  # HOP_VARIANTS is a list of options (--variant direct ...)
     FRONDE_PROFILE=$profile FRONDE_BACKEND__PLAIN_ARGS=${LOAD_PLAIN:-'[]'} \
-      python3 scripts/gpu/hop_probe.py --clients "${HOP_CLIENTS:-32}" --reps "${HOP_REPS:-4}" \
-      --server "${HOP_SERVER:-plain}" ${HOP_VARIANTS:-} --budget-s "${HOP_BUDGET_S:-400}" \
-      --out "$OUT/hop-$profile-${HOP_SERVER:-plain}-c${HOP_CLIENTS:-32}.jsonl" \
+      FRONDE_SPECULATION__NGRAM_MOD_N_MIN=48 FRONDE_SPECULATION__NGRAM_MOD_N_MAX=64 \
+      python3 scripts/gpu/hop_probe.py --clients "$clients" --slots "${HOP_SLOTS:-32}" \
+      --reps "${HOP_REPS:-4}" --server "$server" ${HOP_VARIANTS:-} \
+      --budget-s "${HOP_BUDGET_S:-400}" --out "$OUT/hop-$profile-$server-c$clients.jsonl" \
       2>&1 | grep -v "\[info"
     ;;
   atlas)

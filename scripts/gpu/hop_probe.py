@@ -25,11 +25,9 @@ clients, and is read as the load benchmark reads its blocks
 tok/s). The variants' order turns each repetition so that drift falls on all of them.
 
 On the H200 (gemma, c = 32, 2026-12-04; ``results/hop-gpu-h200-cpu-gemma-270m-20261204``)
-Fronde in front read 0.99× direct [0.94, 1.03] over 10 pairs: the hop is neutral, and
-the 1.17× was the spread of blocks with a steady window under 2 s. ``fbody`` read
-1.24× only because no one applies its stops: every answer ran to its budget.
-
-    scripts/gpu/device.sh hop    (on the GPU machine; see scripts/gpu/README.md)
+Fronde in front read 0.99× direct [0.94, 1.03] over 10 pairs: the hop is neutral there,
+and the load run's ``fr-plain ÷ plain`` 1.17× was the spread between blocks. ``fbody``
+read 1.24× mostly because no one applies its stops: every answer ran to its budget.
 """
 
 from __future__ import annotations
@@ -43,33 +41,43 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 import httpx
 from httpx_aiohttp import AiohttpTransport
 
-from fronde.bench.arms import ARMS, Target, started
+from fronde.backends.client import KEEPALIVE_S
+from fronde.bench.arms import ARMS, Arm, Target, started, static_argv
 from fronde.bench.client import bench_http, send
-from fronde.bench.load import PROXY, agent_mix, load_rows, looping_items
+from fronde.bench.load import PROXY, agent_mix, load_rows, looping_items, spec_of
 from fronde.bench.protocol import WARM_ITEM
 from fronde.bench.verdict import bootstrap, geomean
 from fronde.config import load_settings
+from fronde.errors import FrondeError
 from fronde.modes import Mode
 from fronde.router.dispatch.relay import OwnedStops
 from fronde.runtime.local import profile_of
 
 VARIANTS = ("direct", "keepalive", "aiohttp", "fbody", "hop")
+"""The variants, in their first repetition's order (the module docstring says what each is)."""
+
 TIMEOUT = httpx.Timeout(900.0, connect=10.0)
+"""The benchmark client's timeouts (:func:`~fronde.bench.client.bench_http`)."""
 
 
 def _client(variant: str, c: int) -> httpx.AsyncClient:
-    """The HTTP client a variant sends with."""
+    """The HTTP client a variant sends with.
+
+    ``aiohttp`` has Fronde's transport and keep-alive expiry
+    (:data:`~fronde.backends.client.KEEPALIVE_S`), not its retry of a connection
+    llama-server closed: such a request fails here.
+    """
     if variant == "keepalive":
         return httpx.AsyncClient(timeout=TIMEOUT, limits=httpx.Limits(max_connections=c + 8))
     if variant == "aiohttp":
-        limits = httpx.Limits(max_connections=c + 8)
+        limits = httpx.Limits(max_connections=c + 8, keepalive_expiry=KEEPALIVE_S)
         return httpx.AsyncClient(
             timeout=TIMEOUT, limits=limits, transport=AiohttpTransport(limits=limits)
         )
@@ -77,60 +85,93 @@ def _client(variant: str, c: int) -> httpx.AsyncClient:
 
 
 def _body_of(variant: str) -> Callable[[dict[str, Any]], dict[str, Any]]:
-    """How a variant changes the plain arm's body (Fronde's upstream body for ``fbody``)."""
+    """How a variant changes the static arm's body.
+
+    ``fbody``: Fronde's upstream body (a body with stops loses them and asks for
+    ``timings_per_token``; one without stops, or with tools, is sent unchanged, as Fronde
+    sends it).
+    """
     if variant == "fbody":
         return lambda body: OwnedStops.take(body, chat="messages" in body)[0]
     return lambda body: body
 
 
 SERVERS = {"plain": Mode.BASELINE, "cascade": Mode.CASCADE, "default": Mode.NGRAM_MOD}
-"""``--server``: the static arm, and the Fronde mode whose backend runs its argv (the load
-benchmark's calibration: ``default`` is ngram-mod at n_min 48, n_max 64)."""
+"""``--server``: the static arm, and the Fronde mode whose backend must run its argv (as
+the load benchmark's calibration finds them: ``default`` is ngram-mod at n_min 48, n_max
+64 only with ``speculation.ngram_mod_n_min``/``n_max`` set so, as ``device.sh`` does)."""
 
 
-async def block(
-    variant: str, rep: int, c: int, max_tokens: int, items: int | None, server: str = "plain"
-) -> list[dict[str, Any]]:
+@dataclass(frozen=True)
+class Setup:
+    """What every block of a run shares.
+
+    Attributes:
+        c: closed-loop clients.
+        slots: ``-np`` of the server (the load run's: its largest c).
+        max_tokens: workload A's budget.
+        items: the mix's first N items (all when None).
+        skip: item ids left out (the load run's screened loops, ``--skip-from``).
+        server: the static arm (:data:`SERVERS`).
+    """
+
+    c: int
+    slots: int
+    max_tokens: int = 64
+    items: int | None = None
+    skip: tuple[str, ...] = ()
+    server: str = "plain"
+
+
+async def block(variant: str, rep: int, setup: Setup) -> list[dict[str, Any]]:
     """One block of ``variant`` on fresh servers: one sample record per item.
 
-    ``server`` names the static arm (:data:`SERVERS`); ``hop`` is Fronde with only that
-    arm's mode, every request forced there.
+    ``hop`` is Fronde with only the static arm's mode, every request forced there.
+
+    Raises:
+        FrondeError: that mode's backend would not run the static arm's speculation, or
+            a server did not start.
     """
+    c = setup.c
     settings = load_settings()
-    ctx = max(settings.backend.ctx_size, c * 2048)
-    backend = settings.backend.model_copy(update={"parallel": c, "ctx_size": ctx})
+    ctx = max(settings.backend.ctx_size, setup.slots * 2048)
+    backend = settings.backend.model_copy(update={"parallel": setup.slots, "ctx_size": ctx})
     run = settings.model_copy(update={"backend": backend})
-    env = (("FRONDE_BACKEND__PARALLEL", str(c)), ("FRONDE_BACKEND__CTX_SIZE", str(ctx)))
-    static = next(a for a in ARMS if a.name == server)
-    hop = replace(PROXY, name=f"fr-{server}", force=SERVERS[server], env=env)
+    env = (("FRONDE_BACKEND__PARALLEL", str(setup.slots)), ("FRONDE_BACKEND__CTX_SIZE", str(ctx)))
+    static = next(a for a in ARMS if a.name == setup.server)
+    mode = SERVERS[setup.server]
+    probe = Arm(f"s-{mode}", "static", force=mode)
+    if spec_of(static_argv(static, run)[1]) != spec_of(static_argv(probe, run)[1]):
+        raise FrondeError(f"Fronde's {mode} backend does not run {setup.server}'s speculation")
+    hop = replace(PROXY, name=f"fr-{setup.server}", force=mode, env=env)
     arm = hop if variant == "hop" else static
     form = profile_of(settings).prompt_form
-    mix = agent_mix(items)
+    mix = agent_mix(setup.items, skip=setup.skip)
     shape = _body_of(variant)
     out: list[dict[str, Any]] = []
-    logs = Path(tempfile.mkdtemp(prefix="hop-"))
-    async with started(arm, run, None, logs) as target, _client(variant, c) as http:
-        await _one(http, target, form, shape(target.body(WARM_ITEM, form, 4)))
-        gate = asyncio.Semaphore(c)
-        t_start = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="hop-") as logs:
+        async with started(arm, run, None, Path(logs)) as target, _client(variant, c) as http:
+            await _one(http, target, form, shape(target.body(WARM_ITEM, form, 4)))
+            gate = asyncio.Semaphore(c)
+            t_start = time.perf_counter()
 
-        async def one(order: int, body: dict[str, Any], item_id: str) -> None:
-            head = {"arm": variant, "rep": rep, "level": f"c{c}", "item": item_id}
-            head |= {"order": order, "t0": round(time.perf_counter() - t_start, 4)}
-            try:
-                sample = await send(http, target.base_url, form, body, target.headers)
-                out.append(head | {"ok": True, **sample.record()})
-            except Exception as exc:  # a failure is a finding, recorded
-                out.append(head | {"ok": False, "error": repr(exc)[:300]})
-            finally:
-                gate.release()
+            async def one(order: int, body: dict[str, Any], item_id: str) -> None:
+                head = {"arm": variant, "rep": rep, "level": f"c{c}", "item": item_id}
+                head |= {"order": order, "t0": round(time.perf_counter() - t_start, 4)}
+                try:
+                    sample = await send(http, target.base_url, form, body, target.headers)
+                    out.append(head | {"ok": True, **sample.record()})
+                except Exception as exc:  # a failure is a finding, recorded
+                    out.append(head | {"ok": False, "error": repr(exc)[:300]})
+                finally:
+                    gate.release()
 
-        tasks: list[asyncio.Task[None]] = []
-        for order, item in enumerate(mix.items):
-            await gate.acquire()
-            body = shape(target.body(item, form, max_tokens))
-            tasks.append(asyncio.create_task(one(order, body, item.id)))
-        await asyncio.gather(*tasks)
+            tasks: list[asyncio.Task[None]] = []
+            for order, item in enumerate(mix.items):
+                await gate.acquire()
+                body = shape(target.body(item, form, setup.max_tokens))
+                tasks.append(asyncio.create_task(one(order, body, item.id)))
+            await asyncio.gather(*tasks)
     return out
 
 
@@ -150,8 +191,14 @@ def table(files: list[list[dict[str, Any]]]) -> list[str]:
         Markdown lines: tok/s median [lowest, highest] over every block, the server's own
         decode tok/s, p50 and time to first token, and the geometric mean of the paired
         ratios with its 95 % bootstrap interval (:func:`~fronde.bench.verdict.bootstrap`).
+
+    Raises:
+        ValueError: the records are of more than one concurrency.
     """
     samples = [s | {"rep": 1000 * k + s["rep"]} for k, run in enumerate(files) for s in run]
+    levels = {s["level"] for s in samples}
+    if len(levels) > 1:
+        raise ValueError(f"records of several concurrencies ({', '.join(sorted(levels))})")
     # fbody's answers run to the budget (no one applies its stops): its loops say nothing
     # of the other variants' items.
     loops = looping_items(s for s in samples if s["arm"] != "fbody")
@@ -181,12 +228,16 @@ def main() -> int:
     """Measure (``--out``) or re-read (``--report``); print the table either way."""
     ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     ap.add_argument("--clients", type=int, default=32)
+    ap.add_argument("--slots", type=int, default=32, help="-np (the load run's largest c)")
+    ap.add_argument(
+        "--skip-from", type=Path, default=None, help="a load.json: leave its looping items out"
+    )
     ap.add_argument("--reps", type=int, default=4)
     ap.add_argument("--max-tokens", type=int, default=64)
     ap.add_argument("--items", type=int, default=None, help="the mix's first N items")
     ap.add_argument("--variant", action="append", choices=VARIANTS, default=None)
     ap.add_argument("--server", choices=sorted(SERVERS), default="plain")
-    ap.add_argument("--out", type=Path, help="append each block's records here")
+    ap.add_argument("--out", type=Path, help="a new file: each block's records, as measured")
     ap.add_argument("--report", type=Path, nargs="+", help="re-read these runs' records")
     ap.add_argument("--budget-s", type=float, default=400.0, help="start no block after this")
     args = ap.parse_args()
@@ -196,6 +247,15 @@ def main() -> int:
         return 0
     if args.out is None:
         ap.error("--out or --report is needed")
+    if args.out.exists() and args.out.stat().st_size:
+        # repetitions restart at 0 in every run: two runs in one file would pair wrongly
+        ap.error(f"--out {args.out} exists; name a new file (--report reads several)")
+    skip: tuple[str, ...] = ()
+    if args.skip_from is not None:
+        skip = tuple(str(i) for i in json.loads(args.skip_from.read_text())["looping"])
+    setup = Setup(
+        args.clients, max(args.slots, args.clients), args.max_tokens, args.items, skip, args.server
+    )
     variants: list[str] = args.variant or list(VARIANTS)
     samples: list[dict[str, Any]] = []
     t0 = time.monotonic()
@@ -204,9 +264,11 @@ def main() -> int:
         for variant in variants[turn:] + variants[:turn]:
             if time.monotonic() - t0 > args.budget_s:
                 break
-            got = asyncio.run(
-                block(variant, rep, args.clients, args.max_tokens, args.items, args.server)
-            )
+            try:
+                got = asyncio.run(block(variant, rep, setup))
+            except FrondeError as exc:
+                print(f"hop_probe.py: {exc}", file=sys.stderr)
+                return 2
             samples += got
             with args.out.open("a") as f:  # a block at a time: what was measured survives
                 f.writelines(json.dumps(s) + "\n" for s in got)

@@ -22,12 +22,25 @@ from fronde.bench.load_page import (
     served_costs,
     session_verdicts,
 )
+from fronde.bench.load_race import race_lines
 from fronde.bench.load_sessions import session_curves, session_ratios, tagged_samples
 from fronde.bench.store import Store
 from fronde.errors import FrondeError
 from fronde.modes import Mode
 
 __all__ = ["recorded_run", "report_load", "write_load_page"]
+
+RACE_HEAD = "## Racing two servers at c = 1 (read off the static arms, in-sample)"
+"""The page's heading over :func:`~fronde.bench.load_race.race_lines`."""
+
+RACE_ABOUT = (
+    "Each item sent to two servers at once, the answer that ends first kept (the text is "
+    "that server's, whole): Σ tokens ÷ Σ time of whichever static arm finished the item "
+    "first, against the best single arm over the same items. It assumes the two servers "
+    "do not slow each other (`plain2 ÷ plain` at c = 1 says how far that holds) and is "
+    "in-sample. Not something Fronde does yet."
+)
+"""What the race lines are, for the page (:mod:`fronde.bench.load_race`)."""
 
 
 def write_load_page(
@@ -66,6 +79,7 @@ def write_load_page(
         for num, den in pairs
         if (ratios := session_ratios(samples, loops, num, den))
     }
+    race = race_lines(samples, loops)
     legend = {a: arm_about(a) for a in arms}
     legend |= {f"(calibration) {m}": arm for m, arm in calibration.items()}
     body = {
@@ -77,6 +91,7 @@ def write_load_page(
         "verdict": verdict,
         "quarantines": quarantines,
         "proxy": {k: {str(c): v for c, v in r.items()} for k, r in proxy.items()},
+        "race": race,
         "served_costs": {a: asdict(c) | {"draft_cost": c.draft_cost} for a, c in costs.items()},
     }
     (out / "load.json").write_text(json.dumps(body, indent=1) + "\n")
@@ -84,6 +99,8 @@ def write_load_page(
     page = load_markdown(
         rows, loops, title, legend, curves, verdict, spread, costs, quarantines, proxy
     )
+    if race:
+        page += "\n".join(["", RACE_HEAD, "", RACE_ABOUT, "", *race, ""])
     (out / "load.md").write_text(page)
     load_plot(rows, out / "load.png", title)
     return verdict

@@ -292,9 +292,11 @@ def load_markdown(
         lines += ["", "## What the proxy itself changes (`fr-plain`)", ""]
         lines += [
             "`fr-plain` is Fronde in front of the plain server alone, every request forced "
-            "there: its ratio to `plain` is the hop's own effect on the same server, a "
-            "router arm's ratio to it what routing adds (its other servers up beside it "
-            "included). Same session, tok/s:",
+            "there: its ratio to `plain` is the hop's own effect on the same server plus "
+            "the spread between blocks, a router arm's ratio to it what routing adds (its "
+            "other servers up beside it included). Same session, tok/s (on the H200, gemma "
+            "c = 32, it read 1.17× where the hop alone, 10 paired blocks of "
+            "`scripts/gpu/hop_probe.py`, read 0.99× [0.94, 1.03]):",
             "",
             *[
                 f"- {label}: " + ", ".join(f"c={c} {v:.2f}×" for c, v in ratios.items())

@@ -140,6 +140,8 @@ case "${1:?step}" in
     # What each part of Fronde's hop does to one static arm's server (client transport,
     # keep-alive, Fronde's upstream body, the whole hop): scripts/gpu/hop_probe.py. The
     # load step's ngram-mod settings, so that `default` and `cascade` are Fronde's modes.
+    # HOP_PARTNER (a second server) adds the `other` and `race` variants: both servers
+    # at once, each request to both, the first answer kept.
     profile=${PROFILE:-cpu-gemma-270m}
     server=${HOP_SERVER:-plain}
     clients=${HOP_CLIENTS:-32}
@@ -147,8 +149,8 @@ case "${1:?step}" in
     FRONDE_PROFILE=$profile FRONDE_BACKEND__PLAIN_ARGS=${LOAD_PLAIN:-'[]'} \
       FRONDE_SPECULATION__NGRAM_MOD_N_MIN=48 FRONDE_SPECULATION__NGRAM_MOD_N_MAX=64 \
       python3 scripts/gpu/hop_probe.py --clients "$clients" --slots "${HOP_SLOTS:-32}" \
-      --reps "${HOP_REPS:-4}" --server "$server" ${HOP_VARIANTS:-} \
-      --budget-s "${HOP_BUDGET_S:-400}" --out "$OUT/hop-$profile-$server-c$clients.jsonl" \
+      --reps "${HOP_REPS:-4}" --server "$server" ${HOP_PARTNER:+--partner "$HOP_PARTNER"} ${HOP_VARIANTS:-} \
+      --budget-s "${HOP_BUDGET_S:-400}" --out "$OUT/hop-$profile-$server${HOP_PARTNER:+-$HOP_PARTNER}-c$clients.jsonl" \
       2>&1 | grep -v "\[info"
     ;;
   atlas)

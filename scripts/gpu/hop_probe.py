@@ -15,7 +15,13 @@ here, beside the two ends:
 - ``fbody``: the benchmark's client with the body Fronde sends upstream (its ``stop``
   strings taken for Fronde to apply, ``timings_per_token`` asked;
   :meth:`~fronde.router.dispatch.relay.OwnedStops.take`);
-- ``hop``: through Fronde (the load benchmark's ``fr-plain`` arm).
+- ``hop``: through Fronde (the load benchmark's ``fr-plain`` arm);
+- ``other`` (with ``--partner``): the benchmark's client on the partner's server alone;
+- ``race`` (with ``--partner``): both servers fresh, every request sent to both at once,
+  the answer that ends first kept whole and the other request cancelled (its stream
+  closed, which frees its slot). What the load page's "Racing two servers at c = 1"
+  reads off the static arms in-sample, here measured with the two servers on one GPU at
+  once. Each kept answer is one server's own, as that mode alone would give it.
 
 Every block starts the plain server fresh (``--server cascade`` or ``default``: that
 static arm's server instead; ``-np`` slots, the load run's context and
@@ -34,12 +40,14 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import gzip
 import json
 import math
 import sys
 import tempfile
 import time
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -50,7 +58,7 @@ from httpx_aiohttp import AiohttpTransport
 
 from fronde.backends.client import KEEPALIVE_S
 from fronde.bench.arms import ARMS, Arm, Target, started, static_argv
-from fronde.bench.client import bench_http, send
+from fronde.bench.client import Sample, bench_http, send
 from fronde.bench.load import PROXY, agent_mix, load_rows, looping_items, spec_of
 from fronde.bench.protocol import WARM_ITEM
 from fronde.bench.verdict import bootstrap, geomean
@@ -60,8 +68,11 @@ from fronde.modes import Mode
 from fronde.router.dispatch.relay import OwnedStops
 from fronde.runtime.local import profile_of
 
-VARIANTS = ("direct", "keepalive", "aiohttp", "fbody", "hop")
+VARIANTS = ("direct", "keepalive", "aiohttp", "fbody", "hop", "other", "race")
 """The variants, in their first repetition's order (the module docstring says what each is)."""
+
+PAIRED = ("other", "race")
+"""The variants that need ``--partner``: a run without one leaves them out."""
 
 TIMEOUT = httpx.Timeout(900.0, connect=10.0)
 """The benchmark client's timeouts (:func:`~fronde.bench.client.bench_http`)."""
@@ -113,6 +124,7 @@ class Setup:
         items: the mix's first N items (all when None).
         skip: item ids left out (the load run's screened loops, ``--skip-from``).
         server: the static arm (:data:`SERVERS`).
+        partner: the second static arm of ``other`` and ``race`` (:data:`SERVERS`).
     """
 
     c: int
@@ -121,6 +133,39 @@ class Setup:
     items: int | None = None
     skip: tuple[str, ...] = ()
     server: str = "plain"
+    partner: str | None = None
+
+
+async def race(
+    http: httpx.AsyncClient, targets: list[Target], form: str, body: dict[str, Any]
+) -> tuple[Sample, int]:
+    """Send ``body`` to every target at once; keep the first answer that ends.
+
+    The other requests are cancelled: their streams close, and llama-server stops a
+    slot whose client has gone at its next token.
+
+    Returns:
+        The winner's sample (timed from its own send) and its index in ``targets``.
+
+    Raises:
+        Exception: the first failure, when every request failed.
+    """
+    tasks = [asyncio.create_task(send(http, t.base_url, form, body, t.headers)) for t in targets]
+    pending: set[asyncio.Task[Sample]] = set(tasks)
+    errors: list[BaseException] = []
+    try:
+        while pending:
+            done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+            for task in done:
+                exc = task.exception()
+                if exc is None:
+                    return task.result(), tasks.index(task)
+                errors.append(exc)
+    finally:
+        for task in pending:
+            task.cancel()
+        await asyncio.gather(*pending, return_exceptions=True)
+    raise errors[0]
 
 
 async def block(variant: str, rep: int, setup: Setup) -> list[dict[str, Any]]:
@@ -144,14 +189,25 @@ async def block(variant: str, rep: int, setup: Setup) -> list[dict[str, Any]]:
     if spec_of(static_argv(static, run)[1]) != spec_of(static_argv(probe, run)[1]):
         raise FrondeError(f"Fronde's {mode} backend does not run {setup.server}'s speculation")
     hop = replace(PROXY, name=f"fr-{setup.server}", force=mode, env=env)
-    arm = hop if variant == "hop" else static
+    arms = [hop if variant == "hop" else static]
+    if variant in PAIRED:
+        if setup.partner is None:
+            raise FrondeError(f"the {variant} variant needs --partner")
+        partner = next(a for a in ARMS if a.name == setup.partner)
+        arms = [partner] if variant == "other" else [static, partner]
     form = profile_of(settings).prompt_form
     mix = agent_mix(setup.items, skip=setup.skip)
     shape = _body_of(variant)
     out: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="hop-") as logs:
-        async with started(arm, run, None, Path(logs)) as target, _client(variant, c) as http:
-            await _one(http, target, form, shape(target.body(WARM_ITEM, form, 4)))
+        async with contextlib.AsyncExitStack() as stack:
+            targets = [
+                await stack.enter_async_context(started(a, run, None, Path(logs))) for a in arms
+            ]
+            http = await stack.enter_async_context(_client(variant, c))
+            target = targets[0]
+            for t in targets:
+                await _one(http, t, form, shape(t.body(WARM_ITEM, form, 4)))
             gate = asyncio.Semaphore(c)
             t_start = time.perf_counter()
 
@@ -159,7 +215,11 @@ async def block(variant: str, rep: int, setup: Setup) -> list[dict[str, Any]]:
                 head = {"arm": variant, "rep": rep, "level": f"c{c}", "item": item_id}
                 head |= {"order": order, "t0": round(time.perf_counter() - t_start, 4)}
                 try:
-                    sample = await send(http, target.base_url, form, body, target.headers)
+                    if len(targets) > 1:
+                        sample, won = await race(http, targets, form, body)
+                        head |= {"winner": arms[won].name}
+                    else:
+                        sample = await send(http, target.base_url, form, body, target.headers)
                     out.append(head | {"ok": True, **sample.record()})
                 except Exception as exc:  # a failure is a finding, recorded
                     out.append(head | {"ok": False, "error": repr(exc)[:300]})
@@ -220,6 +280,18 @@ def table(files: list[list[dict[str, Any]]]) -> list[str]:
             f"| {name} | {r.reps} | {r.tok_s:.0f} | [{r.tok_s_lo:.0f}, {r.tok_s_hi:.0f}] | "
             f"{r.server_tok_s} | {r.p50_s:.2f} | {r.ttft_s} | {paired} | {ci} |"
         )
+    if "race" in rows and "other" in rows and base:
+        other = rows["other"].tok_s_reps
+        best = {k: max(v, other[k]) for k, v in base.items() if k in other}
+        ratios = [v / best[k] for k, v in rows["race"].tok_s_reps.items() if best.get(k)]
+        if ratios:
+            lo, hi = bootstrap([[x] for x in ratios])
+            wins = Counter(s.get("winner") for s in samples if s["arm"] == "race" and s["ok"])
+            lines.append(
+                f"\nrace ÷ the better of direct and other in its repetition: "
+                f"{geomean(ratios):.2f}× [{lo:.2f}, {hi:.2f}] ({len(ratios)} pairs); "
+                f"answers kept: {', '.join(f'{k} {n}' for k, n in wins.most_common())}"
+            )
     lines.append(f"\nLeft out of tokens and latencies (looping in some block): {len(loops)} items.")
     return lines
 
@@ -237,6 +309,9 @@ def main() -> int:
     ap.add_argument("--items", type=int, default=None, help="the mix's first N items")
     ap.add_argument("--variant", action="append", choices=VARIANTS, default=None)
     ap.add_argument("--server", choices=sorted(SERVERS), default="plain")
+    ap.add_argument(
+        "--partner", choices=sorted(SERVERS), default=None, help="the second server of race"
+    )
     ap.add_argument("--out", type=Path, help="a new file: each block's records, as measured")
     ap.add_argument("--report", type=Path, nargs="+", help="re-read these runs' records")
     ap.add_argument("--budget-s", type=float, default=400.0, help="start no block after this")
@@ -253,10 +328,22 @@ def main() -> int:
     skip: tuple[str, ...] = ()
     if args.skip_from is not None:
         skip = tuple(str(i) for i in json.loads(args.skip_from.read_text())["looping"])
+    if args.partner is not None and args.partner == args.server:
+        ap.error("--partner must name another server than --server")
     setup = Setup(
-        args.clients, max(args.slots, args.clients), args.max_tokens, args.items, skip, args.server
+        args.clients,
+        max(args.slots, args.clients),
+        args.max_tokens,
+        args.items,
+        skip,
+        args.server,
+        args.partner,
     )
-    variants: list[str] = args.variant or list(VARIANTS)
+    variants: list[str] = args.variant or [
+        v for v in VARIANTS if args.partner is not None or v not in PAIRED
+    ]
+    if args.partner is None and (needs := [v for v in variants if v in PAIRED]):
+        ap.error(f"--variant {needs[0]} needs --partner")
     samples: list[dict[str, Any]] = []
     t0 = time.monotonic()
     for rep in range(args.reps):

@@ -37,8 +37,10 @@ RACE_ABOUT = (
     "Each item sent to two servers at once, the answer that ends first kept (the text is "
     "that server's, whole): Σ tokens ÷ Σ time of whichever static arm finished the item "
     "first, against the best single arm over the same items. It assumes the two servers "
-    "do not slow each other (`plain2 ÷ plain` at c = 1 says how far that holds) and is "
-    "in-sample. Not something Fronde does yet."
+    "do not slow each other, as with a device per server, and is in-sample. On one H200 "
+    "that assumption is false: a real race of plain and cascade (gemma, c = 1, "
+    "`results/hop-gpu-h200-cpu-gemma-270m-20261204-race`) read 0.50× the better server "
+    "alone. Not something Fronde does."
 )
 """What the race lines are, for the page (:mod:`fronde.bench.load_race`)."""
 

@@ -34,6 +34,9 @@ On the H200 (gemma, c = 32, 2026-12-04; ``results/hop-gpu-h200-cpu-gemma-270m-20
 Fronde in front read 0.99× direct [0.94, 1.03] over 10 pairs: the hop is neutral there,
 and the load run's ``fr-plain ÷ plain`` 1.17× was the spread between blocks. ``fbody``
 read 1.24× mostly because no one applies its stops: every answer ran to its budget.
+Racing plain against cascade at c = 1 (``--partner cascade``, gemma, 2026-12-04;
+``results/hop-gpu-h200-cpu-gemma-270m-20261204-race``) read 0.50× the better server
+alone: two servers decoding at once on one GPU slow each other by more than half.
 """
 
 from __future__ import annotations

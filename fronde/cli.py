@@ -1127,7 +1127,7 @@ def bench_load(
     import asyncio
     import json
 
-    from fronde.bench.load import CLIENTS, load_setup
+    from fronde.bench.load import CLIENTS, bracketed, load_setup
     from fronde.bench.load_report import write_load_page
     from fronde.bench.load_sessions import session_curves, tagged_samples
     from fronde.bench.protocol import planned_requests, run_plan
@@ -1180,21 +1180,20 @@ def bench_load(
     total = planned_requests(setup.static) + planned_requests(setup.router)
     key = load_key(setup.settings)
     with _bench_progress(console, total) as advance:
-        asyncio.run(
-            run_plan(
-                setup.static, setup.settings, config, store, out / "logs", advance, advance.status
+        # A repetition at a time, static and router plans alternating (A B B A), so
+        # that a drift over the run falls on both.
+        for part, rep in bracketed(reps):
+            plan = setup.static if part == "static" else setup.router
+            logs = out / "logs"
+            asyncio.run(
+                run_plan(plan, setup.settings, config, store, logs, advance, advance.status, rep)
             )
-        )
-        # Each curve from the latest session that measured it: a run resumed on a
-        # fresh lease (or seeded) would otherwise pool two machines' figures.
-        curves = session_curves(tagged_samples(store), setup.calibration, str(out))
-        save_load_curves(setup.settings.cache_dir, key, curves)
-        advance(f"load curves saved for {key}: plain from c = {curves.threshold()}", 0)
-        asyncio.run(
-            run_plan(
-                setup.router, setup.settings, config, store, out / "logs", advance, advance.status
-            )
-        )
+            if part == "static":
+                # Each curve from the latest session that measured it: a run resumed
+                # on a fresh lease (or seeded) would otherwise pool two machines'.
+                curves = session_curves(tagged_samples(store), setup.calibration, str(out))
+                save_load_curves(setup.settings.cache_dir, key, curves)
+                advance(f"load curves saved for {key}: plain from c = {curves.threshold()}", 0)
     verdict = write_load_page(
         out,
         store,

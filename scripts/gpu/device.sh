@@ -9,6 +9,7 @@
 #   probe-chat     the same with streamed chat and the prompt cache, as bench load sends
 #   probe-steps    the same with CUDA graphs on and off, one server against two at c = 2
 #   hop            what each part of Fronde's hop does to a server (scripts/gpu/hop_probe.py)
+#   batched        llama-batched-bench: one model's decode tok/s against parallel sequences
 #   atlas | verdict | load   the measurements; results are tarred into $OUT (PROFILE=...)
 # See scripts/gpu/README.md for the order of calls and what each carries.
 set -euo pipefail
@@ -152,6 +153,23 @@ case "${1:?step}" in
       --reps "${HOP_REPS:-4}" --server "$server" ${HOP_PARTNER:+--partner "$HOP_PARTNER"} ${HOP_VARIANTS:-} \
       --budget-s "${HOP_BUDGET_S:-400}" --out "$OUT/hop-$profile-$server${HOP_PARTNER:+-$HOP_PARTNER}-c$clients.jsonl" \
       2>&1 | grep -v "\[info"
+    ;;
+  batched)
+    # llama.cpp's own decode speed against parallel sequences, no HTTP and no Fronde: does
+    # one server's step cost jump where the load pages' curves do (c = 2-8 against 16)?
+    # Each sequence its own 128-token prompt, 64 tokens generated (workload A's budget).
+    profile=${PROFILE:-cpu-gemma-270m}
+    case $profile in
+      cpu-gemma-270m) gguf=models/gemma-3-270m-q4_k_m.gguf ;;
+      cpu-smollm2-135m) gguf=models/SmolLM2-135M-Instruct.Q4_1.gguf ;;
+      *) echo "device.sh: batched knows cpu-gemma-270m and cpu-smollm2-135m" >&2; exit 1 ;;
+    esac
+    bin=$(python3 -c "import json; print(json.load(open('$FRONDE_CACHE_DIR/llama.cpp/current.json'))['bin_dir'])")
+    # BATCHED_ARGS: more llama-batched-bench options (`-fa on`, another `-npl` list).
+    # shellcheck disable=SC2086  # BATCHED_ARGS is a list of options
+    "$bin/llama-batched-bench" -m "$gguf" -ngl "${BATCHED_NGL:-99}" -c 16384 -b 2048 -ub 512 \
+      -npp 128 -ntg 64 -npl 1,2,3,4,6,8,12,16,32 --output-format jsonl ${BATCHED_ARGS:-} \
+      2>/dev/null | tee -a "$OUT/batched-$profile.jsonl"
     ;;
   atlas)
     out="results/atlas-gpu-h200-$STAMP"

@@ -226,3 +226,23 @@ async def test_a_run_says_what_it_starts_before_its_first_request(
     )  # fmt: skip
     assert events[:2] == ["w, rep 1 of 1: starting a (plain)", "w, rep 1 of 1: a, 3 requests"]
     assert events[2:5] == ["1"] * 3
+
+
+@pytest.mark.anyio
+async def test_a_plan_runs_one_repetition_when_asked_and_the_rest_later(
+    tmp_path: Path, fake_settings: Settings
+) -> None:
+    plan = Plan.single(
+        Workload("w", _items(2)),
+        (Arm("a", "static"), Arm("b", "static")),
+        2,
+        "completion",
+        8,
+    )
+    store = Store(tmp_path / "records.jsonl")
+    await run_plan(plan, fake_settings, None, store, tmp_path / "logs", _quiet, rep=1)
+    await run_plan(plan, fake_settings, None, store, tmp_path / "logs", _quiet, rep=0)
+    # All of it again: every block is done, none runs twice.
+    await run_plan(plan, fake_settings, None, store, tmp_path / "logs", _quiet)
+    blocks = [r["block"] for r in store.records() if r["type"] == "block"]
+    assert blocks == ["w|b|1", "w|a|1", "w|a|0", "w|b|0"]

@@ -18,6 +18,7 @@ from fronde.bench.breakeven import served_cost
 from fronde.bench.load import (
     SPREAD,
     agent_mix,
+    bracketed,
     load_rows,
     load_setup,
     looping_items,
@@ -799,3 +800,22 @@ def test_the_verify_cost_a_server_paid_is_fitted_from_its_requests_timings() -> 
     assert list(costs) == ["default"]
     page = load_markdown(load_rows(samples, []), [], "t", {}, None, None, None, costs)
     assert "default 2.00 ms a pass, 0.50 ms a drafted token, draft cost 0.250" in page
+
+
+def test_static_and_router_repetitions_alternate_which_runs_first() -> None:
+    assert bracketed(1) == [("static", 0), ("router", 0)]
+    assert bracketed(3) == [
+        ("static", 0),
+        ("router", 0),
+        ("router", 1),
+        ("static", 1),
+        ("static", 2),
+        ("router", 2),
+    ]
+    # With an even number of repetitions both plans sit at the same mean place in the run.
+    order = bracketed(4)
+    mean = {
+        part: sum(i for i, (p, _) in enumerate(order) if p == part) / 4
+        for part in ("static", "router")
+    }
+    assert mean["static"] == mean["router"]

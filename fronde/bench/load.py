@@ -166,10 +166,11 @@ def bracketed(reps: int) -> list[tuple[str, int]]:
     static 1, static 2, router 2, …``. Run one after the other, every router block came
     after every static block, so a drift over a lease fell on the router arms alone
     (H200, gemma, 2026-12-04 10:24: the static arms' second blocks, run later, decoded
-    0.90× and 0.85× as fast a request as their first at c = 2 and 4, the geometric mean
-    over five arms); bracketed, the two plans' mean places in the run are the same for
-    an even number of repetitions. The router arms of repetition 1 read the curves of
-    repetition 0 alone: curves measured before them, as a user's would be.
+    0.87× and 0.85× as fast a request as their first at c = 2 and 4, the geometric mean
+    over five arms, loops left out); bracketed, the two plans' mean places in the run
+    are the same for an even number of repetitions. The router arms of repetition 1
+    read the curves of repetition 0 alone: curves measured before them, as a user's
+    would be.
 
     Args:
         reps: repetitions of every block, at least 1.

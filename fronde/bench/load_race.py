@@ -9,14 +9,15 @@ reads, per repetition, the aggregate a race of two of them would have had:
 Σ tokens ÷ Σ end-to-end time of whichever arm finished the item first, against the
 best single arm over the same items (each arm's own Σ tokens ÷ Σ time, loops left out).
 
-Two readings bound it. It assumes the two servers do not slow each other, which is
-false on one device: racing plain against cascade on one H200 (gemma, c = 1,
-``scripts/gpu/hop_probe.py --partner cascade``,
+Two readings bound it. It assumes the two servers do not slow each other, which was
+measured false on one H200: racing plain (``--backend-sampling``) against cascade (gemma,
+c = 1, ``scripts/gpu/hop_probe.py --partner cascade``,
 ``results/hop-gpu-h200-cpu-gemma-270m-20261204-race``) read 0.50× [0.49, 0.51] the
-better server alone, each server's own decode rate falling from 739 and 544 tok/s to
-240 while both ran (``plain2 ÷ plain`` at c = 1 never tested it: one of its servers is
-idle). So this is what a race would give with a device per server, not on one. And it
-is in-sample: a race keeps the faster of two noisy times, which a real race does too,
+better server alone, the kept answers decoding at a median 240 tok/s against 739 and
+544 for each server alone, as the serving probe of 2026-12-03 had found two processes
+taking turns where the GPU is the limit (``plain2 ÷ plain`` at c = 1 never tested it:
+one of its servers is idle). So this reads what a race would give with a device per
+server. And it is in-sample: a race keeps the faster of two noisy times, which a real race does too,
 but here the same blocks also chose the best single arm. ``every server`` is the race
 of all of them (the per-item oracle).
 """

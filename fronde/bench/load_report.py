@@ -38,7 +38,7 @@ RACE_ABOUT = (
     "that server's, whole): Σ tokens ÷ Σ time of whichever static arm finished the item "
     "first, against the best single arm over the same items. It assumes the two servers "
     "do not slow each other, as with a device per server, and is in-sample. On one H200 "
-    "that assumption is false: a real race of plain and cascade (gemma, c = 1, "
+    "it was measured false: a real race of plain and cascade (gemma, c = 1, "
     "`results/hop-gpu-h200-cpu-gemma-270m-20261204-race`) read 0.50× the better server "
     "alone. Not something Fronde does."
 )

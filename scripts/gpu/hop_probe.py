@@ -34,9 +34,10 @@ On the H200 (gemma, c = 32, 2026-12-04; ``results/hop-gpu-h200-cpu-gemma-270m-20
 Fronde in front read 0.99× direct [0.94, 1.03] over 10 pairs: the hop is neutral there,
 and the load run's ``fr-plain ÷ plain`` 1.17× was the spread between blocks. ``fbody``
 read 1.24× mostly because no one applies its stops: every answer ran to its budget.
-Racing plain against cascade at c = 1 (``--partner cascade``, gemma, 2026-12-04;
-``results/hop-gpu-h200-cpu-gemma-270m-20261204-race``) read 0.50× the better server
-alone: two servers decoding at once on one GPU slow each other by more than half.
+Racing plain (``--backend-sampling``) against cascade at c = 1 (``--partner cascade``,
+gemma, 2026-12-04; ``results/hop-gpu-h200-cpu-gemma-270m-20261204-race``) read 0.50×
+the better server alone: there, two servers decoding at once slowed each other by more
+than half (cascade kept 80 % of the answers).
 """
 
 from __future__ import annotations
@@ -142,43 +143,53 @@ class Setup:
 async def race(
     http: httpx.AsyncClient, targets: list[Target], form: str, body: dict[str, Any]
 ) -> tuple[Sample, int]:
-    """Send ``body`` to every target at once; keep the first answer that ends.
+    """Send ``body`` to every target at once; keep the first successful answer to end.
 
-    The other requests are cancelled: their streams close, and llama-server stops a
-    slot whose client has gone at its next token.
+    The other requests are cancelled: their streams close (``bench_http`` keeps no
+    connection), and llama-server stops a slot whose client has gone at its next token
+    (not checked here). Two answers that end in the same turn of the event loop are
+    told apart by when their last event came.
+
+    Args:
+        http: the client (:func:`~fronde.bench.client.bench_http`).
+        targets: the servers, each started fresh for the block.
+        form: ``completion`` or ``chat`` (which endpoint).
+        body: the request, streamed.
 
     Returns:
-        The winner's sample (timed from its own send) and its index in ``targets``.
+        The kept sample (timed from its own send) and its server's index in ``targets``.
 
     Raises:
-        Exception: the first failure, when every request failed.
+        FrondeError: every request failed (each failure named).
     """
     tasks = [asyncio.create_task(send(http, t.base_url, form, body, t.headers)) for t in targets]
     pending: set[asyncio.Task[Sample]] = set(tasks)
-    errors: list[BaseException] = []
+    errors: list[str] = []
     try:
         while pending:
             done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
-            for task in done:
-                exc = task.exception()
-                if exc is None:
-                    return task.result(), tasks.index(task)
-                errors.append(exc)
+            ok = [t for t in done if t.exception() is None]
+            errors += [repr(t.exception()) for t in done if t.exception() is not None]
+            if ok:
+                first = min(ok, key=lambda t: t.result().end or math.inf)
+                return first.result(), tasks.index(first)
     finally:
         for task in pending:
             task.cancel()
         await asyncio.gather(*pending, return_exceptions=True)
-    raise errors[0]
+    raise FrondeError(f"every server failed: {'; '.join(errors)}")
 
 
 async def block(variant: str, rep: int, setup: Setup) -> list[dict[str, Any]]:
     """One block of ``variant`` on fresh servers: one sample record per item.
 
-    ``hop`` is Fronde with only the static arm's mode, every request forced there.
+    ``hop`` is Fronde with only the static arm's mode, every request forced there;
+    ``other`` the partner's static server alone; ``race`` starts both static servers
+    and sends every request to both (:func:`race`), its records naming the ``winner``.
 
     Raises:
-        FrondeError: that mode's backend would not run the static arm's speculation, or
-            a server did not start.
+        FrondeError: that mode's backend would not run the static arm's speculation, the
+            variant needs ``setup.partner`` and has none, or a server did not start.
     """
     c = setup.c
     settings = load_settings()
@@ -253,7 +264,10 @@ def table(files: list[list[dict[str, Any]]]) -> list[str]:
     Returns:
         Markdown lines: tok/s median [lowest, highest] over every block, the server's own
         decode tok/s, p50 and time to first token, and the geometric mean of the paired
-        ratios with its 95 % bootstrap interval (:func:`~fronde.bench.verdict.bootstrap`).
+        ratios with its 95 % bootstrap interval (:func:`~fronde.bench.verdict.bootstrap`);
+        with ``race`` and ``other`` blocks, a line more: ``race`` against the better of
+        ``direct`` and ``other`` in each repetition, and how many kept answers came
+        from each server.
 
     Raises:
         ValueError: the records are of more than one concurrency.

@@ -25,7 +25,7 @@ import itertools
 import json
 import os
 import time
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
@@ -159,6 +159,42 @@ def resolve_floor(settings: Settings) -> Floor:
             "(`fronde bench verdict` measures it)",
         )
     return Floor(measured, f"{measured}: fastest mode `fronde bench verdict` measured for {key}")
+
+
+def curve_floor(start: Floor, curves: LoadCurves, modes: Collection[Mode], band: float) -> Floor:
+    """The starting floor the load curves choose: the best mode alone, where it is clearly best.
+
+    ``fronde bench load`` measures each mode's backend at one request in flight with the
+    slots and flags it is served with (``backend.plain_args`` on baseline), which a
+    verdict run (or the default) does not: on the H200 (gemma, 2026-12-04 10:35) the
+    curves read baseline 344 tok/s alone against 293–300 for the speculative modes,
+    while the floor stayed the default ngram-mod, and a request with nothing else to
+    go on went there. So with curves, the floor is the mode whose curve is highest at
+    a load of 1, unless ``start``'s own curve is within ``band`` of it (a tie stays
+    with ``start``).
+
+    Args:
+        start: the floor from ``router.floor = "auto"`` (:func:`resolve_floor`).
+        curves: the measured load curves.
+        modes: the modes served.
+        band: the relative margin the best must clear (``router.load_band``).
+
+    Returns:
+        ``start``, or the curves' best mode with a ``why`` that gives both figures.
+    """
+    alone = {m: r for m in modes if (r := curves.aggregate(m, 1)) is not None}
+    if not alone:
+        return start
+    best = max(alone, key=lambda m: alone[m])
+    own = alone.get(start.mode)
+    if best == start.mode or (own is not None and own >= (1 - band) * alone[best]):
+        return start
+    against = f"{start.mode} {own:.0f}" if own is not None else f"{start.mode} has no curve"
+    return Floor(
+        best,
+        f"{best}: the load curves' best alone ({alone[best]:.0f} tok/s against {against}; "
+        f"{curves.source or 'fronde bench load'}), over {start.why}",
+    )
 
 
 LOAD_FILE = "load.json"

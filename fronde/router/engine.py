@@ -22,7 +22,13 @@ from fronde.config import Settings
 from fronde.logging import get_logger
 from fronde.modes import Mode
 from fronde.router.cache import RouteCache
-from fronde.router.calibration import Floor, LoadCurves, resolve_floor, resolve_load
+from fronde.router.calibration import (
+    Floor,
+    LoadCurves,
+    curve_floor,
+    resolve_floor,
+    resolve_load,
+)
 from fronde.router.classify import RequestClass
 from fronde.router.counterfactual import Counterfactual, bucket_of
 from fronde.router.measure import MIN_TOKENS, MIN_TRUSTED_SAMPLES, Measurement, Measurements
@@ -266,12 +272,16 @@ class Router:
 
         ``measurements`` and ``cache`` are built from the settings unless given (a
         :class:`StateStore` is built over them first); ``floor`` is resolved from
-        them (:func:`~fronde.router.calibration.resolve_floor`) unless given.
+        them (:func:`~fronde.router.calibration.resolve_floor`) unless given; under the
+        ``measured`` load rule with curves and ``router.floor = "auto"``, the curves'
+        best mode alone may replace it (:func:`~fronde.router.calibration.curve_floor`).
         """
         r = settings.router
         start = floor if floor is not None else resolve_floor(settings)
         rule = settings.effective_load_rule()
         curves, load_why = resolve_load(settings) if rule == "measured" else (None, "")
+        if floor is None and r.floor == "auto" and curves is not None:
+            start = curve_floor(start, curves, settings.modes, r.load_band)
         policy = RouterPolicy(
             probe_tokens=r.probe_tokens,
             margin=r.margin,

@@ -37,8 +37,11 @@ baseline by assumption: in the verdicts of 2026-12-01 a speculative configuratio
 beat plain decoding on every machine and profile. Another floor candidate replaces
 it for a class once this class's EMA has it at ≥ ``margin`` × the floor's; a tie
 stays with the starting floor, whose server keeps the n-gram memory of every request
-it served. When the floor mode is not running, baseline starts, then the first
-usable mode.
+it served. With measured load curves (the ``measured`` rule) the starting floor is the
+mode whose curve is highest at one request in flight, unless the verdict's floor is
+within ``load_band`` of it (:func:`~fronde.router.calibration.curve_floor`): the curves
+were measured with the slots and flags being served. When the floor mode is not
+running, baseline starts, then the first usable mode.
 
 **Load rules** (``load_rule``). Speculation loses under concurrency (llama.cpp
 reports a net loss at ≥ 2 parallel requests; vLLM and SmartSpec shrink

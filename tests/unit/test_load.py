@@ -819,3 +819,37 @@ def test_static_and_router_repetitions_alternate_which_runs_first() -> None:
         for part in ("static", "router")
     }
     assert mean["static"] == mean["router"]
+
+
+def test_the_load_curves_best_mode_alone_becomes_the_floor_where_it_is_clearly_best(
+    fake_gemma: Callable[[int], Settings],
+) -> None:
+    settings = fake_gemma(400)
+    gpu = settings.model_copy(
+        update={"backend": settings.backend.model_copy(update={"parallel": 8})}
+    )
+    # The H200 shape of 2026-12-04 (gemma): plain decoding best alone, by 15 %.
+    h200 = LoadCurves(
+        {
+            Mode.BASELINE: ((1, 344.0), (16, 721.0)),
+            Mode.NGRAM_MOD: ((1, 300.0), (16, 368.0)),
+            Mode.CASCADE: ((1, 295.0), (16, 375.0)),
+        },
+        "run-folder",
+    )
+    save_load_curves(gpu.cache_dir, load_key(gpu), h200)
+    router = Router.from_settings(gpu)
+    assert router.policy.floor is Mode.BASELINE
+    assert "load curves' best alone (344 tok/s against ngram-mod 300" in router.floor_why
+    decision = router.plan(RequestClass.GENERAL, "k", ready=set(gpu.modes), now=0.0, budget=64)
+    assert decision.plan == Plan(Route.FALLBACK, Mode.BASELINE)
+    # Within load_band (5 %) of the best, the floor stays where it was.
+    near = LoadCurves({Mode.BASELINE: ((1, 310.0),), Mode.NGRAM_MOD: ((1, 300.0),)})
+    save_load_curves(gpu.cache_dir, load_key(gpu), near)
+    assert Router.from_settings(gpu).policy.floor is Mode.NGRAM_MOD
+    # A floor the user set is theirs.
+    save_load_curves(gpu.cache_dir, load_key(gpu), h200)
+    named = gpu.model_copy(update={"router": gpu.router.model_copy(update={"floor": Mode.CASCADE})})
+    assert Router.from_settings(named).policy.floor is Mode.CASCADE
+    # One request at a time (the CPU's serialize rule) reads no curves: unchanged.
+    assert Router.from_settings(settings).policy.floor is Mode.NGRAM_MOD

@@ -23,7 +23,7 @@ if [ "$1" = "--build" ]; then
   echo "[1/2] Building CXX object a.o"
   echo "[2/2] Linking CXX executable bin/llama-server"
   line="version: 0.6.0-dev (build $VERSION, commit b11434)"
-  for t in llama-server llama-bench llama-quantize; do
+  for t in llama-server llama-bench llama-quantize llama-batched-bench; do
     printf '#!/bin/sh\necho "%s" >&2\n' "$line" > "$build/bin/$t"
     chmod +x "$build/bin/$t"
   done

@@ -111,13 +111,18 @@ def test_curves_survive_the_file_and_a_damaged_entry_is_ignored(tmp_path: Path) 
     assert back is not None and back.spread == () and back.points == CURVES.points
 
 
+def _parallel(settings: Settings, slots: int) -> Settings:
+    """``settings`` with ``slots`` parallel slots per backend (a GPU's: the measured rule)."""
+    return settings.model_copy(
+        update={"backend": settings.backend.model_copy(update={"parallel": slots})}
+    )
+
+
 def test_serve_reads_the_curves_for_its_build_model_and_slots(
     fake_gemma: Callable[[int], Settings],
 ) -> None:
     settings = fake_gemma(400)
-    gpu = settings.model_copy(
-        update={"backend": settings.backend.model_copy(update={"parallel": 8})}
-    )
+    gpu = _parallel(settings, 8)
     curves, why = resolve_load(gpu)
     assert curves is None and "fronde bench load" in why
     assert load_key(gpu).endswith("|np8")
@@ -825,9 +830,7 @@ def test_the_load_curves_best_mode_alone_becomes_the_floor_where_it_is_clearly_b
     fake_gemma: Callable[[int], Settings],
 ) -> None:
     settings = fake_gemma(400)
-    gpu = settings.model_copy(
-        update={"backend": settings.backend.model_copy(update={"parallel": 8})}
-    )
+    gpu = _parallel(settings, 8)
     # The H200 shape of 2026-12-04 (gemma): plain decoding best alone, by 15 %.
     h200 = LoadCurves(
         {

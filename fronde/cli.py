@@ -1182,9 +1182,9 @@ def bench_load(
     with _bench_progress(console, total) as advance:
         # A repetition at a time, static and router plans alternating (A B B A), so
         # that a drift over the run falls on both.
+        logs = out / "logs"
         for part, rep in bracketed(reps):
             plan = setup.static if part == "static" else setup.router
-            logs = out / "logs"
             asyncio.run(
                 run_plan(plan, setup.settings, config, store, logs, advance, advance.status, rep)
             )

@@ -17,9 +17,9 @@ better server alone, the kept answers decoding at a median 240 tok/s against 739
 544 for each server alone, as the serving probe of 2026-12-03 had found two processes
 taking turns where the GPU is the limit (``plain2 ÷ plain`` at c = 1 never tested it:
 one of its servers is idle). So this reads what a race would give with a device per
-server. And it is in-sample: a race keeps the faster of two noisy times, which a real race does too,
-but here the same blocks also chose the best single arm. ``every server`` is the race
-of all of them (the per-item oracle).
+server. And it is in-sample: a race keeps the faster of two noisy times, which a real
+race does too, but here the same blocks also chose the best single arm. ``every
+server`` is the race of all of them (the per-item oracle).
 """
 
 from __future__ import annotations

@@ -168,8 +168,9 @@ async def race(
     try:
         while pending:
             done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
-            ok = [t for t in done if t.exception() is None]
-            errors += [repr(t.exception()) for t in done if t.exception() is not None]
+            failed = {t: exc for t in done if (exc := t.exception()) is not None}
+            ok = [t for t in done if t not in failed]
+            errors += [repr(exc) for exc in failed.values()]
             if ok:
                 first = min(ok, key=lambda t: t.result().end or math.inf)
                 return first.result(), tasks.index(first)
@@ -254,6 +255,17 @@ async def _one(http: httpx.AsyncClient, target: Target, form: str, body: dict[st
     await send(http, target.base_url, form, body, target.headers)
 
 
+def _paired(tok_s: dict[Any, float], base: dict[Any, float]) -> list[float]:
+    """Each repetition's tok/s ÷ ``base``'s in the same repetition (where it has one)."""
+    return [v / base[k] for k, v in tok_s.items() if base.get(k)]
+
+
+def _summary(ratios: list[float]) -> tuple[float, float, float]:
+    """Geometric mean of paired ratios and its 95 % bootstrap interval (NaN when empty)."""
+    lo, hi = bootstrap([[x] for x in ratios])
+    return (geomean(ratios) if ratios else math.nan), lo, hi
+
+
 def table(files: list[list[dict[str, Any]]]) -> list[str]:
     """The page's table: per variant, tok/s and its ratio to ``direct`` in the same repetition.
 
@@ -289,9 +301,9 @@ def table(files: list[list[dict[str, Any]]]) -> list[str]:
         r = rows.get(name)
         if r is None:
             continue
-        ratios = [v / base[k] for k, v in r.tok_s_reps.items() if base.get(k)]
-        lo, hi = bootstrap([[x] for x in ratios])
-        paired = f"{geomean(ratios):.2f}× ({len(ratios)})" if ratios else "–"
+        ratios = _paired(r.tok_s_reps, base)
+        gm, lo, hi = _summary(ratios)
+        paired = f"{gm:.2f}× ({len(ratios)})" if ratios else "–"
         ci = f"[{lo:.2f}, {hi:.2f}]" if ratios and not math.isnan(lo) else "–"
         lines.append(
             f"| {name} | {r.reps} | {r.tok_s:.0f} | [{r.tok_s_lo:.0f}, {r.tok_s_hi:.0f}] | "
@@ -300,13 +312,13 @@ def table(files: list[list[dict[str, Any]]]) -> list[str]:
     if "race" in rows and "other" in rows and base:
         other = rows["other"].tok_s_reps
         best = {k: max(v, other[k]) for k, v in base.items() if k in other}
-        ratios = [v / best[k] for k, v in rows["race"].tok_s_reps.items() if best.get(k)]
+        ratios = _paired(rows["race"].tok_s_reps, best)
         if ratios:
-            lo, hi = bootstrap([[x] for x in ratios])
+            gm, lo, hi = _summary(ratios)
             wins = Counter(s.get("winner") for s in samples if s["arm"] == "race" and s["ok"])
             lines.append(
                 f"\nrace ÷ the better of direct and other in its repetition: "
-                f"{geomean(ratios):.2f}× [{lo:.2f}, {hi:.2f}] ({len(ratios)} pairs); "
+                f"{gm:.2f}× [{lo:.2f}, {hi:.2f}] ({len(ratios)} pairs); "
                 f"answers kept: {', '.join(f'{k} {n}' for k, n in wins.most_common())}"
             )
     lines.append(f"\nLeft out of tokens and latencies (looping in some block): {len(loops)} items.")

@@ -146,8 +146,10 @@ case "${1:?step}" in
     profile=${PROFILE:-cpu-gemma-270m}
     server=${HOP_SERVER:-plain}
     clients=${HOP_CLIENTS:-32}
+    # LOAD_EXTRA: server flags for every server of the probe, as in the load step.
     # shellcheck disable=SC2086  # HOP_VARIANTS is a list of options (--variant direct ...)
     FRONDE_PROFILE=$profile FRONDE_BACKEND__PLAIN_ARGS=${LOAD_PLAIN:-'[]'} \
+      FRONDE_BACKEND__EXTRA_ARGS=${LOAD_EXTRA:-'[]'} \
       FRONDE_SPECULATION__NGRAM_MOD_N_MIN=48 FRONDE_SPECULATION__NGRAM_MOD_N_MAX=64 \
       python3 scripts/gpu/hop_probe.py --clients "$clients" --slots "${HOP_SLOTS:-32}" \
       --reps "${HOP_REPS:-4}" --server "$server" ${HOP_PARTNER:+--partner "$HOP_PARTNER"} ${HOP_VARIANTS:-} \

@@ -13,7 +13,11 @@ every single server at c = 1:
   held-out ratio is the best static arm's Σ time on that repetition ÷ the routed Σ
   time (above 1: faster than the best single server, as a user would have picked it
   after the fact);
-- ``oracle``: each item on its fastest server (the per-item ceiling, in-sample).
+- ``per item``: each item sent to the server that was fastest for it on the one
+  repetition, read on the other (what knowing every prompt's best server from an
+  earlier run would give);
+- ``oracle``: each item on its fastest server of the same repetition (in-sample: the
+  least of four noisy times, so above what any choice made beforehand can get).
 
 Schemes: ``as served`` (the router's buckets), ``+ length`` (the same, split at 400
 and 900 characters of request text), ``edit at N`` (the EDIT class with fenced blocks
@@ -134,6 +138,12 @@ def report(folder: Path) -> list[str]:
             chosen = sorted(set(pick.values()))
             held.append(f"{best / routed:.3f}× ({len(pick)} buckets: {', '.join(chosen)})")
         lines.append(f"  {name}: held out {'; '.join(held)}")
+    per_item: list[str] = []
+    for train, test in ((reps[0], reps[1]), (reps[1], reps[0])):
+        fastest = {i: min(ARMS.values(), key=lambda a, i=i: t[(i, a, train)]) for i in items}
+        routed = sum(t[(i, fastest[i], test)] for i in items)
+        per_item.append(f"{min(v[test] for v in static.values()) / routed:.3f}×")
+    lines.append(f"  per item: held out {'; '.join(per_item)}")
     for r in reps:
         oracle = sum(min(t[(i, a, r)] for a in ARMS.values()) for i in items)
         best = min(v[r] for v in static.values())

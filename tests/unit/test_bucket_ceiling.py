@@ -2,14 +2,11 @@
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
 from types import ModuleType
 
 from fronde.bench.store import Store
-
-SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "bucket_ceiling.py"
+from tests.scripts import load_script
 
 EDITS = ("inventory-py-1", "inventory-py-2")
 """Agent-mix items in the ``edit|low`` bucket (chat form, as served)."""
@@ -19,12 +16,7 @@ GENERAL = ("math-2", "chat-4")
 
 
 def _script() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("bucket_ceiling", SCRIPT)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["bucket_ceiling"] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_script("bucket_ceiling.py")
 
 
 def _folder(tmp: Path, wall: dict[tuple[str, str], float]) -> Path:

@@ -9,11 +9,8 @@ a failed server loses the race, and two failures are both named.
 from __future__ import annotations
 
 import asyncio
-import importlib.util
 import json
-import sys
 from collections.abc import AsyncIterator
-from pathlib import Path
 from types import ModuleType
 
 import httpx
@@ -21,17 +18,11 @@ import pytest
 
 from fronde.bench.arms import Target
 from fronde.errors import FrondeError
-
-SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "gpu" / "hop_probe.py"
+from tests.scripts import load_script
 
 
 def _probe() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("hop_probe", SCRIPT)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["hop_probe"] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_script("gpu/hop_probe.py")
 
 
 class _Stream(httpx.AsyncByteStream):

@@ -2,17 +2,19 @@
 
 The router's predicted rule sends a request to the mode its **bucket** predicts fastest
 (:func:`fronde.router.counterfactual.bucket_of`: the static class and the prompt's
-self-overlap band). However well the book learns, it cannot beat choosing, for each
-bucket, the mode that really served that bucket's items fastest. This script reads that
-ceiling off the static arms of a ``fronde bench load`` folder, where every item ran on
-every single server at c = 1:
+self-overlap band). A book that learned each bucket's real best mode perfectly would
+choose, for each bucket, the mode that served its items fastest, and would then meet
+new blocks of the same items. This script reads what that gives off the static arms of
+a ``fronde bench load`` folder, where every item ran on every single server at c = 1
+(an estimate, not a bound: one held-out repetition of the same items):
 
 - for each bucket scheme, each bucket's mode is chosen on one repetition (least Σ
   end-to-end time over the bucket's items; baseline unless another mode beats it by
   more than ``router.predict_band``, 3 %) and applied to the other repetition: the
   held-out ratio is the best static arm's Σ time on that repetition ÷ the routed Σ
   time (above 1: faster than the best single server, as a user would have picked it
-  after the fact);
+  after the fact). The floor is baseline here, where the router's may be another mode
+  (the curves' floor);
 - ``per item``: each item sent to the server that was fastest for it on the one
   repetition, read on the other (what knowing every prompt's best server from an
   earlier run would give);

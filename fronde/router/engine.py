@@ -376,6 +376,9 @@ class Router:
         bucket = bucket_of(str(cls), overlap)
         book = self.counterfactual
         speedups = book.speedups(bucket) if book is not None else {}
+        # With parallel slots (a GPU) a mode also has to clear the book's own misses on it;
+        # one generation at a time (a CPU) keeps the rule its verdicts measured.
+        errors = book.mode_errors() if book is not None and self.slots > 1 else None
         plan = plan_route(
             cls,
             ready=ready,
@@ -389,6 +392,7 @@ class Router:
             busy={m for m in Mode if self.in_flight[m] >= self.slots},
             active=set() if self.swap_residency else {m for m in Mode if self.in_flight[m] > 0},
             speedups=speedups,
+            errors=errors,
             in_flight=self.in_flight,
             arriving=self.arriving - 1 if arriving_self else self.arriving,
             curves=self.load_curves,

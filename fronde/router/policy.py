@@ -14,7 +14,10 @@ Order of rules (the first that applies wins):
    a predicted speed-up over baseline for every usable replayable mode in this
    request's bucket (class × prompt self-overlap) → the best of them, or the floor
    when the floor's prediction is within ``predict_band`` of the best: ties go to the
-   floor, whose server keeps the n-gram memory of every request it served. The EDIT
+   floor, whose server keeps the n-gram memory of every request it served. With
+   parallel slots (a GPU) a mode must also beat the floor by the book's own median
+   error on that mode's predictions, once it has a few
+   (:meth:`~fronde.router.counterfactual.Counterfactual.mode_errors`). The EDIT
    class takes this rule before its own once its bucket has evidence, so its mode
    comes from what edits measured, not from the constant ``edit_mode``.
 5. **probe**: generate the first ``probe_tokens`` on the aggressive candidate and
@@ -209,6 +212,7 @@ def choose_predicted(
     usable: Collection[Mode],
     floor: Mode,
     band: float,
+    errors: Mapping[Mode, float] | None = None,
 ) -> Mode | None:
     """The mode rule 4½ picks from predicted speed-ups over baseline, or None.
 
@@ -216,17 +220,26 @@ def choose_predicted(
         speedups: mode → predicted decode speed ÷ baseline's for the request's bucket.
         usable: modes that may serve now.
         floor: the class's floor.
-        band: the floor is kept when its speed-up × (1 + band) ≥ the best one.
+        band: another mode is picked only where its speed-up is above the floor's ×
+            (1 + band).
+        errors: mode → the book's median error on that mode's own predictions
+            (:meth:`~fronde.router.counterfactual.Counterfactual.mode_errors`; the
+            router passes it with parallel slots only): such a mode must be above the
+            floor's × (1 + the larger of band and its error). None or empty: the band
+            alone.
 
     Returns:
-        None when the floor has no prediction (a draft-model floor: the replay cannot
-        stand in for it) or no other usable mode has one.
+        The best of the modes that clear their bar, else the floor; None when the floor
+        has no prediction (a draft-model floor: the replay cannot stand in for it) or no
+        other usable mode has one.
     """
     known = {m: r for m, r in speedups.items() if m in usable}
     if floor not in known or len(known) < 2:
         return None
-    best = max(known, key=lambda m: known[m])
-    return floor if known[floor] * (1 + band) >= known[best] else best
+    errs = errors or {}
+    bar = {m: known[floor] * (1 + max(band, errs.get(m, 0.0))) for m in known}
+    cleared = [m for m in known if m is not floor and known[m] > bar[m]]
+    return max(cleared, key=lambda m: known[m]) if cleared else floor
 
 
 def hand_over_pays(
@@ -304,6 +317,7 @@ def _plan(
     probation: Collection[Mode] = (),
     busy: Collection[Mode] = (),
     speedups: Mapping[Mode, float] | None = None,
+    errors: Mapping[Mode, float] | None = None,
 ) -> Plan:
     """The rules without the ``serialize`` load rule; arguments as :func:`plan_route`."""
     if cls is RequestClass.UNSAFE:
@@ -318,7 +332,7 @@ def _plan(
         usable = [m for m in Mode if m in ready]
     floor = choose_floor(cls, usable, speed, policy)
     predicted = (
-        choose_predicted(speedups, usable, floor, policy.predict_band)
+        choose_predicted(speedups, usable, floor, policy.predict_band, errors)
         if speedups and policy.predict
         else None
     )
@@ -401,6 +415,7 @@ def plan_route(
     busy: Collection[Mode] = (),
     active: Collection[Mode] = (),
     speedups: Mapping[Mode, float] | None = None,
+    errors: Mapping[Mode, float] | None = None,
     in_flight: Mapping[Mode, int] | None = None,
     curves: LoadModel | None = None,
     slots: int = 1,
@@ -422,6 +437,8 @@ def plan_route(
         active: modes with a request in flight (for the ``serialize`` rule).
         speedups: the counterfactual book's predicted speed-up over baseline per
             mode for the request's bucket (rule 4½), or None.
+        errors: the book's median error per mode on its own predictions, which a mode
+            must also clear to leave the floor (:func:`choose_predicted`), or None.
         in_flight: requests in flight per mode (for the ``measured`` rule).
         curves: the measured load curves (``measured`` rule); None acts as ``spread``.
         slots: requests one backend serves at once (llama-server ``-np``).
@@ -448,6 +465,7 @@ def plan_route(
         probation=probation,
         busy=busy if policy.load_rule == "spread" or (measured and curves is None) else (),
         speedups=speedups,
+        errors=errors,
     )
     if measured and curves is not None:
         usable = [m for m in Mode if m in ready and m not in quarantined]

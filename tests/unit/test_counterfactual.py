@@ -13,6 +13,7 @@ from fronde.modes import Mode, SpeculationSettings
 from fronde.router.classify import RequestClass
 from fronde.router.counterfactual import (
     MIN_BUCKET_SAMPLES,
+    MIN_MODE_ERRORS,
     Counterfactual,
     bucket_of,
     self_overlap,
@@ -147,6 +148,67 @@ def test_choose_predicted_keeps_the_floor_within_the_band() -> None:
     assert choose_predicted(far, usable[::2], Mode.NGRAM_MOD, 0.03) is Mode.NGRAM_MOD
     # No prediction for the floor (a draft model): the rule stands aside.
     assert choose_predicted(far, [*usable, Mode.DRAFT], Mode.DRAFT, 0.03) is None
+
+
+def test_a_mode_must_also_clear_the_books_own_misses_on_it() -> None:
+    usable = [Mode.BASELINE, Mode.NGRAM_SIMPLE, Mode.NGRAM_MOD, Mode.CASCADE]
+    ups = {Mode.BASELINE: 1.0, Mode.NGRAM_SIMPLE: 1.40, Mode.NGRAM_MOD: 1.23, Mode.CASCADE: 1.30}
+    floor = Mode.NGRAM_MOD
+    assert choose_predicted(ups, usable, floor, 0.03) is Mode.NGRAM_SIMPLE
+    assert choose_predicted(ups, usable, floor, 0.03, {}) is Mode.NGRAM_SIMPLE
+    # ngram-simple was missed by 20 %: 1.40 is under 1.23 × 1.20; cascade clears 1.23 × 1.03.
+    missed = {Mode.NGRAM_SIMPLE: 0.20}
+    assert choose_predicted(ups, usable, floor, 0.03, missed) is Mode.CASCADE
+    # With cascade missed by 10 % too (1.30 under 1.23 × 1.10), the floor stays.
+    both = missed | {Mode.CASCADE: 0.10}
+    assert choose_predicted(ups, usable, floor, 0.03, both) is Mode.NGRAM_MOD
+    # An error smaller than the band changes nothing.
+    small = {Mode.NGRAM_SIMPLE: 0.01}
+    assert choose_predicted(ups, usable, floor, 0.03, small) is Mode.NGRAM_SIMPLE
+
+
+def test_each_modes_errors_count_once_it_has_enough_predictions() -> None:
+    book = Counterfactual(SPEC, ALL)
+    gen = list(range(10, 74))
+    for i in range(MIN_MODE_ERRORS):
+        assert Mode.NGRAM_SIMPLE not in book.mode_errors()
+        stats = book.replay(Mode.NGRAM_SIMPLE, [i, i + 1], gen, None)
+        actual = _measure(64, 1600.0)  # 40 tok/s
+        book.observe("general|low", Mode.NGRAM_SIMPLE, actual, stats, predicted_tok_s=60.0)
+    assert book.mode_errors() == {Mode.NGRAM_SIMPLE: pytest.approx(0.5)}
+    assert book.snapshot()["mode_errors"] == {"ngram-simple": pytest.approx(0.5)}
+
+
+def _missed_book() -> Counterfactual:
+    """A book whose ``general|low`` bucket predicts the n-gram modes above baseline, and
+    which missed each of them, on requests of another bucket, by more than that."""
+    book = Counterfactual(SPEC, ALL, draft_cost=0.2)
+    block = list(range(300, 364))
+    for i in range(MIN_BUCKET_SAMPLES):
+        stats = book.replay(Mode.BASELINE, [*block, i], block, None)
+        book.observe("general|low", Mode.BASELINE, _measure(64, 1600.0), stats)
+    top = max(book.speedups("general|low").values())
+    gen = list(range(10, 74))
+    for mode in (Mode.NGRAM_SIMPLE, Mode.NGRAM_MOD, Mode.CASCADE):
+        for i in range(MIN_MODE_ERRORS):
+            stats = book.replay(mode, [i, i + 1], gen, None)
+            # 40 tok/s actual; predicted (1 + top) × that: an error of top.
+            miss = 40.0 * (1.0 + top)
+            book.observe("general|mid", mode, _measure(64, 1600.0), stats, predicted_tok_s=miss)
+    return book
+
+
+def test_with_parallel_slots_the_router_keeps_the_floor_against_modes_the_book_missed() -> None:
+    ups = _missed_book().speedups("general|low")
+    assert max(ups.values()) > 1.5 > ups[Mode.BASELINE]
+    policy = RouterPolicy(floor=Mode.BASELINE)
+    one = Router(policy, counterfactual=_missed_book(), slots=1)
+    d = one.plan(RequestClass.GENERAL, "k", ALL)
+    # One generation at a time (a CPU): the band alone, as its verdicts measured.
+    assert d.plan.route is Route.PREDICTED and d.plan.mode is not Mode.BASELINE
+    gpu = Router(policy, counterfactual=_missed_book(), slots=16)
+    d = gpu.plan(RequestClass.GENERAL, "k", ALL)
+    assert (d.plan.route, d.plan.mode) == (Route.PREDICTED, Mode.BASELINE)
 
 
 def test_plan_routes_on_predictions_after_the_cache_and_before_the_probe() -> None:

@@ -374,7 +374,8 @@ class Counterfactual:
         ``results/load-gpu-h200-cpu-gemma-270m-20261204-c1f``) the book sent 17 requests
         to ngram-simple or cascade predicted at 730–920 tok/s, and plain decoding was
         faster on 16 of them: it had missed ngram-simple by a median 57 % and cascade by
-        41 % (baseline 3 %), where the band is 3 %.
+        41 % (baseline 3 %), where the band is 3 %. A mode the bar keeps off is not
+        served, so its error stands until a bucket predicts it above the bar again.
         """
         kept = self._mode_errors.items()
         return {m: statistics.median(v) for m, v in kept if len(v) >= MIN_MODE_ERRORS}

@@ -37,14 +37,16 @@ run's title (``Load: <profile>, ...``) through the profile.
 from __future__ import annotations
 
 import argparse
+import functools
 import re
 import statistics
 from collections import defaultdict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from fronde.bench.load import agent_mix, level_c, looping_items
+from fronde.bench.load_report import recorded_run
 from fronde.bench.load_sessions import tagged_samples
 from fronde.bench.store import Store
 from fronde.bench.workloads import Form
@@ -53,28 +55,25 @@ from fronde.router.classify import classify, request_text
 from fronde.router.counterfactual import bucket_of, self_overlap
 from fronde.runtime.models import load_profile
 
-ARMS = {
-    "baseline": "plain",
-    "ngram-simple": "s-simple",
-    "ngram-mod": "default",
-    "cascade": "cascade",
-}
-"""Fronde mode → the static arm that runs it (the load run's calibration)."""
-
 BAND = 0.03
 """``router.predict_band``: another mode replaces baseline only beyond it."""
 
 Times = dict[tuple[str, str, int], float]
 
 
-def _times(samples: Sequence[dict[str, Any]], loops: Sequence[str]) -> Times:
-    """(item, arm, repetition) → end-to-end seconds at c = 1 (median of repeats)."""
+def _times(
+    samples: Sequence[dict[str, Any]], loops: Sequence[str], arms: Mapping[str, str]
+) -> Times:
+    """(item, arm, repetition) → end-to-end seconds at c = 1 (median of repeats).
+
+    ``arms``: Fronde mode → the static arm that runs it (the run's calibration).
+    """
     got: dict[tuple[str, str, int], list[float]] = defaultdict(list)
     left = set(loops)
     for s in samples:
         if level_c(s["level"]) != 1 or not s["ok"] or s["item"] in left:
             continue
-        if s["arm"] in ARMS.values():
+        if s["arm"] in arms.values():
             got[(s["item"], s["arm"], int(s["rep"]))].append(float(s["wall_s"]))
     return {k: statistics.median(v) for k, v in got.items()}
 
@@ -98,17 +97,20 @@ def _schemes(form: Form) -> dict[str, Callable[[str], str]]:
     out: dict[str, Callable[[str], str]] = {"as served": served, "+ length": length}
     for chars in (400, 200, 100):
         out[f"edit at {chars}"] = lambda item, c=chars: served(item, c)
-    return out
+    # Each item's key is asked for once a repetition and direction: computed once.
+    return {name: functools.cache(key) for name, key in out.items()}
 
 
-def _choose(t: Times, items: Sequence[str], key: Callable[[str], str], rep: int) -> dict[str, str]:
-    """Bucket → the mode whose arm served its items in least Σ time on ``rep``."""
+def _choose(
+    t: Times, items: Sequence[str], key: Callable[[str], str], rep: int, arms: Mapping[str, str]
+) -> dict[str, str]:
+    """Bucket → the mode whose arm (``arms``) served its items in least Σ time on ``rep``."""
     by: dict[str, list[str]] = defaultdict(list)
     for i in items:
         by[key(i)].append(i)
     pick: dict[str, str] = {}
     for bucket, its in by.items():
-        total = {m: sum(t[(i, a, rep)] for i in its) for m, a in ARMS.items()}
+        total = {m: sum(t[(i, a, rep)] for i in its) for m, a in arms.items()}
         best = min(total, key=lambda m: total[m])
         pick[bucket] = "baseline" if total["baseline"] <= total[best] * (1 + BAND) else best
     return pick
@@ -118,36 +120,37 @@ def report(folder: Path) -> list[str]:
     """The ceiling lines of one load folder (every scheme, both directions)."""
     store = Store(folder / "records.jsonl")
     samples = tagged_samples(store)
-    runs = [r for r in store.records() if r["type"] == "run"]
-    title = str(runs[-1].get("title", "")) if runs else ""
+    run, calibration = recorded_run(folder, store)
+    arms = {str(m): a for m, a in calibration.items()}
+    title = str(run.get("title", ""))
     found = re.match(r"Load: ([\w.-]+),", title)
     if found is None:
         return [f"{folder}: no profile in the run's title ({title!r})"]
     form = load_profile(default_models_dir(), found.group(1)).prompt_form
-    t = _times(samples, looping_items(samples))
+    t = _times(samples, looping_items(samples), arms)
     reps = sorted({r for _, _, r in t})
-    items = sorted({i for i, _, _ in t if all((i, a, r) in t for a in ARMS.values() for r in reps)})
+    items = sorted({i for i, _, _ in t if all((i, a, r) in t for a in arms.values() for r in reps)})
     if len(reps) < 2 or not items:
         return [f"{folder}: needs two repetitions of every single-server arm at c = 1"]
     lines = [f"{folder.name}: {len(items)} items at c = 1, {form} form"]
-    static = {m: {r: sum(t[(i, a, r)] for i in items) for r in reps} for m, a in ARMS.items()}
+    static = {m: {r: sum(t[(i, a, r)] for i in items) for r in reps} for m, a in arms.items()}
     for name, key in _schemes(form).items():
         held: list[str] = []
         for train, test in ((reps[0], reps[1]), (reps[1], reps[0])):
-            pick = _choose(t, items, key, train)
-            routed = sum(t[(i, ARMS[pick.get(key(i), "baseline")], test)] for i in items)
+            pick = _choose(t, items, key, train, arms)
+            routed = sum(t[(i, arms[pick.get(key(i), "baseline")], test)] for i in items)
             best = min(v[test] for v in static.values())
             chosen = sorted(set(pick.values()))
             held.append(f"{best / routed:.3f}× ({len(pick)} buckets: {', '.join(chosen)})")
         lines.append(f"  {name}: held out {'; '.join(held)}")
     per_item: list[str] = []
     for train, test in ((reps[0], reps[1]), (reps[1], reps[0])):
-        fastest = {i: min(ARMS.values(), key=lambda a, i=i: t[(i, a, train)]) for i in items}
+        fastest = {i: min(arms.values(), key=lambda a, i=i: t[(i, a, train)]) for i in items}
         routed = sum(t[(i, fastest[i], test)] for i in items)
         per_item.append(f"{min(v[test] for v in static.values()) / routed:.3f}×")
     lines.append(f"  per item: held out {'; '.join(per_item)}")
     for r in reps:
-        oracle = sum(min(t[(i, a, r)] for a in ARMS.values()) for i in items)
+        oracle = sum(min(t[(i, a, r)] for a in arms.values()) for i in items)
         best = min(v[r] for v in static.values())
         lines.append(f"  oracle, repetition {r}: {best / oracle:.3f}× the best static arm")
     return lines

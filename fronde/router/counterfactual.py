@@ -201,6 +201,7 @@ class Counterfactual:
             "replay": deque(maxlen=ERRORS_KEPT),
         }
         self._mode_errors: dict[Mode, deque[float]] = {}
+        self._mode_medians: dict[Mode, float] = {}  # read per request: kept, not recomputed
 
     def _table(self) -> NgramModTable:
         s = self.spec
@@ -334,7 +335,10 @@ class Counterfactual:
         if predicted_tok_s is not None and m.decode_tok_s > 0:
             error = abs(predicted_tok_s / m.decode_tok_s - 1.0)
             self._errors["predicted"].append(error)
-            self._mode_errors.setdefault(served, deque(maxlen=ERRORS_KEPT)).append(error)
+            kept = self._mode_errors.setdefault(served, deque(maxlen=ERRORS_KEPT))
+            kept.append(error)
+            if len(kept) >= MIN_MODE_ERRORS:
+                self._mode_medians[served] = statistics.median(kept)
         return Observation(served, speed, m.decode_tok_s, replay_error, dict(stats))
 
     def predict(self, bucket: str) -> dict[Mode, float]:
@@ -377,8 +381,7 @@ class Counterfactual:
         41 % (baseline 3 %), where the band is 3 %. A mode the bar keeps off is not
         served, so its error stands until a bucket predicts it above the bar again.
         """
-        kept = self._mode_errors.items()
-        return {m: statistics.median(v) for m, v in kept if len(v) >= MIN_MODE_ERRORS}
+        return dict(self._mode_medians)
 
     def snapshot(self) -> dict[str, Any]:
         """JSON-ready state for ``/fronde/v1/router``."""

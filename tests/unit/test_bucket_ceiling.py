@@ -15,6 +15,15 @@ GENERAL = ("math-2", "chat-4")
 """Agent-mix items in the ``general|low`` bucket."""
 
 
+CALIBRATION = {
+    "baseline": "plain",
+    "ngram-simple": "s-simple",
+    "ngram-mod": "default",
+    "cascade": "cascade",
+}
+"""Fronde mode → the static arm that runs it, as a load run records it."""
+
+
 def _script() -> ModuleType:
     return load_script("bucket_ceiling.py")
 
@@ -32,6 +41,7 @@ def _folder(tmp: Path, wall: dict[tuple[str, str], float]) -> Path:
             "started_at": "2026-12-04T13:00:00Z",
             "boot_id": "b",
             "title": "Load: cpu-smollm2-135m, 1 slots per server, test",
+            "calibration": CALIBRATION,
         }
     )
     arms = sorted({a for _, a in wall})
@@ -94,6 +104,11 @@ def test_a_mode_within_the_band_of_baseline_leaves_the_bucket_on_baseline(
 
 def test_one_repetition_is_refused_with_what_is_missing(tmp_path: Path) -> None:
     store = Store(tmp_path / "records.jsonl")
-    store.append({"type": "run", "identity": {"slots": 1}, "title": "Load: cpu-smollm2-135m, x"})
+    run = {
+        "identity": {"slots": 1},
+        "title": "Load: cpu-smollm2-135m, x",
+        "calibration": CALIBRATION,
+    }
+    store.append({"type": "run", **run})
     lines = _script().report(tmp_path)
     assert lines == [f"{tmp_path}: needs two repetitions of every single-server arm at c = 1"]

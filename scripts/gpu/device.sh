@@ -8,6 +8,7 @@
 #   probe          one GPU serving many requests: one server against four, server flags
 #   probe-chat     the same with streamed chat and the prompt cache, as bench load sends
 #   probe-steps    the same with CUDA graphs on and off, one server against two at c = 2
+#   probe-kinds    the same per request kind (streamed or not, chat or /completion), threads
 #   hop            what each part of Fronde's hop does to a server (scripts/gpu/hop_probe.py)
 #   batched        llama-batched-bench: one model's decode tok/s against parallel sequences
 #   atlas | verdict | load   the measurements; results are tarred into $OUT (PROFILE=...)
@@ -136,6 +137,27 @@ case "${1:?step}" in
       done
     done
     unset GGML_CUDA_DISABLE_GRAPHS
+    ;;
+  probe-kinds)
+    # Is the 2-slot loss of streamed chat (results/serving-probe-gpu-h200-20261203) in chat,
+    # in streaming or in the server's CPU threads? Each PROBE_KINDS request kind over
+    # PROBE_CONFIGS (NAME:K:C; -t1/-t4 threads, -poll0 sleeping threads, -kvu one KV stream for
+    # all slots), 64 tokens each, 16 slots (PROBE_SLOTS). The hypothesis to test: with -np N
+    # and no --kv-unified a step splits where the busy slots' ids are not consecutive.
+    for profile in ${PROBE_PROFILES:-cpu-smollm2-135m cpu-gemma-270m}; do
+      for kind in ${PROBE_KINDS:-completion completion-stream chat chat-stream}; do
+        # PROBE_PINS: none (the server picks slots), adjacent (client k on slot k), spread (2k)
+        for pin in ${PROBE_PINS:-none}; do
+          # shellcheck disable=SC2086  # PROBE_CONFIGS is a list of NAME:K:C
+          FRONDE_PROFILE=$profile FRONDE_LOG_LEVEL=error python3 scripts/gpu/serving_probe.py \
+            --kind "$kind" $([ "$pin" = none ] || echo --pin "$pin") --slots "${PROBE_SLOTS:-16}" \
+            --n-predict 64 --warm-s 1.5 --window-s 4 \
+            --out "$OUT/probe-kinds-$profile-$kind-$pin.jsonl" \
+            ${PROBE_CONFIGS:---config plain:1:1 --config plain:1:2 --config plain:1:8} \
+            | sed "s/^/$profile $kind $pin /"
+        done
+      done
+    done
     ;;
   hop)
     # What each part of Fronde's hop does to one static arm's server (client transport,

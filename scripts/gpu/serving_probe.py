@@ -19,11 +19,14 @@ spread evenly over its life (the window starts after ``--warm-s``); step_ms = c 
 A config is ``NAME:K:C`` where NAME is ``plain``, ``cascade`` or ``mod`` (Fronde's
 argv for baseline, the cascade or ngram-mod) with ``-bs`` (``--backend-sampling``)
 and/or ``-kvu`` (``--kv-unified``), ``-noidle`` (``--no-cache-idle-slots``),
-``-nocache`` (``--cache-ram 0``) appended. ``--chat`` sends streamed chat completions
-with the server's default prompt cache, as the load benchmark does, instead of
-non-streamed ``/completion`` without it. The prompts repeat across requests: a
-speculative configuration's figure includes ngram-mod's memory (read it for scaling,
-not for speculation's worth).
+``-nocache`` (``--cache-ram 0``), ``-t1``/``-t2``/``-t4`` (``--threads``, the CPU threads of
+a decode step), ``-poll0`` (``--poll 0``: those threads sleep instead of spinning) appended.
+``--kind`` picks the request: ``completion`` (non-streamed ``/completion`` without the
+prompt cache, the default), ``completion-stream`` (the same streamed), ``chat`` (a
+non-streamed chat completion) or ``chat-stream`` (streamed chat with the server's default
+prompt cache, as the load benchmark sends; ``--chat`` is the same). The prompts repeat
+across requests: a speculative configuration's figure includes ngram-mod's memory
+(read it for scaling, not for speculation's worth).
 """
 
 from __future__ import annotations
@@ -52,7 +55,12 @@ FLAGS = {
     "kvu": ["--kv-unified"],
     "noidle": ["--no-cache-idle-slots"],
     "nocache": ["--cache-ram", "0"],
+    "t1": ["--threads", "1"],
+    "t2": ["--threads", "2"],
+    "t4": ["--threads", "4"],
+    "poll0": ["--poll", "0"],
 }
+KINDS = ("completion", "completion-stream", "chat", "chat-stream")
 
 
 def _argv(name: str, slots: int) -> tuple[Path, list[str], str]:
@@ -81,31 +89,38 @@ async def _client(
         prompt = f"[{i}] {prompts[i % len(prompts)]}"
         i += 97
         t0 = time.monotonic()
-        if not args.chat:
-            body = {
-                "prompt": prompt,
-                "n_predict": args.n_predict,
-                "ignore_eos": True,
-                "temperature": 0.0,
-                "cache_prompt": False,
+        chat = args.kind.startswith("chat")
+        stream = args.kind.endswith("-stream")
+        if chat:
+            # As the load benchmark sends: chat with the server's default prompt cache.
+            body: dict[str, object] = {
+                "messages": [{"role": "user", "content": prompt}],
+                "max_tokens": args.n_predict,
             }
-            r = await http.post(f"{url}/completion", json=body)
+            path = "/v1/chat/completions"
+        else:
+            body = {"prompt": prompt, "n_predict": args.n_predict, "cache_prompt": False}
+            path = "/completion"
+        body |= {"ignore_eos": True, "temperature": 0.0, "stream": stream}
+        if args.pin:
+            # client k always on one slot: k (adjacent ids) or 2k (every other id)
+            body["id_slot"] = k * (2 if args.pin == "spread" else 1)
+        if not stream:
+            r = await http.post(f"{url}{path}", json=body)
             r.raise_for_status()
-            spans.append((t0, time.monotonic(), int(r.json()["tokens_predicted"])))
+            data = r.json()
+            n = int(data["usage"]["completion_tokens"] if chat else data["tokens_predicted"])
+            spans.append((t0, time.monotonic(), n))
             continue
-        # As the load benchmark sends: streamed chat, the server's default prompt cache.
-        chat = {
-            "messages": [{"role": "user", "content": prompt}],
-            "max_tokens": args.n_predict,
-            "ignore_eos": True,
-            "temperature": 0.0,
-            "stream": True,
-        }
         n = 0
-        async with http.stream("POST", f"{url}/v1/chat/completions", json=chat) as r:
+        async with http.stream("POST", f"{url}{path}", json=body) as r:
             r.raise_for_status()
             async for line in r.aiter_lines():
-                if line.startswith("data: {") and '"content"' in line:
+                if not line.startswith("data: {"):
+                    continue
+                if not chat and '"stop":true' in line:  # the native stream's last event
+                    n = int(json.loads(line[6:])["tokens_predicted"])
+                elif '"content"' in line:
                     n += 1
         spans.append((t0, time.monotonic(), n))
 
@@ -130,7 +145,7 @@ async def measure(name: str, k: int, c: int, args: argparse.Namespace) -> dict[s
         # A streamed chat's connection is closed by llama-server b11434 after a while
         # idle, and one reused then fails before any answer (Fronde's own client retries
         # those, fronde/backends/client.py): a fresh connection for each chat request.
-        keep = 0 if args.chat else None
+        keep = 0 if args.kind == "chat-stream" else None
         limits = httpx.Limits(max_connections=c + 8, max_keepalive_connections=keep)
         async with httpx.AsyncClient(timeout=120, limits=limits) as http:
             await asyncio.gather(
@@ -143,6 +158,8 @@ async def measure(name: str, k: int, c: int, args: argparse.Namespace) -> dict[s
     tok_s = tokens / args.window_s
     return {
         "config": name,
+        "kind": args.kind,
+        "pin": args.pin,
         "servers": k,
         "c": c,
         "tok_s": round(tok_s, 1),
@@ -162,9 +179,18 @@ def main() -> int:
     ap.add_argument("--window-s", type=float, default=6.0)
     ap.add_argument("--out", type=Path, default=None)
     ap.add_argument(
+        "--pin",
+        choices=("adjacent", "spread"),
+        default=None,
+        help="client k always to slot k (adjacent) or 2k (spread); default: the server picks",
+    )
+    ap.add_argument("--kind", choices=KINDS, default="completion", help="the request sent")
+    ap.add_argument(
         "--chat",
-        action="store_true",
-        help="streamed chat completions with the default prompt cache (as bench load sends)",
+        action="store_const",
+        const="chat-stream",
+        dest="kind",
+        help="the same as --kind chat-stream (as bench load sends)",
     )
     args = ap.parse_args()
     if args.out is not None:

@@ -155,6 +155,13 @@ class BackendSettings(_Section):
         "fronde serve times each backend's pass before routing and predicts baseline at "
         "its own pass time",
     )
+    pin_slots: bool = Field(
+        default=True,
+        description="send each generation to the lowest free slot (id_slot) of a llama-server "
+        "Fronde started with parallel > 1, so that the busy slots stay consecutive: with "
+        "one KV stream per slot b11434 splits a step at every gap in the busy ids "
+        "(fronde/backends/slots.py)",
+    )
     start_timeout_s: float = Field(
         default=180.0, gt=0, le=3600, description="deadline for /health to answer 200, seconds"
     )

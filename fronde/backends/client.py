@@ -20,6 +20,7 @@ import anyio
 import httpx
 from httpx_aiohttp import AiohttpTransport
 
+from fronde.backends.slots import SlotPins
 from fronde.config import UpstreamSettings
 from fronde.errors import (
     BackendConnectionError,
@@ -235,6 +236,8 @@ class BackendClient:
         self.http = http
         self.in_flight: Counter[str] = Counter()
         """Requests in flight per backend base URL (balances remote replicas)."""
+        self.pins = SlotPins()
+        """The slot each generation runs on (none pinned until :meth:`SlotPins.count_with`)."""
 
     async def get_json(self, base_url: str, path: str) -> Any:
         """GET ``base_url + path`` and return the decoded JSON.
@@ -275,6 +278,9 @@ class BackendClient:
             BackendHTTPError: status ≥ 400, with the backend's message.
         """
         url = base_url + path
+        slot = self.pins.take(base_url, path, body)
+        if slot is not None:
+            body = {**body, "id_slot": slot}
         request = self.http.build_request("POST", url, json=body)
         self.in_flight[base_url] += 1
         try:
@@ -283,6 +289,7 @@ class BackendClient:
             raise _translate(exc, url) from exc
         finally:
             self.in_flight[base_url] -= 1
+            self.pins.give(base_url, slot)
         if resp.status_code >= 400:
             raise _backend_error(resp.content, resp.status_code)
         try:
@@ -310,15 +317,20 @@ class BackendClient:
             BackendHTTPError: status ≥ 400.
         """
         url = base_url + path
+        slot = self.pins.take(base_url, path, body)
+        if slot is not None:
+            body = {**body, "id_slot": slot}
         request = self.http.build_request("POST", url, json=body)
         self.in_flight[base_url] += 1
         try:
             resp = await _send_once_retried(self.http, request, stream=True)
         except httpx.HTTPError as exc:
             self.in_flight[base_url] -= 1
+            self.pins.give(base_url, slot)
             raise _translate(exc, url) from exc
         except BaseException:
             self.in_flight[base_url] -= 1
+            self.pins.give(base_url, slot)
             raise
         try:
             if resp.status_code >= 400:
@@ -330,5 +342,8 @@ class BackendClient:
             # an unshielded await is cancelled at once and the upstream connection
             # would stay open, the llama-server slot generating for nobody.
             self.in_flight[base_url] -= 1
-            with anyio.CancelScope(shield=True):
-                await resp.aclose()
+            try:
+                with anyio.CancelScope(shield=True):
+                    await resp.aclose()
+            finally:
+                self.pins.give(base_url, slot)

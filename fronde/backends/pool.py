@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import os
 import time
 from collections import deque
@@ -245,6 +246,20 @@ class BackendPool:
         for backend in self.backends.values():
             if isinstance(backend, RemoteMode):
                 backend.load = load
+
+    def local_slots(self, url: str) -> int:
+        """The ``-np`` of the llama-server this pool started at base ``url``; 0 if none.
+
+        A remote replica's (and an unknown URL's) slots are not this pool's: 0.
+        """
+        for backend in self.backends.values():
+            if isinstance(backend, LlamaServerProcess) and backend.port and backend.url == url:
+                slots = 1  # llama-server's last -np wins, as here
+                for flag, value in itertools.pairwise(backend.spec.args):
+                    if flag in ("-np", "--parallel") and value.isdigit():
+                        slots = int(value)
+                return slots
+        return 0
 
     async def _supervise(self, mode: Mode, proc: Backend) -> None:
         if isinstance(proc, RemoteMode):

@@ -289,6 +289,8 @@ class Runtime:
         """
         self.started_at = time.time()
         self.pool.count_load_with(lambda url: self.client.in_flight[url])
+        if self.settings.backend.pin_slots:
+            self.client.pins.count_with(self.pool.local_slots)
         if self.store is not None:
             await self.store.start()
         starter = asyncio.create_task(self._start_backends())

@@ -152,7 +152,7 @@ case "${1:?step}" in
           FRONDE_PROFILE=$profile FRONDE_LOG_LEVEL=error python3 scripts/gpu/serving_probe.py \
             --kind "$kind" $([ "$pin" = none ] || echo --pin "$pin") --slots "${PROBE_SLOTS:-16}" \
             --n-predict 64 --warm-s 1.5 --window-s 4 \
-            --out "$OUT/probe-kinds-$profile-$kind-$pin.jsonl" \
+            --out "$OUT/probe-kinds-$profile-$kind-$pin${PROBE_TAG:-}.jsonl" \
             ${PROBE_CONFIGS:---config plain:1:1 --config plain:1:2 --config plain:1:8} \
             | sed "s/^/$profile $kind $pin /"
         done

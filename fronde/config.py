@@ -157,9 +157,10 @@ class BackendSettings(_Section):
     )
     pin_slots: bool = Field(
         default=True,
-        description="send each generation to the lowest free slot (id_slot) of a llama-server "
-        "Fronde started with parallel > 1, so that the busy slots stay consecutive: with "
-        "one KV stream per slot b11434 splits a step at every gap in the busy ids "
+        description="send each generation to a free slot next to the busy ones (id_slot) of a "
+        "llama-server Fronde started with parallel > 1, so that the busy slots stay "
+        "consecutive: with one KV stream per slot b11434 splits a step at every gap in "
+        "the busy ids "
         "(fronde/backends/slots.py)",
     )
     start_timeout_s: float = Field(

@@ -1,4 +1,4 @@
-"""Slot pinning on the real llama-server: each request on the lowest free slot.
+"""Slot pinning on the real llama-server: each request next to the busy slots.
 
 Real parts: llama-server b11434 with four slots (``backend.parallel = 4``) and
 SmolLM2-135M-Instruct Q4_1. Left to itself, b11434 puts the first request on a fresh

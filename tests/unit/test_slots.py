@@ -1,4 +1,4 @@
-"""Slot pinning: each generation to the lowest free llama-server slot, released after."""
+"""Slot pinning: each generation next to the busy llama-server slots, released after."""
 
 from __future__ import annotations
 
@@ -35,6 +35,18 @@ def test_the_lowest_free_id_is_taken_and_a_gap_is_filled_first() -> None:
     assert pins.take("http://b", "/v1/messages", {}) == 3
     assert pins.take("http://b", CHAT, {}) is None  # all four held: the server queues it
     assert pins.held("http://b") == {0, 1, 2, 3}
+
+
+def test_a_slot_next_to_the_held_ones_is_taken_before_a_lower_one() -> None:
+    pins = pins_of(8)
+    for _ in range(3):
+        pins.take("http://b", CHAT, {})
+    pins.give("http://b", 0)
+    pins.give("http://b", 1)
+    # held {2}: 1 keeps one run where 0 would make two
+    assert pins.take("http://b", CHAT, {}) == 1
+    # held {1, 2}: 0 and 3 both extend the run; the lower one
+    assert pins.take("http://b", CHAT, {}) == 0
 
 
 def test_nothing_is_pinned_where_it_should_not_be() -> None:

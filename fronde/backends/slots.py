@@ -17,7 +17,9 @@ tok/s at c = 2, 4 and 8 where the server picks, 832, 1,230 and 1,503 with the bu
 together (``results/serving-probe-gpu-h200-20261204-pins/``).
 
 Only for llama-servers Fronde started itself (``backend.pin_slots``): a remote replica's
-slots are shared with clients Fronde does not see.
+slots are shared with clients Fronde does not see. A slot is let go when Fronde's request
+ends; after a client that left, llama-server frees it 0.05–1.5 s later, and b11434 holds
+a request sent to that slot meanwhile until it is free (it does not fail it).
 """
 
 from __future__ import annotations

@@ -239,6 +239,19 @@ class BackendClient:
         self.pins = SlotPins()
         """The slot each generation runs on (none pinned until :meth:`SlotPins.count_with`)."""
 
+    def _pin(
+        self, base_url: str, path: str, body: dict[str, Any]
+    ) -> tuple[dict[str, Any], int | None]:
+        """Count the request in flight; the body to send (with ``id_slot`` when pinned)."""
+        self.in_flight[base_url] += 1
+        slot = self.pins.take(base_url, path, body)
+        return ({**body, "id_slot": slot} if slot is not None else body), slot
+
+    def _unpin(self, base_url: str, slot: int | None) -> None:
+        """The request has ended: out of the in-flight count, its slot let go."""
+        self.in_flight[base_url] -= 1
+        self.pins.give(base_url, slot)
+
     async def get_json(self, base_url: str, path: str) -> Any:
         """GET ``base_url + path`` and return the decoded JSON.
 
@@ -278,18 +291,14 @@ class BackendClient:
             BackendHTTPError: status ≥ 400, with the backend's message.
         """
         url = base_url + path
-        slot = self.pins.take(base_url, path, body)
-        if slot is not None:
-            body = {**body, "id_slot": slot}
-        request = self.http.build_request("POST", url, json=body)
-        self.in_flight[base_url] += 1
+        body, slot = self._pin(base_url, path, body)
         try:
+            request = self.http.build_request("POST", url, json=body)
             resp = await _send_once_retried(self.http, request, stream=False)
         except httpx.HTTPError as exc:
             raise _translate(exc, url) from exc
         finally:
-            self.in_flight[base_url] -= 1
-            self.pins.give(base_url, slot)
+            self._unpin(base_url, slot)
         if resp.status_code >= 400:
             raise _backend_error(resp.content, resp.status_code)
         try:
@@ -317,20 +326,14 @@ class BackendClient:
             BackendHTTPError: status ≥ 400.
         """
         url = base_url + path
-        slot = self.pins.take(base_url, path, body)
-        if slot is not None:
-            body = {**body, "id_slot": slot}
-        request = self.http.build_request("POST", url, json=body)
-        self.in_flight[base_url] += 1
+        body, slot = self._pin(base_url, path, body)
         try:
+            request = self.http.build_request("POST", url, json=body)
             resp = await _send_once_retried(self.http, request, stream=True)
-        except httpx.HTTPError as exc:
-            self.in_flight[base_url] -= 1
-            self.pins.give(base_url, slot)
-            raise _translate(exc, url) from exc
-        except BaseException:
-            self.in_flight[base_url] -= 1
-            self.pins.give(base_url, slot)
+        except BaseException as exc:
+            self._unpin(base_url, slot)
+            if isinstance(exc, httpx.HTTPError):
+                raise _translate(exc, url) from exc
             raise
         try:
             if resp.status_code >= 400:

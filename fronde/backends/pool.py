@@ -136,6 +136,15 @@ def plan_pool(settings: Settings, profile: Profile, binary: Path, log_dir: Path)
     return PoolPlan(specs, left_out, remote, frozenset(missing))
 
 
+def _slots_of(args: list[str]) -> int:
+    """The ``-np`` an argv gives llama-server (its last one wins, as there); 1 without one."""
+    slots = 1
+    for flag, value in itertools.pairwise(args):
+        if flag in ("-np", "--parallel") and value.isdigit():
+            slots = int(value)
+    return slots
+
+
 class BackendPool:
     """Starts, supervises and stops one llama-server per planned mode.
 
@@ -165,6 +174,8 @@ class BackendPool:
             self.backends[mode] = RemoteMode(mode, urls, start_timeout_s=start_timeout_s)
         self.backends = {m: self.backends[m] for m in Mode if m in self.backends}
         self.restarts: dict[Mode, int] = dict.fromkeys(self.backends, 0)
+        self._slots = {mode: _slots_of(spec.args) for mode, spec in plan.specs.items()}
+        """Each local server's ``-np``, read once: :meth:`local_slots` runs per request."""
         self._max_restarts = max_restarts
         self._window_s = restart_window_s
         self._supervisors: set[asyncio.Task[None]] = set()
@@ -252,12 +263,9 @@ class BackendPool:
 
         A remote replica's (and an unknown URL's) slots are not this pool's: 0.
         """
-        for backend in self.backends.values():
+        for mode, slots in self._slots.items():
+            backend = self.backends[mode]
             if isinstance(backend, LlamaServerProcess) and backend.port and backend.url == url:
-                slots = 1  # llama-server's last -np wins, as here
-                for flag, value in itertools.pairwise(backend.spec.args):
-                    if flag in ("-np", "--parallel") and value.isdigit():
-                        slots = int(value)
                 return slots
         return 0
 

@@ -85,12 +85,12 @@ async def _client(
     k: int,
 ) -> None:
     i = k
+    chat = args.kind.startswith("chat")
+    stream = args.kind.endswith("-stream")
     while time.monotonic() < stop_at:
         prompt = f"[{i}] {prompts[i % len(prompts)]}"
         i += 97
         t0 = time.monotonic()
-        chat = args.kind.startswith("chat")
-        stream = args.kind.endswith("-stream")
         if chat:
             # As the load benchmark sends: chat with the server's default prompt cache.
             body: dict[str, object] = {

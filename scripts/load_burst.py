@@ -74,23 +74,35 @@ def save_curves(run: Path, rep: int, env: dict[str, str]) -> str:
     return key
 
 
-async def burst(base: str, clients: int, spacing_s: float) -> Counter[str]:
-    """Send ``clients`` streamed chat requests, the i-th ``i × spacing_s`` late."""
+async def burst(
+    base: str, clients: int, spacing_s: float
+) -> tuple[Counter[str], list[tuple[float, float]]]:
+    """Send ``clients`` streamed chat requests, the i-th ``i × spacing_s`` late.
+
+    Returns where they went, and each one's (``x-fronde-overhead-ms``,
+    ``x-fronde-gather-ms``): Fronde's own time before the upstream call and the part
+    of it spent waiting for the burst to end, ms.
+    """
     items = agent_mix().items
     async with httpx.AsyncClient(
         timeout=120, limits=httpx.Limits(max_keepalive_connections=0)
     ) as http:
 
-        async def one(i: int) -> str:
+        async def one(i: int) -> tuple[str, tuple[float, float]]:
             await asyncio.sleep(i * spacing_s)
             body = items[i % len(items)].body("chat", 64) | {"model": "fronde"}
             async with http.stream("POST", f"{base}/v1/chat/completions", json=body) as r:
                 where = f"{r.headers.get('x-fronde-class')} → {r.headers.get('x-fronde-mode')}"
+                own = (
+                    float(r.headers.get("x-fronde-overhead-ms", "nan")),
+                    float(r.headers.get("x-fronde-gather-ms", "nan")),
+                )
                 async for _ in r.aiter_lines():
                     pass
-            return where
+            return where, own
 
-        return Counter(await asyncio.gather(*(one(i) for i in range(clients))))
+        done = await asyncio.gather(*(one(i) for i in range(clients)))
+        return Counter(where for where, _ in done), [own for _, own in done]
 
 
 def main() -> None:
@@ -124,8 +136,14 @@ def main() -> None:
             print(out.readline().strip() if out else "")  # the ready line, once the backends are up
             base = f"http://127.0.0.1:{args.port}"
             for n in range(args.bursts):
-                where = asyncio.run(burst(base, args.clients, args.spacing_ms / 1000))
+                where, own = asyncio.run(burst(base, args.clients, args.spacing_ms / 1000))
                 print(f"burst {n + 1}: " + ", ".join(f"{k} {v}" for k, v in where.most_common()))
+                overhead, gather = (sorted(x[k] for x in own) for k in (0, 1))
+                print(
+                    f"  Fronde's own time, ms: median {overhead[len(own) // 2]:.1f}, most "
+                    f"{overhead[-1]:.1f}; of it the wait for the burst: median "
+                    f"{gather[len(own) // 2]:.1f}, most {gather[-1]:.1f}"
+                )
                 time.sleep(1)
         finally:
             serve.terminate()

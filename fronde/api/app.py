@@ -75,6 +75,7 @@ EXPOSED_HEADERS = [
     "x-fronde-probe-tok-s",
     "x-fronde-request-id",
     "x-fronde-overhead-ms",
+    "x-fronde-gather-ms",
     "x-fronde-swap-wait-ms",
     "x-fronde-swap-fallback",
     "x-fronde-predicted-tok-s",

@@ -225,3 +225,30 @@ async def test_a_stream_is_out_of_the_load_when_its_client_reads_the_end() -> No
     assert any(b"[DONE]" in piece for piece in pieces)
     assert in_flight_at[0] == 1  # counted while it streams
     assert sum(router.in_flight.values()) == 0 and router.arriving == 0
+
+
+@pytest.mark.anyio
+async def test_the_wait_for_a_burst_is_told_apart_from_the_rest_of_the_overhead() -> None:
+    # On the H200 (gemma, c = 32, results/load-gpu-h200-cpu-gemma-270m-20261204-pin32)
+    # the first burst's requests read up to 148 ms of x-fronde-overhead-ms; the
+    # x-fronde-gather-ms header says how much of it was the wait for the burst to end.
+    client = BackendClient(httpx.AsyncClient(transport=httpx.MockTransport(_sse)))
+    router = Router(POLICY, slots=32, max_parallel_decodes=128, load_curves=CURVES)
+    settings = load_settings(router={"gather_ms": 100, "gather_max_ms": 2000})
+    dispatcher = Dispatcher(settings, cast("BackendPool", _Pool()), client, router)
+    body = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 8, "stream": True}
+
+    async def answered(mode: str | None = None) -> dict[str, str]:
+        answer = await dispatcher.answer("chat", dict(body), mode)
+        assert isinstance(answer, Streamed)
+        async for _ in answer.events:
+            pass
+        return answer.headers
+
+    first, second = await asyncio.gather(answered(), answered())
+    # The first came alone and was placed at once; the second came with it and
+    # waited until nothing had arrived for 100 ms.
+    assert float(first["x-fronde-gather-ms"]) < 50
+    assert 99 <= float(second["x-fronde-gather-ms"]) <= float(second["x-fronde-overhead-ms"])
+    # A forced mode is never held for a burst: no such header.
+    assert "x-fronde-gather-ms" not in await answered(Mode.BASELINE.value)

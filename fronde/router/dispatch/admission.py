@@ -48,6 +48,7 @@ class Arrival:
         self.t0 = time.monotonic()
         self.previous = router.last_arrival  # the arrival before this one, s (monotonic)
         self.after_end = router.last_end  # the last request's end before this one, s
+        self.waited_s = 0.0  # how long :meth:`gathered` held it, s
         router.last_arrival = self.t0
 
     async def gathered(self, quiet_s: float, most_s: float) -> None:
@@ -68,7 +69,18 @@ class Arrival:
         Args:
             quiet_s: the gap that ends a burst, s (0: never wait).
             most_s: the longest this request waits, s.
+
+        The time it held the request is left in :attr:`waited_s` (the
+        ``x-fronde-gather-ms`` header).
         """
+        start = time.monotonic()
+        try:
+            await self._gather(quiet_s, most_s)
+        finally:
+            self.waited_s = time.monotonic() - start
+
+    async def _gather(self, quiet_s: float, most_s: float) -> None:
+        """:meth:`gathered`'s wait."""
         await asyncio.sleep(0)
         if quiet_s <= 0 or self.previous is None or self.t0 - self.previous > quiet_s:
             return

@@ -172,12 +172,16 @@ class Dispatcher:
                 await honour_tool_choice(body, self.tools.supports_tools)
             view = body if api is None else api.view(body)
             forced = forced_mode(mode_header, view.get("model"))
-            if forced is None and self.router.places_by_load:
+            gathered = forced is None and self.router.places_by_load
+            if gathered:
                 # The requests that came with this one are counted (Arrival) before
                 # any of them is placed (only a placement by the curves reads them).
                 r = self.settings.router
                 await arrival.gathered(r.gather_ms / 1000, r.gather_max_ms / 1000)
             adm, headers = await self._admit(kind, view, forced, arrival)
+            if gathered:
+                # The part of x-fronde-overhead-ms spent waiting for the burst to end.
+                headers["x-fronde-gather-ms"] = f"{arrival.waited_s * 1000:.3f}"
         except BaseException:
             arrival.close()  # after the plan, the admission closes it
             raise

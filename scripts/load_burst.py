@@ -6,7 +6,8 @@ repetition) for a `fronde serve` whose llama-servers are the test suite's fake
 it with 32 slots a backend and the four modes, sends ``--clients`` streamed chat
 requests of the agent mix at once (or ``--spacing-ms`` apart) and prints where each
 went (``x-fronde-class → x-fronde-mode``), once a fresh server is up and again 1 s
-later. Used in the closing note of issue 23:
+later, with Fronde's own time (``x-fronde-overhead-ms``) and the part of it spent in
+the burst wait (``x-fronde-gather-ms``). Used in the closing note of issue 23:
 ``.venv/bin/python scripts/load_burst.py results/load-gpu-h200-cpu-gemma-270m-20261203-bs2``
 (with ``--spacing-ms`` 0, 0.5, 1): on the commit before the arriving count every burst
 went 11 baseline, 9 cascade, 9 ngram-mod, 3 ngram-simple; after it the first burst went

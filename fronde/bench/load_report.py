@@ -17,6 +17,7 @@ from fronde.bench.load import PROXY, ROUTERS, arm_about, load_rows, looping_item
 from fronde.bench.load_page import (
     load_markdown,
     load_plot,
+    own_time_lines,
     quarantine_lines,
     rows_json,
     served_costs,
@@ -74,6 +75,7 @@ def write_load_page(
     verdict = session_verdicts(samples, loops)
     costs = served_costs(samples)
     quarantines = quarantine_lines(store.records())
+    own = own_time_lines(samples)
     arms = list(dict.fromkeys(r.arm for r in rows))
     pairs = [(PROXY.name, "plain")] + [(r, PROXY.name) for r in ROUTERS.values() if r in arms]
     proxy = {
@@ -92,6 +94,7 @@ def write_load_page(
         "rows": rows_json(rows),
         "verdict": verdict,
         "quarantines": quarantines,
+        "own_time": own,
         "proxy": {k: {str(c): v for c, v in r.items()} for k, r in proxy.items()},
         "race": race,
         "served_costs": {a: asdict(c) | {"draft_cost": c.draft_cost} for a, c in costs.items()},
@@ -99,7 +102,7 @@ def write_load_page(
     (out / "load.json").write_text(json.dumps(body, indent=1) + "\n")
     spread = dict(curves.spread)
     page = load_markdown(
-        rows, loops, title, legend, curves, verdict, spread, costs, quarantines, proxy
+        rows, loops, title, legend, curves, verdict, spread, costs, quarantines, proxy, own
     )
     if race:
         page += "\n".join(["", RACE_HEAD, "", RACE_ABOUT, "", *race, ""])

@@ -102,7 +102,7 @@ def _session_line(b: Table) -> str | None:
     ratio = b.total(fastest) / b.total("router")  # time a token: router's ÷ fastest's
     return (
         f"  agent sessions: routing {1000 / b.total('router'):.1f} ms/token,"
-        f" {ratio:.2f}× {fastest}'s (fastest other arm)"
+        f" {ratio:.2f}× {fastest}'s time a token (fastest other arm; below 1 is faster)"
     )
 
 

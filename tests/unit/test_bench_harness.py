@@ -855,7 +855,8 @@ def test_the_answer_in_words_comes_last_and_names_the_best_fixed_arm() -> None:
         "  routing, cold: 0.92× cascade in total, 0.92× per prompt [0.92–0.92]",
         "  per domain ≥ 0.97× plain decoding: cold 2 of 2",
         "  per prompt ÷ the best of Fronde's own modes: cold 1.10×",
-        "  agent sessions: routing 90.9 ms/token, 1.09× cascade's (fastest other arm)",
+        "  agent sessions: routing 90.9 ms/token, 1.09× cascade's time a token (fastest "
+        "other arm; below 1 is faster)",
         "VERDICT: FAIL: not faster than cascade (cold)",
     ]
     # Printed after every table, the agent sessions' table included.

@@ -190,14 +190,6 @@ def quarantine_lines(records: Sequence[dict[str, Any]]) -> list[str]:
     return lines
 
 
-def _ms(route: Mapping[str, Any], key: str) -> float | None:
-    """A ``*-ms`` header of a sample's ``route`` as a number, or None."""
-    try:
-        return float(route[key])
-    except (KeyError, TypeError, ValueError):
-        return None
-
-
 def own_time_lines(samples: Sequence[dict[str, Any]]) -> list[str]:
     """Fronde's own time per Fronde arm and c, one line each, every repetition pooled.
 
@@ -211,14 +203,11 @@ def own_time_lines(samples: Sequence[dict[str, Any]]) -> list[str]:
     """
     cells: dict[tuple[str, int], list[tuple[float, float | None]]] = {}
     for s in samples:
-        raw = s.get("route")
-        if not s.get("ok") or not isinstance(raw, dict):
-            continue
-        route = cast("dict[str, Any]", raw)
-        overhead = _ms(route, "overhead-ms")
-        if overhead is not None:
+        route = cast("dict[str, str]", s.get("route") or {})
+        overhead, gather = route.get("overhead-ms"), route.get("gather-ms")
+        if s.get("ok") and overhead is not None:
             cell = cells.setdefault((s["arm"], level_c(s["level"])), [])
-            cell.append((overhead, _ms(route, "gather-ms")))
+            cell.append((float(overhead), None if gather is None else float(gather)))
     lines: list[str] = []
     for (arm, c), got in sorted(cells.items(), key=lambda kv: (kv[0][1], kv[0][0])):
         overheads = [o for o, _ in got]

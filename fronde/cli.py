@@ -1123,7 +1123,11 @@ def bench_load(
         ),
     ] = True,
 ) -> None:
-    """Many agents at once: Fronde against one llama-server at each concurrency c."""
+    """Many agents at once: Fronde against one llama-server at each concurrency c.
+
+    Exit status 0 once it has run, whatever its verdicts: each line says PASS, FAIL or
+    INVALID for its c (`fronde bench verdict`, with one answer, exits 2 on FAIL).
+    """
     import asyncio
     import json
 

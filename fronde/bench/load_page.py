@@ -22,6 +22,7 @@ from fronde.bench.load_sessions import by_session, spread_ratios
 from fronde.router.calibration import LoadCurves
 
 __all__ = [
+    "arm_colours",
     "held_out_ratios",
     "load_markdown",
     "load_plot",
@@ -391,31 +392,51 @@ def load_markdown(
     return "\n".join(lines)
 
 
+def arm_colours(arms: Sequence[str]) -> dict[str, tuple[float, float, float]]:
+    """A distinct colour (RGB, 0–1) per arm, in order, for up to 20 arms, then again.
+
+    matplotlib's ``tab20`` with its ten strong colours first, then their light pairs: a
+    load run has up to 11 arms (the default cycle, ``tab10``, gave ``plain`` and
+    ``router-t`` the same blue).
+    """
+    from matplotlib import colormaps
+
+    tab20 = colormaps["tab20"]  # 20 colours: a strong one, then its light pair
+    order = [tab20(i)[:3] for i in (*range(0, 20, 2), *range(1, 20, 2))]
+    return {arm: order[i % len(order)] for i, arm in enumerate(arms)}
+
+
 def load_plot(rows: Sequence[LoadRow], path: Path, title: str) -> None:
-    """Throughput and p99 latency against c, one line per arm, into ``path`` (PNG)."""
+    """Throughput and p99 latency against c, one line per arm, into ``path`` (PNG).
+
+    Each arm has its own colour (:func:`arm_colours`), Fronde's arms a thick line and
+    the static ones a dashed one; the legend stands right of both panels, off the points.
+    """
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4))
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(12.5, 4))
     arms = list(dict.fromkeys(r.arm for r in rows))
+    colours = arm_colours(arms)
     for arm in arms:
         pts = sorted((r.c, r.tok_s, r.p99_s) for r in rows if r.arm == arm and r.tok_s > 0)
         if not pts:
             continue
         cs = [p[0] for p in pts]
         style = {"linewidth": 2.5} if _routed(arm) else {"linewidth": 1.2, "linestyle": "--"}
-        ax1.plot(cs, [p[1] for p in pts], marker="o", label=arm, **style)
-        ax2.plot(cs, [p[2] for p in pts], marker="o", label=arm, **style)
+        ax1.plot(cs, [p[1] for p in pts], marker="o", label=arm, color=colours[arm], **style)
+        ax2.plot(cs, [p[2] for p in pts], marker="o", label=arm, color=colours[arm], **style)
     for ax, label in ((ax1, "aggregate decode tok/s"), (ax2, "p99 latency, s (lower is better)")):
         ax.set_xscale("log", base=2)
         ax.set_xlabel("concurrent clients c")
         ax.set_ylabel(label)
         ax.grid(alpha=0.3)
-    ax1.legend(fontsize=8)
+    handles, labels = ax1.get_legend_handles_labels()
+    fig.legend(handles, labels, loc="center right", fontsize=8)
     fig.suptitle(title)
-    fig.tight_layout()
+    fig.tight_layout(rect=(0.0, 0.0, 0.88, 1.0))
     fig.savefig(path, dpi=120)
     plt.close(fig)
 

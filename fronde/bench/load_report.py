@@ -41,7 +41,9 @@ RACE_ABOUT = (
     "do not slow each other, as with a device per server, and is in-sample. On one H200 "
     "it was measured false: a real race of plain and cascade (gemma, c = 1, "
     "`results/hop-gpu-h200-cpu-gemma-270m-20261204-race`) read 0.50× the better server "
-    "alone. Not something Fronde does."
+    "alone. Not something Fronde does. Its tok/s are Σ tokens ÷ Σ request time over the "
+    "items, as one client waits for them, not the table's steady-window tok/s (which "
+    "count the gaps between requests too)."
 )
 """What the race lines are, for the page (:mod:`fronde.bench.load_race`)."""
 

@@ -26,6 +26,7 @@ from fronde.bench.load import (
     steady_window,
 )
 from fronde.bench.load_page import (
+    arm_colours,
     held_out_ratios,
     load_markdown,
     load_plot,
@@ -329,6 +330,16 @@ def test_rows_count_aggregate_tokens_in_the_steady_window_and_leave_loops_out(
     assert "| 2 | router | 40 |" in page and "looping in some arm): 1: loop" in page
     load_plot(list(rows.values()), tmp_path / "load.png", "t")
     assert (tmp_path / "load.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_every_arm_of_a_load_run_gets_its_own_colour() -> None:
+    # 11 arms, as the README's quick CPU run has: matplotlib's default cycle has 10
+    # colours, and gave plain and router-t the same blue (a new user's trial).
+    arms = ["plain", "default", "cascade", "plain2", "s-simple", "s-mod", "s-draft"]
+    arms += ["fr-plain", "router", "router-b", "router-t"]
+    colours = arm_colours(arms)
+    assert list(colours) == arms and len(set(colours.values())) == len(arms)
+    assert arm_colours([*arms, *"abcdefghij"])["j"] == colours["plain"]  # 21st: again
 
 
 def test_the_held_out_ratio_chooses_the_static_arm_on_the_other_repetitions() -> None:

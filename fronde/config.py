@@ -160,8 +160,8 @@ class BackendSettings(_Section):
         description="send each generation to a free slot next to the busy ones (id_slot) of a "
         "llama-server Fronde started with parallel > 1, so that the busy slots stay "
         "consecutive: with one KV stream per slot b11434 splits a step at every gap in "
-        "the busy ids "
-        "(fronde/backends/slots.py)",
+        "the busy ids; a request to an idle server goes without, placed as by the server "
+        "alone (the same answers at c = 1) (fronde/backends/slots.py)",
     )
     start_timeout_s: float = Field(
         default=180.0, gt=0, le=3600, description="deadline for /health to answer 200, seconds"

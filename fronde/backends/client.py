@@ -326,15 +326,24 @@ class BackendClient:
             BackendHTTPError: status ≥ 400.
         """
         url = base_url + path
-        body, slot = self._pin(base_url, path, body)
+        if self.pins.unsettled(base_url, path, body):
+            # A request the server placed itself is in flight: learn its slot first.
+            await self.pins.settle(base_url, lambda: self.get_json(base_url, "/slots"))
+        self.in_flight[base_url] += 1
+        pin = self.pins.begin(base_url, path, body)
+        if pin is not None and pin.slot is not None:
+            body = {**body, "id_slot": pin.slot}
         try:
             request = self.http.build_request("POST", url, json=body)
             resp = await _send_once_retried(self.http, request, stream=True)
         except BaseException as exc:
-            self._unpin(base_url, slot)
+            self.in_flight[base_url] -= 1
+            self.pins.end(base_url, pin)
             if isinstance(exc, httpx.HTTPError):
                 raise _translate(exc, url) from exc
             raise
+        if pin is not None:
+            pin.sent.set()  # b11434 answers with headers once the request has a slot
         try:
             if resp.status_code >= 400:
                 content = await resp.aread()
@@ -349,4 +358,4 @@ class BackendClient:
                 with anyio.CancelScope(shield=True):
                     await resp.aclose()
             finally:
-                self.pins.give(base_url, slot)
+                self.pins.end(base_url, pin)

@@ -16,6 +16,19 @@ Measured on an H200, one server with 16 slots, SmolLM2 streamed chat: 287, 656 a
 tok/s at c = 2, 4 and 8 where the server picks, 832, 1,230 and 1,503 with the busy ids
 together (``results/serving-probe-gpu-h200-20261204-pins/``).
 
+A request that finds no slot of its server held goes without ``id_slot`` (a *loose*
+one, :meth:`SlotPins.begin`): the server places it as it would alone, by prompt
+similarity, then least recent use, so one client at a time gets the answers of the
+server alone. Pinned to slot 0 every time instead, a request reused another cached
+prefix than the server would have given it, and near-ties flipped: 18 of 66 SmolLM2
+answers at c = 1 on the H200 differed from the plain server's
+(``results/load-gpu-h200-cpu-smollm2-135m-20261204-pin32b``; 0 of 66 before pinning),
+and ``tests/integration/test_slots_real.py`` finds one of eight here. When a request
+needs a pin while a loose one is in flight, Fronde first reads which slots the server
+shows busy (``GET /slots``, once the loose request's headers came: b11434 sends them
+when it has given the request a slot) and holds those until the loose one ends
+(:meth:`SlotPins.settle`).
+
 Only for llama-servers Fronde started itself (``backend.pin_slots``): a remote replica's
 slots are shared with clients Fronde does not see. A slot is let go when Fronde's request
 ends; after a client that left, llama-server frees it 0.05–1.5 s later, and b11434 holds
@@ -24,10 +37,22 @@ a request sent to that slot meanwhile until it is free (it does not fail it).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import asyncio
+import contextlib
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["GENERATION_PATHS", "SlotPins"]
+import structlog
+
+__all__ = ["GENERATION_PATHS", "SETTLE_WAIT_S", "Pin", "SlotPins"]
+
+log = structlog.get_logger(__name__)
+
+SETTLE_WAIT_S = 2.0
+"""How long :meth:`SlotPins.settle` waits for a loose request's headers, s: b11434 sends
+them once the request has a slot, before its prefill, so this is only reached when the
+server is stuck; the lookup then goes ahead with what it shows."""
 
 GENERATION_PATHS = frozenset(
     {
@@ -48,6 +73,28 @@ def _unpinned(_url: str) -> int:
     return 0
 
 
+@dataclass(eq=False)
+class Pin:
+    """One generation's claim on its backend's slots (:meth:`SlotPins.begin`).
+
+    Attributes:
+        slot: the ``id_slot`` sent, or None (the server places it).
+        loose: sent without one because no slot of the server was held: the server
+            places it as it would alone.
+        found: for a loose one, the slot ids the server showed busy and Fronde did not
+            hold when another request needed a pin (:meth:`SlotPins.settle`); held
+            until it ends.
+        settled: for a loose one, whether that lookup has run.
+        sent: set once the request's response headers came (it has a slot) or it ended.
+    """
+
+    slot: int | None
+    loose: bool = False
+    found: frozenset[int] = frozenset()
+    settled: bool = False
+    sent: asyncio.Event = field(default_factory=asyncio.Event)
+
+
 class SlotPins:
     """The slot ids Fronde's requests hold on each backend, and the next one to use.
 
@@ -58,6 +105,8 @@ class SlotPins:
     def __init__(self) -> None:
         self._count: Callable[[str], int] = _unpinned
         self._taken: dict[str, set[int]] = {}
+        self._loose: dict[str, Pin] = {}  # the loose generation in flight, per backend
+        self._lookups: dict[str, asyncio.Task[None]] = {}  # a settle under way, per backend
 
     def count_with(self, count: Callable[[str], int]) -> None:
         """Pin on the backends for which ``count(base_url)`` (their ``-np``) is above 1."""
@@ -73,8 +122,8 @@ class SlotPins:
         slot or none pinned, a body that names its own ``id_slot``, or every slot
         held (the server queues the request until one frees).
         """
-        n = self._count(base_url)
-        if n <= 1 or path not in GENERATION_PATHS or "id_slot" in body:
+        n = self._pinnable(base_url, path, body)
+        if not n:
             return None
         taken = self._taken.setdefault(base_url, set())
         free = [i for i in range(n) if i not in taken]
@@ -85,6 +134,86 @@ class SlotPins:
         slot = max(free, key=lambda i: ((i - 1 in taken) + (i + 1 in taken), -i))
         taken.add(slot)
         return slot
+
+    def _pinnable(self, base_url: str, path: str, body: dict[str, Any]) -> int:
+        """``base_url``'s slot count when a request to ``path`` is pinned there, else 0."""
+        n = self._count(base_url)
+        if n <= 1 or path not in GENERATION_PATHS or "id_slot" in body:
+            return 0
+        return n
+
+    def begin(self, base_url: str, path: str, body: dict[str, Any]) -> Pin | None:
+        """The claim of a request to ``path`` on ``base_url``; None where nothing is pinned.
+
+        Loose (no ``id_slot``, the server places it) when no slot of that server is
+        held and no loose one is in flight; else :meth:`take`'s slot. Call
+        :meth:`settle` before, where :meth:`unsettled` says so, and :meth:`end` after.
+        """
+        if not self._pinnable(base_url, path, body):
+            return None
+        if not self._taken.get(base_url) and base_url not in self._loose:
+            pin = Pin(None, loose=True)
+            self._loose[base_url] = pin
+            return pin
+        slot = self.take(base_url, path, body)
+        return Pin(slot) if slot is not None else None
+
+    def unsettled(self, base_url: str, path: str, body: dict[str, Any]) -> bool:
+        """Whether a request to ``path`` would be pinned beside a loose one of unknown slot."""
+        pin = self._loose.get(base_url)
+        return pin is not None and not pin.settled and bool(self._pinnable(base_url, path, body))
+
+    async def settle(self, base_url: str, lookup: Callable[[], Awaitable[Any]]) -> None:
+        """Learn the slots of ``base_url``'s loose request in flight, and hold them.
+
+        Waits for its response headers (at most :data:`SETTLE_WAIT_S`), then calls
+        ``lookup`` (the server's ``GET /slots``: a list of ``{"id", "is_processing"}``).
+        The slots shown busy that Fronde does not hold are the loose request's (and any
+        a client that left still holds): held until it ends. Requests waiting at once
+        share one lookup. A failed lookup is logged and holds nothing, so a later pin may
+        land on the loose request's slot (the server then holds that request until the
+        slot frees).
+        """
+        pin = self._loose.get(base_url)
+        if pin is None or pin.settled:
+            return
+        task = self._lookups.get(base_url)
+        if task is None:
+            task = asyncio.ensure_future(self._learn(base_url, pin, lookup))
+            self._lookups[base_url] = task
+            task.add_done_callback(lambda _: self._lookups.pop(base_url, None))
+        await asyncio.shield(task)
+
+    async def _learn(self, base_url: str, pin: Pin, lookup: Callable[[], Awaitable[Any]]) -> None:
+        """:meth:`settle`'s lookup, run once per loose request."""
+        busy: set[int] = set()
+        try:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(pin.sent.wait(), SETTLE_WAIT_S)
+            if self._loose.get(base_url) is not pin:
+                return  # it ended meanwhile: nothing to hold
+            slots = await lookup()
+            busy = {int(s["id"]) for s in slots if s.get("is_processing")}
+        except Exception as exc:  # any failure: pinned as before, logged
+            log.warning("slots.lookup_failed", backend=base_url, error=repr(exc))
+        finally:
+            pin.settled = True
+        if self._loose.get(base_url) is pin:
+            taken = self._taken.setdefault(base_url, set())
+            pin.found = frozenset(busy - taken)
+            taken |= pin.found
+
+    def end(self, base_url: str, pin: Pin | None) -> None:
+        """The request of ``pin`` (from :meth:`begin`; None is a no-op) has ended."""
+        if pin is None:
+            return
+        pin.sent.set()
+        if not pin.loose:
+            self.give(base_url, pin.slot)
+            return
+        if self._loose.get(base_url) is pin:
+            del self._loose[base_url]
+        self._taken.get(base_url, set()).difference_update(pin.found)
 
     def give(self, base_url: str, slot: int | None) -> None:
         """Release ``slot`` (from :meth:`take`; None is a no-op)."""

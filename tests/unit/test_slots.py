@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+import anyio
 import httpx
 import pytest
 
@@ -59,10 +60,23 @@ def test_nothing_is_pinned_where_it_should_not_be() -> None:
     assert pins.held("http://b") == frozenset()
 
 
-def recording_client(status: int = 200) -> tuple[BackendClient, list[dict[str, Any]]]:
+def recording_client(
+    status: int = 200, busy: tuple[int, ...] = (), slots_status: int = 200
+) -> tuple[BackendClient, list[dict[str, Any]]]:
+    """A client over a fake backend of 16 slots; the bodies it got, ``/slots`` GETs as ``{}``.
+
+    ``/slots`` shows the ids in ``busy`` processing (or answers ``slots_status``).
+    """
     bodies: list[dict[str, Any]] = []
 
     def handler(request: httpx.Request) -> httpx.Response:
+        if request.url.path == "/slots":
+            bodies.append({"GET": "/slots"})
+            if slots_status >= 400:
+                return httpx.Response(slots_status, json={"error": {"message": "off"}})
+            return httpx.Response(
+                200, json=[{"id": i, "is_processing": i in busy} for i in range(16)]
+            )
         bodies.append(json.loads(request.content))
         if status >= 400:
             return httpx.Response(status, json={"error": {"message": "no", "code": status}})
@@ -77,18 +91,60 @@ def recording_client(status: int = 200) -> tuple[BackendClient, list[dict[str, A
     return c, bodies
 
 
-async def test_the_client_sends_id_slot_and_frees_it_when_the_stream_ends() -> None:
+async def test_one_request_at_a_time_is_placed_by_the_server_itself() -> None:
+    # c = 1: every request finds the server idle and goes without id_slot, as to the
+    # server alone (pinned to slot 0, 18 of 66 SmolLM2 answers differed on the H200).
     c, bodies = recording_client()
-    async with c.stream("http://b", CHAT, {"stream": True}) as first:
-        assert c.pins.held("http://b") == {0}
-        async with c.stream("http://b", CHAT, {"stream": True}):
-            assert c.pins.held("http://b") == {0, 1}
-        [_ async for _ in first.lines()]
-        assert c.pins.held("http://b") == {0}
+    for _ in range(3):
+        async with c.stream("http://b", CHAT, {"stream": True}) as up:
+            [_ async for _ in up.lines()]
+    assert bodies == [{"stream": True}] * 3  # no id_slot, no /slots lookup
     assert c.pins.held("http://b") == frozenset()
-    assert [b["id_slot"] for b in bodies] == [0, 1]
+
+
+async def test_a_second_request_is_pinned_next_to_the_slot_the_server_chose() -> None:
+    c, bodies = recording_client(busy=(7,))  # the server put the first request on 7
+    async with c.stream("http://b", CHAT, {"stream": True}) as first:
+        assert "id_slot" not in bodies[0]
+        async with c.stream("http://b", CHAT, {"stream": True}):
+            assert bodies[1] == {"GET": "/slots"}  # learned once, before pinning
+            assert bodies[2]["id_slot"] == 6  # beside 7 (6 and 8 extend it: the lower)
+            assert c.pins.held("http://b") == {6, 7}
+            async with c.stream("http://b", CHAT, {"stream": True}):
+                assert bodies[3]["id_slot"] == 5  # no second lookup
+        [_ async for _ in first.lines()]
+        assert c.pins.held("http://b") == {7}  # the first's, until it ends
+    assert c.pins.held("http://b") == frozenset()
+    async with c.stream("http://b", CHAT, {"stream": True}):
+        pass
+    assert "id_slot" not in bodies[-1]  # idle again: the server places it
     await c.post_json("http://b", "/tokenize", {"content": "x"})
     assert "id_slot" not in bodies[-1]
+
+
+async def test_requests_arriving_together_share_one_lookup() -> None:
+    c, bodies = recording_client(busy=(15,))
+    async with c.stream("http://b", CHAT, {"stream": True}):
+
+        async def pinned() -> None:
+            async with c.stream("http://b", CHAT, {"stream": True}):
+                await anyio.sleep(0.01)
+
+        async with anyio.create_task_group() as tg:
+            for _ in range(3):
+                tg.start_soon(pinned)
+    assert bodies.count({"GET": "/slots"}) == 1
+    assert sorted(b["id_slot"] for b in bodies if "id_slot" in b) == [12, 13, 14]
+
+
+async def test_a_failed_lookup_pins_as_before() -> None:
+    c, bodies = recording_client(slots_status=501)  # llama-server started with --no-slots
+    async with (
+        c.stream("http://b", CHAT, {"stream": True}),
+        c.stream("http://b", CHAT, {"stream": True}),
+    ):
+        assert bodies[2]["id_slot"] == 0
+    assert c.pins.held("http://b") == frozenset()
 
 
 async def test_a_failed_request_frees_its_slot() -> None:
@@ -99,7 +155,8 @@ async def test_a_failed_request_frees_its_slot() -> None:
     with pytest.raises(BackendHTTPError):
         await c.post_json("http://b", "/completion", {})
     assert c.pins.held("http://b") == frozenset()
-    assert [b["id_slot"] for b in bodies] == [0, 0]
+    assert "id_slot" not in bodies[0]  # the server was idle: it placed the stream
+    assert bodies[1]["id_slot"] == 0  # a probe (post_json) is always pinned
 
 
 def test_the_pool_counts_the_slots_of_its_own_servers_only(tmp_path: Path) -> None:

@@ -22,6 +22,7 @@ from fronde.bench.load_sessions import by_session, spread_ratios
 from fronde.router.calibration import LoadCurves
 
 __all__ = [
+    "answer_lines",
     "arm_colours",
     "held_out_ratios",
     "load_markdown",
@@ -223,6 +224,38 @@ def own_time_lines(samples: Sequence[dict[str, Any]]) -> list[str]:
     return lines
 
 
+def answer_lines(samples: Sequence[dict[str, Any]]) -> list[str]:
+    """Whether Fronde in front of the plain server gave its answers, one client at a time.
+
+    ``fr-plain`` is the plain arm's server argv behind Fronde, every request forced
+    there: at c = 1 each item should get the plain server's text. One line per session
+    and repetition measuring both, e.g. ``session 2026-12-04 19:55, rep 0: 48 of 66 the
+    same; differ: chat-2, format-js-4, …``. Under load (c ≥ 2) the text differs between
+    any two servers, ``plain2`` included (a batch's numerics depend on what else is in
+    it), so those levels are not compared. Measured on the H200: 18 of 66 SmolLM2 answers
+    differed while Fronde pinned every request to slot 0 (before 87b47ec).
+    """
+    texts: dict[tuple[str, int, str], dict[str, str]] = {}
+    for s in samples:
+        if s.get("ok") and s["arm"] in ("plain", PROXY.name) and level_c(s["level"]) == 1:
+            key = (str(s.get("session", "")), int(s["rep"]), s["arm"])
+            texts.setdefault(key, {})[s["item"]] = str(s.get("text", ""))
+    lines: list[str] = []
+    for (session, rep, arm), plain in texts.items():
+        fronde = texts.get((session, rep, PROXY.name))
+        if arm != "plain" or fronde is None:
+            continue
+        both = [i for i in plain if i in fronde]
+        differ = [i for i in both if plain[i] != fronde[i]]
+        where = f"session {session}, " if session else ""
+        line = f"{where}rep {rep}: {len(both) - len(differ)} of {len(both)} the same"
+        if differ:
+            shown = ", ".join(differ[:8]) + (", …" if len(differ) > 8 else "")
+            line += f"; differ: {shown}"
+        lines.append(line)
+    return lines
+
+
 def load_markdown(
     rows: Sequence[LoadRow],
     loops: Sequence[str],
@@ -235,6 +268,7 @@ def load_markdown(
     quarantines: Sequence[str] = (),
     proxy: Mapping[str, Mapping[int, float]] | None = None,
     own: Sequence[str] = (),
+    answers: Sequence[str] = (),
 ) -> str:
     """The results page: the table per c, the verdict, the curves saved, what was left out.
 
@@ -246,7 +280,8 @@ def load_markdown(
     ``quarantines``: :func:`quarantine_lines`, a section when there are any.
     ``proxy``: ``"fr-plain ÷ plain"`` and each ``"<router arm> ÷ fr-plain"`` → per c,
     within one session (:func:`~fronde.bench.load_sessions.session_ratios`), a
-    section when given. ``own``: :func:`own_time_lines`, a section when there are any.
+    section when given. ``own``: :func:`own_time_lines`, a section when there are any;
+    ``answers``: :func:`answer_lines`, likewise.
     """
     lines = [
         f"# {title}",
@@ -348,6 +383,17 @@ def load_markdown(
             "to end (`router.gather_ms`, the event loop's delay in waking it included):",
             "",
             *[f"- {line}" for line in own],
+        ]
+    if answers:
+        lines += [
+            "",
+            "## Answers at c = 1 (`fr-plain` against `plain`)",
+            "",
+            "The plain server's argv behind Fronde and alone, one request at a time: each "
+            "item's text should be the same (under load a batch's numerics make any two "
+            "servers differ, so c ≥ 2 is not compared):",
+            "",
+            *[f"- {line}" for line in answers],
         ]
     if costs:
         lines += [

@@ -15,6 +15,7 @@ from typing import Any, cast
 
 from fronde.bench.load import PROXY, ROUTERS, arm_about, load_rows, looping_items
 from fronde.bench.load_page import (
+    answer_lines,
     load_markdown,
     load_plot,
     own_time_lines,
@@ -78,6 +79,7 @@ def write_load_page(
     costs = served_costs(samples)
     quarantines = quarantine_lines(store.records())
     own = own_time_lines(samples)
+    answers = answer_lines(samples)
     arms = list(dict.fromkeys(r.arm for r in rows))
     pairs = [(PROXY.name, "plain")] + [(r, PROXY.name) for r in ROUTERS.values() if r in arms]
     proxy = {
@@ -97,6 +99,7 @@ def write_load_page(
         "verdict": verdict,
         "quarantines": quarantines,
         "own_time": own,
+        "answers_c1": answers,
         "proxy": {k: {str(c): v for c, v in r.items()} for k, r in proxy.items()},
         "race": race,
         "served_costs": {a: asdict(c) | {"draft_cost": c.draft_cost} for a, c in costs.items()},
@@ -104,7 +107,18 @@ def write_load_page(
     (out / "load.json").write_text(json.dumps(body, indent=1) + "\n")
     spread = dict(curves.spread)
     page = load_markdown(
-        rows, loops, title, legend, curves, verdict, spread, costs, quarantines, proxy, own
+        rows,
+        loops,
+        title,
+        legend,
+        curves,
+        verdict,
+        spread,
+        costs,
+        quarantines,
+        proxy,
+        own,
+        answers,
     )
     if race:
         page += "\n".join(["", RACE_HEAD, "", RACE_ABOUT, "", *race, ""])

@@ -76,6 +76,7 @@ EXPOSED_HEADERS = [
     "x-fronde-request-id",
     "x-fronde-overhead-ms",
     "x-fronde-gather-ms",
+    "x-fronde-settle-ms",
     "x-fronde-swap-wait-ms",
     "x-fronde-swap-fallback",
     "x-fronde-predicted-tok-s",

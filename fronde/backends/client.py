@@ -10,6 +10,7 @@ dispatcher and the API deal in Fronde errors only.
 from __future__ import annotations
 
 import json
+import time
 from collections import Counter
 from collections.abc import AsyncGenerator, AsyncIterator
 from contextlib import asynccontextmanager
@@ -164,11 +165,15 @@ class UpstreamStream:
     Args:
         resp: the httpx response, body unread.
         url: the request's URL, for messages.
+        settle_ms: see :attr:`settle_ms`.
     """
 
-    def __init__(self, resp: httpx.Response, url: str) -> None:
+    def __init__(self, resp: httpx.Response, url: str, settle_ms: float = 0.0) -> None:
         self._resp = resp
         self.url = url
+        self.settle_ms = settle_ms
+        """Time spent learning the slot of a request the server placed, before this
+        one was sent, ms (:meth:`~fronde.backends.slots.SlotPins.settle`)."""
 
     def _broken(self, exc: Exception) -> BackendStreamError:
         name = type(exc).__name__
@@ -247,6 +252,18 @@ class BackendClient:
         slot = self.pins.take(base_url, path, body)
         return ({**body, "id_slot": slot} if slot is not None else body), slot
 
+    async def _settle(self, base_url: str, path: str, body: dict[str, Any]) -> float:
+        """Before pinning beside a request the server placed itself, learn its slot; ms spent.
+
+        Again after each lookup: that request may have ended, and another begun, meanwhile.
+        """
+        if not self.pins.unsettled(base_url, path, body):
+            return 0.0
+        t0 = time.monotonic()
+        while self.pins.unsettled(base_url, path, body):
+            await self.pins.settle(base_url, lambda: self.get_json(base_url, "/slots"))
+        return (time.monotonic() - t0) * 1000
+
     def _unpin(self, base_url: str, slot: int | None) -> None:
         """The request has ended: out of the in-flight count, its slot let go."""
         self.in_flight[base_url] -= 1
@@ -285,12 +302,17 @@ class BackendClient:
     async def post_json(self, base_url: str, path: str, body: dict[str, Any]) -> dict[str, Any]:
         """POST ``body`` as JSON and return the decoded JSON object.
 
+        A generation is always pinned (:meth:`SlotPins.take`), after learning the slot of
+        any request the server placed itself: a whole answer's headers come with its
+        end, too late to learn where the server put it.
+
         Raises:
             BackendConnectionError: connection refused, reset, or a non-JSON answer.
             BackendTimeoutError: no answer within the read timeout.
             BackendHTTPError: status ≥ 400, with the backend's message.
         """
         url = base_url + path
+        await self._settle(base_url, path, body)  # pinned, never loose: no headers till the end
         body, slot = self._pin(base_url, path, body)
         try:
             request = self.http.build_request("POST", url, json=body)
@@ -313,7 +335,12 @@ class BackendClient:
     async def stream(
         self, base_url: str, path: str, body: dict[str, Any]
     ) -> AsyncGenerator[UpstreamStream]:
-        """POST ``body`` and yield the answer with its body still unread (for SSE).
+        """POST ``body`` (``"stream": true``) and yield the answer with its body still unread.
+
+        On a backend with pinned slots, a generation to an idle server goes without
+        ``id_slot`` (the server places it as it would alone) and the next ones beside it
+        (:class:`~fronde.backends.slots.SlotPins`); the yielded stream's ``settle_ms``
+        is the time spent learning that slot first.
 
         The status is checked before yielding, so an error that happens before the
         first byte reaches the client still becomes a proper HTTP error. The
@@ -326,9 +353,7 @@ class BackendClient:
             BackendHTTPError: status ≥ 400.
         """
         url = base_url + path
-        if self.pins.unsettled(base_url, path, body):
-            # A request the server placed itself is in flight: learn its slot first.
-            await self.pins.settle(base_url, lambda: self.get_json(base_url, "/slots"))
+        settle_ms = await self._settle(base_url, path, body)
         self.in_flight[base_url] += 1
         pin = self.pins.begin(base_url, path, body)
         if pin is not None and pin.slot is not None:
@@ -348,7 +373,7 @@ class BackendClient:
             if resp.status_code >= 400:
                 content = await resp.aread()
                 raise _backend_error(content, resp.status_code)
-            yield UpstreamStream(resp, url)
+            yield UpstreamStream(resp, url, settle_ms)
         finally:
             # Shielded: on a client disconnect this runs inside a cancelled scope, where
             # an unshielded await is cancelled at once and the upstream connection

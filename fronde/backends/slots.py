@@ -45,7 +45,7 @@ from typing import Any
 
 import structlog
 
-__all__ = ["GENERATION_PATHS", "SETTLE_WAIT_S", "Pin", "SlotPins"]
+__all__ = ["GENERATION_PATHS", "LOOKUP_S", "SETTLE_WAIT_S", "Pin", "SlotPins"]
 
 log = structlog.get_logger(__name__)
 
@@ -53,6 +53,10 @@ SETTLE_WAIT_S = 2.0
 """How long :meth:`SlotPins.settle` waits for a loose request's headers, s: b11434 sends
 them once the request has a slot, before its prefill, so this is only reached when the
 server is stuck; the lookup then goes ahead with what it shows."""
+
+LOOKUP_S = 0.5
+"""The longest :meth:`SlotPins.settle` waits for ``GET /slots``, s: b11434 posts it to
+its main loop as a high-priority task, answered between two decode steps."""
 
 GENERATION_PATHS = frozenset(
     {
@@ -86,6 +90,7 @@ class Pin:
             until it ends.
         settled: for a loose one, whether that lookup has run.
         sent: set once the request's response headers came (it has a slot) or it ended.
+        lookup: for a loose one, its lookup under way (requests waiting share it).
     """
 
     slot: int | None
@@ -93,6 +98,7 @@ class Pin:
     found: frozenset[int] = frozenset()
     settled: bool = False
     sent: asyncio.Event = field(default_factory=asyncio.Event)
+    lookup: asyncio.Task[None] | None = None
 
 
 class SlotPins:
@@ -106,7 +112,7 @@ class SlotPins:
         self._count: Callable[[str], int] = _unpinned
         self._taken: dict[str, set[int]] = {}
         self._loose: dict[str, Pin] = {}  # the loose generation in flight, per backend
-        self._lookups: dict[str, asyncio.Task[None]] = {}  # a settle under way, per backend
+        self._blind: set[str] = set()  # backends whose GET /slots failed: never loose
 
     def count_with(self, count: Callable[[str], int]) -> None:
         """Pin on the backends for which ``count(base_url)`` (their ``-np``) is above 1."""
@@ -146,12 +152,15 @@ class SlotPins:
         """The claim of a request to ``path`` on ``base_url``; None where nothing is pinned.
 
         Loose (no ``id_slot``, the server places it) when no slot of that server is
-        held and no loose one is in flight; else :meth:`take`'s slot. Call
-        :meth:`settle` before, where :meth:`unsettled` says so, and :meth:`end` after.
+        held and no loose one is in flight, unless its ``GET /slots`` failed before;
+        else :meth:`take`'s slot. Before it, call :meth:`settle` as long as
+        :meth:`unsettled` says so (the loose request may end, and another begin, during
+        a lookup); call :meth:`end` after the request.
         """
         if not self._pinnable(base_url, path, body):
             return None
-        if not self._taken.get(base_url) and base_url not in self._loose:
+        idle = not self._taken.get(base_url) and base_url not in self._loose
+        if idle and base_url not in self._blind:
             pin = Pin(None, loose=True)
             self._loose[base_url] = pin
             return pin
@@ -167,22 +176,21 @@ class SlotPins:
         """Learn the slots of ``base_url``'s loose request in flight, and hold them.
 
         Waits for its response headers (at most :data:`SETTLE_WAIT_S`), then calls
-        ``lookup`` (the server's ``GET /slots``: a list of ``{"id", "is_processing"}``).
-        The slots shown busy that Fronde does not hold are the loose request's (and any
-        a client that left still holds): held until it ends. Requests waiting at once
-        share one lookup. A failed lookup is logged and holds nothing, so a later pin may
-        land on the loose request's slot (the server then holds that request until the
-        slot frees).
+        ``lookup`` (the server's ``GET /slots``: a list of ``{"id", "is_processing"}``,
+        at most :data:`LOOKUP_S`). The slots shown busy that Fronde does not hold are
+        the loose request's (and any a client that left still holds): held until it
+        ends. Requests waiting at once share the loose request's one lookup. A lookup
+        that fails (a server started with ``--no-slots``) is logged once and the
+        backend is pinned as before pinning left idle servers alone (every request
+        pinned); one that times out holds nothing, so a later pin may land on the
+        loose request's slot (the server then holds that request until it frees).
         """
         pin = self._loose.get(base_url)
         if pin is None or pin.settled:
             return
-        task = self._lookups.get(base_url)
-        if task is None:
-            task = asyncio.ensure_future(self._learn(base_url, pin, lookup))
-            self._lookups[base_url] = task
-            task.add_done_callback(lambda _: self._lookups.pop(base_url, None))
-        await asyncio.shield(task)
+        if pin.lookup is None:
+            pin.lookup = asyncio.ensure_future(self._learn(base_url, pin, lookup))
+        await asyncio.shield(pin.lookup)
 
     async def _learn(self, base_url: str, pin: Pin, lookup: Callable[[], Awaitable[Any]]) -> None:
         """:meth:`settle`'s lookup, run once per loose request."""
@@ -192,9 +200,12 @@ class SlotPins:
                 await asyncio.wait_for(pin.sent.wait(), SETTLE_WAIT_S)
             if self._loose.get(base_url) is not pin:
                 return  # it ended meanwhile: nothing to hold
-            slots = await lookup()
+            slots = await asyncio.wait_for(lookup(), LOOKUP_S)
             busy = {int(s["id"]) for s in slots if s.get("is_processing")}
-        except Exception as exc:  # any failure: pinned as before, logged
+        except TimeoutError:
+            log.warning("slots.lookup_slow", backend=base_url, after_s=LOOKUP_S)
+        except Exception as exc:  # any other failure: this backend is pinned as before
+            self._blind.add(base_url)
             log.warning("slots.lookup_failed", backend=base_url, error=repr(exc))
         finally:
             pin.settled = True

@@ -141,10 +141,37 @@ async def test_a_failed_lookup_pins_as_before() -> None:
     c, bodies = recording_client(slots_status=501)  # llama-server started with --no-slots
     async with (
         c.stream("http://b", CHAT, {"stream": True}),
-        c.stream("http://b", CHAT, {"stream": True}),
+        c.stream("http://b", CHAT, {"stream": True}) as second,
     ):
         assert bodies[2]["id_slot"] == 0
+        assert second.settle_ms > 0
     assert c.pins.held("http://b") == frozenset()
+    async with c.stream("http://b", CHAT, {"stream": True}) as third:
+        assert bodies[3]["id_slot"] == 0  # that server is pinned from its first request on
+        assert third.settle_ms == 0.0
+    assert bodies.count({"GET": "/slots"}) == 1
+
+
+async def test_a_loose_request_that_ends_during_the_lookup_leaves_the_next_one_loose() -> None:
+    pins = pins_of(16)
+    first = pins.begin("http://b", CHAT, {})
+    assert first is not None and first.loose
+    first.sent.set()
+    looked: list[str] = []
+
+    async def lookup() -> list[dict[str, Any]]:
+        looked.append("lookup")
+        pins.end("http://b", first)  # the answer ended while /slots was asked
+        return [{"id": 9, "is_processing": False}]
+
+    assert pins.unsettled("http://b", CHAT, {})
+    await pins.settle("http://b", lookup)
+    assert not pins.unsettled("http://b", CHAT, {})  # nothing loose now
+    second = pins.begin("http://b", CHAT, {})
+    assert second is not None and second.loose and second.lookup is None  # its own lookup
+    assert pins.unsettled("http://b", CHAT, {}) and pins.held("http://b") == frozenset()
+    pins.end("http://b", second)
+    assert looked == ["lookup"]
 
 
 async def test_a_failed_request_frees_its_slot() -> None:

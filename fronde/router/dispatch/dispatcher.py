@@ -23,7 +23,7 @@ from typing import Any, cast
 
 import anyio
 
-from fronde.backends.client import BackendClient
+from fronde.backends.client import BackendClient, UpstreamStream
 from fronde.backends.pool import BackendPool
 from fronde.backends.swap import SwapScheduler
 from fronde.config import Settings
@@ -94,6 +94,17 @@ def _probe_eligible(kind: Kind, body: dict[str, Any]) -> bool:
 
 def _sse(obj: dict[str, Any]) -> bytes:
     return b"data: " + json.dumps(obj, ensure_ascii=False).encode() + b"\n\n"
+
+
+def _settled(upstream: UpstreamStream, headers: dict[str, str]) -> None:
+    """Set ``x-fronde-settle-ms`` where the request waited to learn a server's slot.
+
+    The wait, before the upstream call, to learn where the server put a request it
+    placed itself (:meth:`~fronde.backends.slots.SlotPins.settle`); no header when
+    nothing was waited for. Not part of ``x-fronde-overhead-ms``, which ends before it.
+    """
+    if upstream.settle_ms >= 0.001:
+        headers["x-fronde-settle-ms"] = f"{upstream.settle_ms:.3f}"
 
 
 class Dispatcher:
@@ -453,6 +464,7 @@ class Dispatcher:
         except BaseException:
             await stack.aclose()
             raise
+        _settled(upstream, headers)
         relayed = relay_sse(
             upstream, str(mode), on_timings, include_usage=_include_usage(body), stops=stops
         )
@@ -512,6 +524,7 @@ class Dispatcher:
         except BaseException:
             await stack.aclose()
             raise
+        _settled(upstream, headers)
         relay = EventRelay(api, str(mode), on_timings, adm.progress)
         keepalive_s = self.settings.server.sse_keepalive_s
 

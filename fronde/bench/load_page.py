@@ -200,26 +200,35 @@ def own_time_lines(samples: Sequence[dict[str, Any]]) -> list[str]:
     held requests for a burst (``router.gather_ms``), ``x-fronde-gather-ms``, the part
     of it spent in that wait (a busy event loop's delay in waking it included). Lines
     read ``router-b, c=32: 17.5 ms median, 148.1 most (96 requests); in the burst
-    wait 15.0 median, 52.3 most``. Samples without the header (static arms, failed
-    requests) give none.
+    wait 15.0 median, 52.3 most``; where requests waited, before the upstream call, to
+    learn the slot of a request the server placed itself (``x-fronde-settle-ms``,
+    :meth:`~fronde.backends.slots.SlotPins.settle`; not in the overhead), how many and
+    how long. Samples without the header (static arms, failed requests) give none.
     """
-    cells: dict[tuple[str, int], list[tuple[float, float | None]]] = {}
+    cells: dict[tuple[str, int], list[tuple[float, float | None, float]]] = {}
     for s in samples:
         route = cast("dict[str, str]", s.get("route") or {})
         overhead, gather = route.get("overhead-ms"), route.get("gather-ms")
         if s.get("ok") and overhead is not None:
             cell = cells.setdefault((s["arm"], level_c(s["level"])), [])
-            cell.append((float(overhead), None if gather is None else float(gather)))
+            settle = float(route.get("settle-ms", 0.0))
+            cell.append((float(overhead), None if gather is None else float(gather), settle))
     lines: list[str] = []
     for (arm, c), got in sorted(cells.items(), key=lambda kv: (kv[0][1], kv[0][0])):
-        overheads = [o for o, _ in got]
+        overheads = [o for o, _, _ in got]
         line = (
             f"{arm}, c={c}: {median(overheads):.1f} ms median, {max(overheads):.1f} most "
             f"({len(got)} requests)"
         )
-        gathers = [g for _, g in got if g is not None]
+        gathers = [g for _, g, _ in got if g is not None]
         if gathers:
             line += f"; in the burst wait {median(gathers):.1f} median, {max(gathers):.1f} most"
+        settles = [w for _, _, w in got if w > 0]
+        if settles:
+            line += (
+                f"; and after it, {len(settles)} waited to learn a server's slot: "
+                f"{median(settles):.1f} ms median, {max(settles):.1f} most"
+            )
         lines.append(line)
     return lines
 

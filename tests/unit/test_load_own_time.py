@@ -28,9 +28,13 @@ def test_each_fronde_arm_and_c_gets_a_line_and_the_burst_wait_where_there_was_on
         _sample("fr-plain", "", {"overhead-ms": "0.4"}),  # c = 1 has no level tag
         _sample("plain", "c32", None),  # a static arm: no route
         _sample("router-b", "c2", {"mode": "baseline"}),  # no overhead header: none
+        _sample("router-b", "c4", {"overhead-ms": "0.5", "gather-ms": "0.0"}),
+        _sample("router-b", "c4", {"overhead-ms": "0.6", "gather-ms": "0.0", "settle-ms": "3.5"}),
     ]
     assert own_time_lines(samples) == [
         "fr-plain, c=1: 0.4 ms median, 0.4 most (1 requests)",
+        "router-b, c=4: 0.6 ms median, 0.6 most (2 requests); in the burst wait 0.0 median, "
+        "0.0 most; and after it, 1 waited to learn a server's slot: 3.5 ms median, 3.5 most",
         "fr-plain, c=32: 0.2 ms median, 0.2 most (1 requests)",
         "router-b, c=32: 30.0 ms median, 148.1 most (3 requests); in the burst wait "
         "20.0 median, 52.3 most",

@@ -21,7 +21,7 @@ import anyio
 import httpx
 from httpx_aiohttp import AiohttpTransport
 
-from fronde.backends.slots import SlotPins
+from fronde.backends.slots import Pin, SlotPins
 from fronde.config import UpstreamSettings
 from fronde.errors import (
     BackendConnectionError,
@@ -245,12 +245,17 @@ class BackendClient:
         """The slot each generation runs on (none pinned until :meth:`SlotPins.count_with`)."""
 
     def _pin(
-        self, base_url: str, path: str, body: dict[str, Any]
-    ) -> tuple[dict[str, Any], int | None]:
-        """Count the request in flight; the body to send (with ``id_slot`` when pinned)."""
+        self, base_url: str, path: str, body: dict[str, Any], loose: bool
+    ) -> tuple[dict[str, Any], Pin | None]:
+        """Count the request in flight; the body to send (with ``id_slot`` when pinned).
+
+        ``loose``: the server may place it (:meth:`SlotPins.begin`).
+        """
         self.in_flight[base_url] += 1
-        slot = self.pins.take(base_url, path, body)
-        return ({**body, "id_slot": slot} if slot is not None else body), slot
+        pin = self.pins.begin(base_url, path, body, loose=loose)
+        if pin is not None and pin.slot is not None:
+            body = {**body, "id_slot": pin.slot}
+        return body, pin
 
     async def _settle(self, base_url: str, path: str, body: dict[str, Any]) -> float:
         """Before pinning beside a request the server placed itself, learn its slot; ms spent.
@@ -264,10 +269,10 @@ class BackendClient:
             await self.pins.settle(base_url, lambda: self.get_json(base_url, "/slots"))
         return (time.monotonic() - t0) * 1000
 
-    def _unpin(self, base_url: str, slot: int | None) -> None:
+    def _unpin(self, base_url: str, pin: Pin | None) -> None:
         """The request has ended: out of the in-flight count, its slot let go."""
         self.in_flight[base_url] -= 1
-        self.pins.give(base_url, slot)
+        self.pins.end(base_url, pin)
 
     async def get_json(self, base_url: str, path: str) -> Any:
         """GET ``base_url + path`` and return the decoded JSON.
@@ -302,9 +307,9 @@ class BackendClient:
     async def post_json(self, base_url: str, path: str, body: dict[str, Any]) -> dict[str, Any]:
         """POST ``body`` as JSON and return the decoded JSON object.
 
-        A generation is always pinned (:meth:`SlotPins.take`), after learning the slot of
-        any request the server placed itself: a whole answer's headers come with its
-        end, too late to learn where the server put it.
+        A generation is always pinned (never loose, :meth:`SlotPins.begin`), after
+        learning the slot of any request the server placed itself: a whole answer's
+        headers come with its end, too late to learn where the server put it.
 
         Raises:
             BackendConnectionError: connection refused, reset, or a non-JSON answer.
@@ -312,15 +317,15 @@ class BackendClient:
             BackendHTTPError: status ≥ 400, with the backend's message.
         """
         url = base_url + path
-        await self._settle(base_url, path, body)  # pinned, never loose: no headers till the end
-        body, slot = self._pin(base_url, path, body)
+        await self._settle(base_url, path, body)
+        body, pin = self._pin(base_url, path, body, loose=False)  # no headers till the end
         try:
             request = self.http.build_request("POST", url, json=body)
             resp = await _send_once_retried(self.http, request, stream=False)
         except httpx.HTTPError as exc:
             raise _translate(exc, url) from exc
         finally:
-            self._unpin(base_url, slot)
+            self._unpin(base_url, pin)
         if resp.status_code >= 400:
             raise _backend_error(resp.content, resp.status_code)
         try:
@@ -354,16 +359,12 @@ class BackendClient:
         """
         url = base_url + path
         settle_ms = await self._settle(base_url, path, body)
-        self.in_flight[base_url] += 1
-        pin = self.pins.begin(base_url, path, body)
-        if pin is not None and pin.slot is not None:
-            body = {**body, "id_slot": pin.slot}
+        body, pin = self._pin(base_url, path, body, loose=True)
         try:
             request = self.http.build_request("POST", url, json=body)
             resp = await _send_once_retried(self.http, request, stream=True)
         except BaseException as exc:
-            self.in_flight[base_url] -= 1
-            self.pins.end(base_url, pin)
+            self._unpin(base_url, pin)
             if isinstance(exc, httpx.HTTPError):
                 raise _translate(exc, url) from exc
             raise

@@ -148,11 +148,14 @@ class SlotPins:
             return 0
         return n
 
-    def begin(self, base_url: str, path: str, body: dict[str, Any]) -> Pin | None:
+    def begin(
+        self, base_url: str, path: str, body: dict[str, Any], loose: bool = True
+    ) -> Pin | None:
         """The claim of a request to ``path`` on ``base_url``; None where nothing is pinned.
 
-        Loose (no ``id_slot``, the server places it) when no slot of that server is
-        held and no loose one is in flight, unless its ``GET /slots`` failed before;
+        Loose (no ``id_slot``, the server places it) when ``loose`` allows it (a
+        streamed request, whose headers tell when it has a slot), no slot of that server
+        is held and no loose one is in flight, unless its ``GET /slots`` failed before;
         else :meth:`take`'s slot. Before it, call :meth:`settle` as long as
         :meth:`unsettled` says so (the loose request may end, and another begin, during
         a lookup); call :meth:`end` after the request.
@@ -160,7 +163,7 @@ class SlotPins:
         if not self._pinnable(base_url, path, body):
             return None
         idle = not self._taken.get(base_url) and base_url not in self._loose
-        if idle and base_url not in self._blind:
+        if loose and idle and base_url not in self._blind:
             pin = Pin(None, loose=True)
             self._loose[base_url] = pin
             return pin

@@ -245,14 +245,15 @@ class BackendClient:
         """The slot each generation runs on (none pinned until :meth:`SlotPins.count_with`)."""
 
     def _pin(
-        self, base_url: str, path: str, body: dict[str, Any], loose: bool
+        self, base_url: str, path: str, body: dict[str, Any], early: bool
     ) -> tuple[dict[str, Any], Pin | None]:
         """Count the request in flight; the body to send (with ``id_slot`` when pinned).
 
-        ``loose``: the server may place it (:meth:`SlotPins.begin`).
+        ``early``: its response headers come once it has a slot (a stream), not with
+        its end (:meth:`SlotPins.begin`).
         """
         self.in_flight[base_url] += 1
-        pin = self.pins.begin(base_url, path, body, loose=loose)
+        pin = self.pins.begin(base_url, path, body, early=early)
         if pin is not None and pin.slot is not None:
             body = {**body, "id_slot": pin.slot}
         return body, pin
@@ -307,9 +308,9 @@ class BackendClient:
     async def post_json(self, base_url: str, path: str, body: dict[str, Any]) -> dict[str, Any]:
         """POST ``body`` as JSON and return the decoded JSON object.
 
-        A generation is always pinned (never loose, :meth:`SlotPins.begin`), after
-        learning the slot of any request the server placed itself: a whole answer's
-        headers come with its end, too late to learn where the server put it.
+        A generation is placed as :meth:`stream` places one: by the server when it is
+        idle (then a request needing a pin meanwhile watches ``GET /slots`` for it,
+        since a whole answer's headers come with its end), else beside the busy slots.
 
         Raises:
             BackendConnectionError: connection refused, reset, or a non-JSON answer.
@@ -318,7 +319,7 @@ class BackendClient:
         """
         url = base_url + path
         await self._settle(base_url, path, body)
-        body, pin = self._pin(base_url, path, body, loose=False)  # no headers till the end
+        body, pin = self._pin(base_url, path, body, early=False)  # no headers till the end
         try:
             request = self.http.build_request("POST", url, json=body)
             resp = await _send_once_retried(self.http, request, stream=False)
@@ -359,7 +360,7 @@ class BackendClient:
         """
         url = base_url + path
         settle_ms = await self._settle(base_url, path, body)
-        body, pin = self._pin(base_url, path, body, loose=True)
+        body, pin = self._pin(base_url, path, body, early=True)
         try:
             request = self.http.build_request("POST", url, json=body)
             resp = await _send_once_retried(self.http, request, stream=True)

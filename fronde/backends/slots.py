@@ -17,17 +17,19 @@ tok/s at c = 2, 4 and 8 where the server picks, 832, 1,230 and 1,503 with the bu
 together (``results/serving-probe-gpu-h200-20261204-pins/``).
 
 A request that finds no slot of its server held goes without ``id_slot`` (a *loose*
-one, :meth:`SlotPins.begin`): the server places it as it would alone, by prompt
-similarity, then least recent use, so one client at a time gets the answers of the
-server alone. Pinned to slot 0 every time instead, a request reused another cached
+one, :meth:`SlotPins.begin`), streamed or not: the server places it as it would alone,
+by prompt similarity, then least recent use, so one client at a time gets the answers
+of the server alone. Pinned to slot 0 every time instead, a request reused another cached
 prefix than the server would have given it, and near-ties flipped: 18 of 66 SmolLM2
 answers at c = 1 on the H200 differed from the plain server's
 (``results/load-gpu-h200-cpu-smollm2-135m-20261204-pin32b``; 0 of 66 before pinning),
 and ``tests/integration/test_slots_real.py`` finds one of eight here. When a request
 needs a pin while a loose one is in flight, Fronde first reads which slots the server
-shows busy (``GET /slots``, once the loose request's headers came: b11434 sends them
-when it has given the request a slot) and holds those until the loose one ends
-(:meth:`SlotPins.settle`).
+shows busy (``GET /slots``) and holds those until the loose one ends
+(:meth:`SlotPins.settle`). For a stream it reads them once the loose request's headers
+came (b11434 sends them when it has given the request a slot); a whole answer's headers
+come with its end, so for one Fronde reads ``/slots`` every :data:`WATCH_S` until a slot
+it does not hold shows busy (the loose request placed) or the loose request ends.
 
 Only for llama-servers Fronde started itself (``backend.pin_slots``): a remote replica's
 slots are shared with clients Fronde does not see. A slot is let go when Fronde's request
@@ -39,20 +41,28 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import structlog
 
-__all__ = ["GENERATION_PATHS", "LOOKUP_S", "SETTLE_WAIT_S", "Pin", "SlotPins"]
+__all__ = ["GENERATION_PATHS", "LOOKUP_S", "SETTLE_WAIT_S", "WATCH_S", "Pin", "SlotPins"]
 
 log = structlog.get_logger(__name__)
 
 SETTLE_WAIT_S = 2.0
-"""How long :meth:`SlotPins.settle` waits for a loose request's headers, s: b11434 sends
-them once the request has a slot, before its prefill, so this is only reached when the
-server is stuck; the lookup then goes ahead with what it shows."""
+"""How long :meth:`SlotPins.settle` waits for a loose request to have a slot, s: its
+headers (b11434 sends a stream's once the request has a slot, before its prefill), or,
+for a whole answer, a busy slot in ``GET /slots``. Only reached when the server is stuck;
+the lookup then goes ahead with what it shows (a stream), or holds nothing (a whole
+answer)."""
+
+WATCH_S = 0.005
+"""Seconds between two ``GET /slots`` while :meth:`SlotPins.settle` waits for a loose
+whole answer to show on a slot: b11434 gives a queued request a slot at its main loop's
+next turn, so the first or second read shows it."""
 
 LOOKUP_S = 0.5
 """The longest :meth:`SlotPins.settle` waits for ``GET /slots``, s: b11434 posts it to
@@ -89,6 +99,9 @@ class Pin:
             hold when another request needed a pin (:meth:`SlotPins.settle`); held
             until it ends.
         settled: for a loose one, whether that lookup has run.
+        early: for a loose one, whether its response headers come once the server has
+            given it a slot (a stream; else a whole answer, whose headers come with
+            its end).
         sent: set once the request's response headers came (it has a slot) or it ended.
         lookup: for a loose one, its lookup under way (requests waiting share it).
     """
@@ -97,6 +110,7 @@ class Pin:
     loose: bool = False
     found: frozenset[int] = frozenset()
     settled: bool = False
+    early: bool = True
     sent: asyncio.Event = field(default_factory=asyncio.Event)
     lookup: asyncio.Task[None] | None = None
 
@@ -149,22 +163,23 @@ class SlotPins:
         return n
 
     def begin(
-        self, base_url: str, path: str, body: dict[str, Any], loose: bool = True
+        self, base_url: str, path: str, body: dict[str, Any], early: bool = True
     ) -> Pin | None:
         """The claim of a request to ``path`` on ``base_url``; None where nothing is pinned.
 
-        Loose (no ``id_slot``, the server places it) when ``loose`` allows it (a
-        streamed request, whose headers tell when it has a slot), no slot of that server
-        is held and no loose one is in flight, unless its ``GET /slots`` failed before;
-        else :meth:`take`'s slot. Before it, call :meth:`settle` as long as
+        Loose (no ``id_slot``, the server places it) when no slot of that server is held
+        and no loose one is in flight, unless its ``GET /slots`` failed before; else
+        :meth:`take`'s slot. ``early``: the request's response headers come once it has
+        a slot (a stream), not with its end (a whole answer): :meth:`settle` waits for
+        them, else it watches ``GET /slots``. Before it, call :meth:`settle` as long as
         :meth:`unsettled` says so (the loose request may end, and another begin, during
         a lookup); call :meth:`end` after the request.
         """
         if not self._pinnable(base_url, path, body):
             return None
         idle = not self._taken.get(base_url) and base_url not in self._loose
-        if loose and idle and base_url not in self._blind:
-            pin = Pin(None, loose=True)
+        if idle and base_url not in self._blind:
+            pin = Pin(None, loose=True, early=early)
             self._loose[base_url] = pin
             return pin
         slot = self.take(base_url, path, body)
@@ -178,15 +193,17 @@ class SlotPins:
     async def settle(self, base_url: str, lookup: Callable[[], Awaitable[Any]]) -> None:
         """Learn the slots of ``base_url``'s loose request in flight, and hold them.
 
-        Waits for its response headers (at most :data:`SETTLE_WAIT_S`), then calls
-        ``lookup`` (the server's ``GET /slots``: a list of ``{"id", "is_processing"}``,
-        at most :data:`LOOKUP_S`). The slots shown busy that Fronde does not hold are
-        the loose request's (and any a client that left still holds): held until it
-        ends. Requests waiting at once share the loose request's one lookup. A lookup
-        that fails (a server started with ``--no-slots``) is logged once and the
-        backend is pinned as before pinning left idle servers alone (every request
-        pinned); one that times out holds nothing, so a later pin may land on the
-        loose request's slot (the server then holds that request until it frees).
+        For a stream, waits for its response headers (at most :data:`SETTLE_WAIT_S`),
+        then calls ``lookup`` (the server's ``GET /slots``: a list of ``{"id",
+        "is_processing"}``, at most :data:`LOOKUP_S` each call); for a whole answer,
+        calls it every :data:`WATCH_S` until a slot Fronde does not hold shows busy, the
+        answer ends, or :data:`SETTLE_WAIT_S` has passed. The slots shown busy that
+        Fronde does not hold are the loose request's (and any a client that left still
+        holds): held until it ends. Requests waiting at once share the loose request's
+        one lookup. A lookup that fails (a server started with ``--no-slots``) is logged
+        once and the backend is pinned as before pinning left idle servers alone (every
+        request pinned); one that times out holds nothing, so a later pin may land on
+        the loose request's slot (the server then holds that request until it frees).
         """
         pin = self._loose.get(base_url)
         if pin is None or pin.settled:
@@ -199,12 +216,13 @@ class SlotPins:
         """:meth:`settle`'s lookup, run once per loose request."""
         busy: set[int] = set()
         try:
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(pin.sent.wait(), SETTLE_WAIT_S)
-            if self._loose.get(base_url) is not pin:
-                return  # it ended meanwhile: nothing to hold
-            slots = await asyncio.wait_for(lookup(), LOOKUP_S)
-            busy = {int(s["id"]) for s in slots if s.get("is_processing")}
+            if pin.early:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(pin.sent.wait(), SETTLE_WAIT_S)
+                if self._loose.get(base_url) is pin:  # else it ended: nothing to hold
+                    busy = await self._busy(base_url, lookup)
+            else:
+                busy = await self._watch(base_url, pin, lookup)
         except TimeoutError:
             log.warning("slots.lookup_slow", backend=base_url, after_s=LOOKUP_S)
         except Exception as exc:  # any other failure: this backend is pinned as before
@@ -216,6 +234,35 @@ class SlotPins:
             taken = self._taken.setdefault(base_url, set())
             pin.found = frozenset(busy - taken)
             taken |= pin.found
+
+    async def _busy(self, base_url: str, lookup: Callable[[], Awaitable[Any]]) -> set[int]:
+        """The slot ids ``lookup`` shows processing that Fronde does not hold.
+
+        Raises:
+            TimeoutError: no answer within :data:`LOOKUP_S`.
+        """
+        slots = await asyncio.wait_for(lookup(), LOOKUP_S)
+        return {int(s["id"]) for s in slots if s.get("is_processing")} - self.held(base_url)
+
+    async def _watch(
+        self, base_url: str, pin: Pin, lookup: Callable[[], Awaitable[Any]]
+    ) -> set[int]:
+        """A loose whole answer's slots: ``lookup`` until they show, it ends, or time is up.
+
+        Raises:
+            TimeoutError: one lookup took longer than :data:`LOOKUP_S`.
+        """
+        deadline = time.monotonic() + SETTLE_WAIT_S
+        while self._loose.get(base_url) is pin:
+            busy = await self._busy(base_url, lookup)
+            if busy:
+                return busy
+            if time.monotonic() >= deadline:
+                log.warning("slots.loose_unseen", backend=base_url, after_s=SETTLE_WAIT_S)
+                break
+            with contextlib.suppress(TimeoutError):  # ended meanwhile: the loop sees it
+                await asyncio.wait_for(pin.sent.wait(), WATCH_S)
+        return set()
 
     def end(self, base_url: str, pin: Pin | None) -> None:
         """The request of ``pin`` (from :meth:`begin`; None is a no-op) has ended."""

@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import time
 from collections.abc import Generator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -84,6 +86,27 @@ def test_a_request_to_an_idle_server_is_placed_there_and_the_next_ones_join_it(
         serve.stop()
 
 
+def test_a_whole_answer_to_an_idle_server_is_placed_there_too(tmp_path: Path) -> None:
+    # A whole answer's headers come with its end: the stream that comes while it runs
+    # finds its slot in GET /slots, read until it shows.
+    env = {"FRONDE_PROFILE": SMOLLM2, "FRONDE_BACKEND__PARALLEL": "4"}
+    serve = start_serve(tmp_path, "--mode", "baseline", env=env)
+    whole = {"prompt": "Count from 1 to 200:", "n_predict": 400, "ignore_eos": True}
+    try:
+        with ThreadPoolExecutor(1) as pool:
+            answer = pool.submit(
+                httpx.post, f"{serve.base_url}/completion", json=whole, timeout=120
+            )
+            # nothing held: the server places it (b11434 on a fresh server: slot 3)
+            assert wait_until(serve, {3}) == {3}
+            with streaming(serve):
+                assert wait_until(serve, {2, 3}) == {2, 3}  # pinned beside it
+            r = answer.result()
+        assert r.status_code == 200 and r.json()["tokens_predicted"] == 400
+    finally:
+        serve.stop()
+
+
 def test_pinning_off_leaves_the_choice_to_the_server(tmp_path: Path) -> None:
     env = {
         "FRONDE_PROFILE": SMOLLM2,
@@ -99,16 +122,25 @@ def test_pinning_off_leaves_the_choice_to_the_server(tmp_path: Path) -> None:
         serve.stop()
 
 
+def messages_body(chat: dict[str, Any]) -> dict[str, Any]:
+    """An Anthropic Messages body with a chat body's messages, budget and temperature."""
+    system = [m["content"] for m in chat["messages"] if m["role"] == "system"]
+    turns = [m for m in chat["messages"] if m["role"] != "system"]
+    body = {"max_tokens": chat["max_tokens"], "temperature": 0, "messages": turns}
+    return body | ({"system": system[0]} if system else {})
+
+
 def test_one_client_at_a_time_gets_the_answers_of_the_server_alone(tmp_path: Path) -> None:
     # The eight agent-mix items of the README's quick load run (its screen left out
-    # format-js-5), one at a time, as its c = 1 sends them. Pinned to slot 0 each time,
-    # a request reused another cached prefix than where llama-server put it itself, and
-    # near-ties flipped: on the H200 18 of 66 SmolLM2 answers differed from the plain
-    # server's (0 of 66 before pinning); here format-js-2 did. With every slot free,
-    # Fronde leaves the choice to the server.
+    # format-js-5), one at a time, as its c = 1 sends them: chat (streamed upstream),
+    # then Anthropic Messages (a whole answer upstream, as Fronde passes it through).
+    # Pinned to slot 0 each time, a request reused another cached prefix than where
+    # llama-server put it itself, and near-ties flipped: on the H200 18 of 66 SmolLM2
+    # answers differed from the plain server's (0 of 66 before pinning); here
+    # format-js-2 did. With every slot free, Fronde leaves the choice to the server.
     items = agent_mix(items=8, skip=("format-js-5",)).items
 
-    def answers(pin: str) -> list[str]:
+    def answers(pin: str) -> dict[str, list[str]]:
         folder = tmp_path / f"pin-{pin}"
         folder.mkdir()
         env = {
@@ -118,17 +150,25 @@ def test_one_client_at_a_time_gets_the_answers_of_the_server_alone(tmp_path: Pat
         }
         serve = start_serve(folder, "--mode", "baseline", env=env)
         try:
-            texts: list[str] = []
+            texts: dict[str, list[str]] = {"chat": [], "messages": []}
             for item in items:
                 body = {**item.body("chat", 16), "stream": False}  # streamed upstream all the same
                 del body["stream_options"]
                 r = httpx.post(f"{serve.base_url}/v1/chat/completions", json=body, timeout=120)
                 assert r.status_code == 200, r.text
-                texts.append(r.json()["choices"][0]["message"]["content"])
+                texts["chat"].append(r.json()["choices"][0]["message"]["content"])
+            for item in items:
+                body = messages_body(item.body("chat", 16))
+                r = httpx.post(f"{serve.base_url}/v1/messages", json=body, timeout=120)
+                assert r.status_code == 200, r.text
+                texts["messages"].append(r.json()["content"][0]["text"])
             return texts
         finally:
             serve.stop()
 
     alone, pinned = answers("false"), answers("true")
-    differ = [i.id for i, a, b in zip(items, alone, pinned, strict=True) if a != b]
-    assert not differ, differ
+    differ = {
+        api: [i.id for i, a, b in zip(items, alone[api], pinned[api], strict=True) if a != b]
+        for api in alone
+    }
+    assert differ == {"chat": [], "messages": []}, differ

@@ -82,6 +82,8 @@ def recording_client(
             return httpx.Response(status, json={"error": {"message": "no", "code": status}})
         if request.url.path == "/tokenize":
             return httpx.Response(200, json={"tokens": [1]})
+        if not bodies[-1].get("stream"):
+            return httpx.Response(200, json={"content": "whole"})
         return httpx.Response(
             200, text="data: {}\n\n", headers={"content-type": "text/event-stream"}
         )
@@ -174,6 +176,75 @@ async def test_a_loose_request_that_ends_during_the_lookup_leaves_the_next_one_l
     assert looked == ["lookup"]
 
 
+async def test_a_whole_answer_to_an_idle_server_is_placed_by_the_server_itself() -> None:
+    # Non-streamed pass-through (/v1/messages, /v1/responses, /infill, /completion),
+    # probes and pass timing: pinned to slot 0 each time, they too would reuse another
+    # cached prefix than the server alone gives them.
+    c, bodies = recording_client()
+    for _ in range(2):
+        await c.post_json("http://b", "/v1/messages", {"max_tokens": 4})
+    assert bodies == [{"max_tokens": 4}] * 2  # no id_slot, no /slots lookup
+    assert c.pins.held("http://b") == frozenset()
+
+
+async def test_a_stream_beside_a_whole_answer_waits_until_the_server_shows_its_slot() -> None:
+    # A whole answer's headers come with its end: /slots is read until the slot shows.
+    reads = [0]
+    started = anyio.Event()
+    finish = anyio.Event()
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        if request.url.path == "/slots":
+            reads[0] += 1  # placed by the server on 11 from the third read on
+            return httpx.Response(
+                200, json=[{"id": i, "is_processing": reads[0] >= 3 and i == 11} for i in range(16)]
+            )
+        body = json.loads(request.content)
+        if body.get("stream"):
+            assert body["id_slot"] == 10  # beside 11 (10 and 12 extend it: the lower)
+            return httpx.Response(200, text="data: {}\n\n")
+        return httpx.Response(200, json={"content": "whole"})
+
+    async def slow(request: httpx.Request) -> httpx.Response:
+        if request.url.path == "/completion":
+            started.set()
+            await finish.wait()
+        return handler(request)
+
+    c = BackendClient(httpx.AsyncClient(transport=httpx.MockTransport(slow)))
+    c.pins = pins_of(16)
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(c.post_json, "http://b", "/completion", {"n_predict": 4})
+        await started.wait()
+        async with c.stream("http://b", CHAT, {"stream": True}) as up:
+            assert reads[0] == 3 and up.settle_ms > 0
+            assert c.pins.held("http://b") == {10, 11}
+        finish.set()
+    assert c.pins.held("http://b") == frozenset()
+
+
+async def test_a_whole_answer_that_ends_unseen_leaves_the_next_request_loose() -> None:
+    # A short whole answer may end before /slots shows it: nothing is held, and the
+    # request waiting goes loose itself (the server is idle again).
+    pins = pins_of(16)
+    whole = pins.begin("http://b", "/completion", {}, early=False)
+    assert whole is not None and whole.loose and not whole.early
+    looked: list[str] = []
+
+    async def lookup() -> list[dict[str, Any]]:
+        looked.append("lookup")
+        if len(looked) == 2:
+            pins.end("http://b", whole)  # the answer ended between two reads
+        return [{"id": 9, "is_processing": False}]
+
+    while pins.unsettled("http://b", CHAT, {}):
+        await pins.settle("http://b", lookup)
+    assert looked == ["lookup", "lookup"] and pins.held("http://b") == frozenset()
+    nxt = pins.begin("http://b", CHAT, {})
+    assert nxt is not None and nxt.loose
+    pins.end("http://b", nxt)
+
+
 async def test_a_failed_request_frees_its_slot() -> None:
     c, bodies = recording_client(status=400)
     with pytest.raises(BackendHTTPError):
@@ -183,7 +254,7 @@ async def test_a_failed_request_frees_its_slot() -> None:
         await c.post_json("http://b", "/completion", {})
     assert c.pins.held("http://b") == frozenset()
     assert "id_slot" not in bodies[0]  # the server was idle: it placed the stream
-    assert bodies[1]["id_slot"] == 0  # a probe (post_json) is always pinned
+    assert "id_slot" not in bodies[1]  # and the whole answer (post_json)
 
 
 def test_the_pool_counts_the_slots_of_its_own_servers_only(tmp_path: Path) -> None:

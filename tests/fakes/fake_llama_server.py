@@ -6,6 +6,8 @@ rest is ignored) plus knobs in the manner of llama-swap's ``cmd/fake-model``:
 - ``--fake-tps N``: decode speed in tokens per second (reported and paced);
 - ``--fake-accept-rate P``: α reported when a spec type is set;
 - ``--fake-load-s S``: answer /health 503 for S seconds first;
+- ``--fake-prefill-s S``: a generation waits S seconds before its first token (a
+  stream's headers come at once, as b11434 sends them once the request has a slot);
 - ``--fake-exit-on-start CODE``: exit at once with CODE, after a line on stderr;
 - ``--fake-crash-after N``: the process dies (SIGKILL itself) after N streamed tokens;
 - ``--fake-ignore-sigterm``: ignore SIGTERM (tests the SIGKILL fallback).
@@ -87,6 +89,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--fake-tps", type=float, default=500.0)
     p.add_argument("--fake-accept-rate", type=float, default=0.5)
     p.add_argument("--fake-load-s", type=float, default=0.0)
+    p.add_argument("--fake-prefill-s", type=float, default=0.0)
     p.add_argument("--fake-exit-on-start", type=int, default=None)
     p.add_argument("--fake-crash-after", type=int, default=None)
     p.add_argument("--fake-ignore-sigterm", action="store_true")
@@ -204,6 +207,8 @@ def build_app(args: argparse.Namespace) -> FastAPI:
         n = int(body.get("max_tokens") or body.get("n_predict") or 16)
         busy[0] += 1
         try:
+            if args.fake_prefill_s > 0:
+                await asyncio.sleep(args.fake_prefill_s)
             for i in range(n):
                 if args.fake_crash_after is not None and i >= args.fake_crash_after:
                     os.kill(os.getpid(), signal.SIGKILL)

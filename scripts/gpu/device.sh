@@ -11,6 +11,7 @@
 #   probe-kinds    the same per request kind (streamed or not, chat or /completion), threads
 #   hop            what each part of Fronde's hop does to a server (scripts/gpu/hop_probe.py)
 #   batched        llama-batched-bench: one model's decode tok/s against parallel sequences
+#   burst-hop      what Fronde adds to a burst's first tokens, fake servers (scripts/burst_hop.py)
 #   atlas | verdict | load   the measurements; results are tarred into $OUT (PROFILE=...)
 # See scripts/gpu/README.md for the order of calls and what each carries.
 set -euo pipefail
@@ -177,6 +178,14 @@ case "${1:?step}" in
       --reps "${HOP_REPS:-4}" --server "$server" ${HOP_PARTNER:+--partner "$HOP_PARTNER"} ${HOP_VARIANTS:-} \
       --budget-s "${HOP_BUDGET_S:-400}" --out "$OUT/hop-$profile-$server${HOP_PARTNER:+-$HOP_PARTNER}-c$clients.jsonl" \
       2>&1 | grep -v "\[info"
+    ;;
+  burst-hop)
+    # The host's CPU alone: fake llama-servers, no model, no build, no GPU work; only the
+    # wheels of `setup`. Not while the build runs (it takes every core).
+    # shellcheck disable=SC2086  # $v is one option or none
+    for v in "" --no-pin --warm; do
+      python3 scripts/burst_hop.py --reps "${BURST_REPS:-4}" $v
+    done | tee "${OUT:-/tmp}/burst-hop.txt"
     ;;
   batched)
     # llama.cpp's own decode speed against parallel sequences, no HTTP and no Fronde: does

@@ -13,6 +13,16 @@ in the next, and in streams llama-server b11434 drops the text it held back when
 budget runs out (the final event carries no content). :class:`StopMatcher` is the
 rule, fed piece by piece; :meth:`StopMatcher.flush` releases held-back text at the
 end, which is what llama-server's non-streamed answer keeps. Pure, no I/O.
+
+Known limit: llama-server checks after each token, so of two strings completed by
+different tokens the one completed first wins; :meth:`StopMatcher.feed` takes the
+earliest start within a piece, which is the same rule while a piece is one token. A
+stream event can carry two tokens' text (a token that ends inside a multi-byte character
+gets no event of its own), and if two strings complete in it, one in each token, the one
+that starts first wins here: the answer ends a few characters earlier than one
+backend's. Where the first token's text ends inside such an event is not sent. The
+property test in ``tests/unit/test_splice.py`` found this (2026-12-04) and accepts
+exactly this difference on its lossy fakes.
 """
 
 from __future__ import annotations

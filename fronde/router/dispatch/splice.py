@@ -35,8 +35,10 @@ over the same token ids; a hand-over neither loses nor invents text:
   chat endpoint returns the prefill followed by the continuation. The splice does
   the same (:attr:`Splice.prefix`).
 
-Known limit: a character whose bytes are split between two segments reads U+FFFD
-(a stream never sends the bytes of an unfinished character at its end).
+Known limits: a character whose bytes are split between two segments reads U+FFFD
+(a stream never sends the bytes of an unfinished character at its end); two stop strings
+completed by the two tokens of one such event are told apart by where they start, not by
+which completed first (:mod:`fronde.router.stops`).
 """
 
 from __future__ import annotations

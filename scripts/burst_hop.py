@@ -1,7 +1,7 @@
 """What Fronde adds to a burst's time to first token: through Fronde against the server alone.
 
 On the H200, at gemma c = 32, the first 32 requests of a cell reached their first token
-60-130 ms later through Fronde (``fr-plain``, every request forced to the plain server)
+70-100 ms later through Fronde (``fr-plain``, every request forced to the plain server)
 than from the plain server alone (issue 23). This script asks the same of the test
 suite's fake llama-server (tests/fakes/fake_llama_server.py: no model), so that only
 Fronde's own process differs between the arms:
@@ -21,7 +21,7 @@ where the server placed the first request of the burst). ``--warm`` first sends
 upstream connections open: the part of the first burst's excess that is opening them.
 
 Measured on the 2-core CPU (``--reps 4``, defaults): see the closing notes of issue 23.
-Linux; about 15 s a repetition.
+Linux; about 20 s a repetition on 2 cores.
 """
 
 from __future__ import annotations

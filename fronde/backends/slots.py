@@ -92,9 +92,7 @@ class Pin:
     """One generation's claim on its backend's slots (:meth:`SlotPins.begin`).
 
     Attributes:
-        slot: the ``id_slot`` sent, or None (the server places it).
-        loose: sent without one because no slot of the server was held: the server
-            places it as it would alone.
+        slot: the ``id_slot`` sent, or None: a *loose* one (:attr:`loose`).
         found: for a loose one, the slot ids the server showed busy and Fronde did not
             hold when another request needed a pin (:meth:`SlotPins.settle`); held
             until it ends.
@@ -107,12 +105,16 @@ class Pin:
     """
 
     slot: int | None
-    loose: bool = False
     found: frozenset[int] = frozenset()
     settled: bool = False
     early: bool = True
     sent: asyncio.Event = field(default_factory=asyncio.Event)
     lookup: asyncio.Task[None] | None = None
+
+    @property
+    def loose(self) -> bool:
+        """Sent without ``id_slot`` (no slot of the server was held): the server places it."""
+        return self.slot is None
 
 
 class SlotPins:
@@ -143,8 +145,10 @@ class SlotPins:
         held (the server queues the request until one frees).
         """
         n = self._pinnable(base_url, path, body)
-        if not n:
-            return None
+        return self._take(base_url, n) if n else None
+
+    def _take(self, base_url: str, n: int) -> int | None:
+        """:meth:`take` on a backend of ``n`` slots, the request known to be pinnable."""
         taken = self._taken.setdefault(base_url, set())
         free = [i for i in range(n) if i not in taken]
         if not free:
@@ -175,14 +179,15 @@ class SlotPins:
         :meth:`unsettled` says so (the loose request may end, and another begin, during
         a lookup); call :meth:`end` after the request.
         """
-        if not self._pinnable(base_url, path, body):
+        n = self._pinnable(base_url, path, body)
+        if not n:
             return None
         idle = not self._taken.get(base_url) and base_url not in self._loose
         if idle and base_url not in self._blind:
-            pin = Pin(None, loose=True, early=early)
+            pin = Pin(None, early=early)
             self._loose[base_url] = pin
             return pin
-        slot = self.take(base_url, path, body)
+        slot = self._take(base_url, n)
         return Pin(slot) if slot is not None else None
 
     def unsettled(self, base_url: str, path: str, body: dict[str, Any]) -> bool:
@@ -230,10 +235,9 @@ class SlotPins:
             log.warning("slots.lookup_failed", backend=base_url, error=repr(exc))
         finally:
             pin.settled = True
-        if self._loose.get(base_url) is pin:
-            taken = self._taken.setdefault(base_url, set())
-            pin.found = frozenset(busy - taken)
-            taken |= pin.found
+        if self._loose.get(base_url) is pin:  # no await since the lookup: busy is not held
+            pin.found = frozenset(busy)
+            self._taken.setdefault(base_url, set()).update(busy)
 
     async def _busy(self, base_url: str, lookup: Callable[[], Awaitable[Any]]) -> set[int]:
         """The slot ids ``lookup`` shows processing that Fronde does not hold.

@@ -1172,13 +1172,14 @@ def bench_load(
     where = ", ".join(machine.get("gpus") or []) or f"{machine.get('cpus')} CPUs"
     title = f"Load: {settings.profile}, {n_slots} slots per server, {where}"
     store = Store(out / "records.jsonl")
+    run = {
+        **info,
+        "arms": [a.name for a in (*setup.static.arms, *setup.router.arms)],
+        "title": title,
+        "calibration": {str(m): a for m, a in setup.calibration.items()},
+    }
     store.begin(
-        {
-            **info,
-            "arms": [a.name for a in (*setup.static.arms, *setup.router.arms)],
-            "title": title,
-            "calibration": {str(m): a for m, a in setup.calibration.items()},
-        },
+        run,
         {"machine": info["machine"], "max_tokens": max_tokens, "slots": n_slots, "skip": skip},
     )
     total = planned_requests(setup.static) + planned_requests(setup.router)
@@ -1203,7 +1204,7 @@ def bench_load(
         store,
         title=title,
         calibration=setup.calibration,
-        meta={"run": info, "slots": n_slots, "screened": skip},
+        meta={"run": run, "slots": n_slots, "screened": skip},  # as `bench report` writes it
     )
     for line in verdict:
         console.print(line, markup=False, highlight=False)

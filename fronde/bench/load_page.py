@@ -278,6 +278,7 @@ def load_markdown(
     proxy: Mapping[str, Mapping[int, float]] | None = None,
     own: Sequence[str] = (),
     answers: Sequence[str] = (),
+    screened: Sequence[str] = (),
 ) -> str:
     """The results page: the table per c, the verdict, the curves saved, what was left out.
 
@@ -290,7 +291,8 @@ def load_markdown(
     ``proxy``: ``"fr-plain ÷ plain"`` and each ``"<router arm> ÷ fr-plain"`` → per c,
     within one session (:func:`~fronde.bench.load_sessions.session_ratios`), a
     section when given. ``own``: :func:`own_time_lines`, a section when there are any;
-    ``answers``: :func:`answer_lines`, likewise.
+    ``answers``: :func:`answer_lines`, likewise. ``screened``: the items the run's
+    screen kept out of every block (never sent; the rows' ``n`` counts the rest).
     """
     lines = [
         f"# {title}",
@@ -439,6 +441,10 @@ def load_markdown(
         "",
         f"Left out of tokens and latencies (looping in some arm): {len(loops)}"
         + (f": {', '.join(loops)}" if loops else ""),
+        "",
+        "Never sent (their answer looped on a fresh plain server at the largest c before "
+        f"the run; `--no-screen` keeps them): {len(screened)}"
+        + (f": {', '.join(screened)}" if screened else ""),
         "",
         "Arms:",
         *[f"- `{k}`: {v}" for k, v in legend.items()],

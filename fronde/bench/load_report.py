@@ -119,6 +119,7 @@ def write_load_page(
         proxy,
         own,
         answers,
+        [str(i) for i in cast("list[Any]", meta.get("screened") or [])],
     )
     if race:
         page += "\n".join(["", RACE_HEAD, "", RACE_ABOUT, "", *race, ""])

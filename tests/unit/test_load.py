@@ -328,6 +328,9 @@ def test_rows_count_aggregate_tokens_in_the_steady_window_and_leave_loops_out(
     assert curves.points == {Mode.BASELINE: ((2, 20.0),)}
     page = load_markdown(list(rows.values()), loops, "t", {"plain": "p"}, curves)
     assert "| 2 | router | 40 |" in page and "looping in some arm): 1: loop" in page
+    assert "`--no-screen` keeps them): 0\n" in page
+    page = load_markdown(list(rows.values()), loops, "t", {}, curves, screened=["x-1", "y-2"])
+    assert "`--no-screen` keeps them): 2: x-1, y-2" in page
     load_plot(list(rows.values()), tmp_path / "load.png", "t")
     assert (tmp_path / "load.png").read_bytes()[:4] == b"\x89PNG"
 

@@ -1132,7 +1132,6 @@ def bench_load(
     import json
 
     from fronde.bench.load import CLIENTS, bracketed, load_setup
-    from fronde.bench.load_report import write_load_page
     from fronde.bench.load_sessions import session_curves, tagged_samples
     from fronde.bench.protocol import planned_requests, run_plan
     from fronde.bench.serve import run_info
@@ -1172,14 +1171,13 @@ def bench_load(
     where = ", ".join(machine.get("gpus") or []) or f"{machine.get('cpus')} CPUs"
     title = f"Load: {settings.profile}, {n_slots} slots per server, {where}"
     store = Store(out / "records.jsonl")
-    run = {
-        **info,
-        "arms": [a.name for a in (*setup.static.arms, *setup.router.arms)],
-        "title": title,
-        "calibration": {str(m): a for m, a in setup.calibration.items()},
-    }
     store.begin(
-        run,
+        {
+            **info,
+            "arms": [a.name for a in (*setup.static.arms, *setup.router.arms)],
+            "title": title,
+            "calibration": {str(m): a for m, a in setup.calibration.items()},
+        },
         {"machine": info["machine"], "max_tokens": max_tokens, "slots": n_slots, "skip": skip},
     )
     total = planned_requests(setup.static) + planned_requests(setup.router)
@@ -1199,16 +1197,7 @@ def bench_load(
                 curves = session_curves(tagged_samples(store), setup.calibration, str(out))
                 save_load_curves(setup.settings.cache_dir, key, curves)
                 advance(f"load curves saved for {key}: plain from c = {curves.threshold()}", 0)
-    verdict = write_load_page(
-        out,
-        store,
-        title=title,
-        calibration=setup.calibration,
-        meta={"run": run, "slots": n_slots, "screened": skip},  # as `bench report` writes it
-    )
-    for line in verdict:
-        console.print(line, markup=False, highlight=False)
-    console.print(f"page: {out / 'load.md'}; plot: {out / 'load.png'}", markup=False)
+    _report_load(out, console)  # the page `fronde bench report` writes, from the records
 
 
 def _screen_loops(

@@ -4,14 +4,12 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
-from fronde.runtime.models import load_profile
-
-from ..conftest import REPO_MODELS
+from fronde.config import Settings
 
 
 def fronde(args: list[str], env: dict[str, str], cwd: Path) -> None:
@@ -27,19 +25,14 @@ def fronde(args: list[str], env: dict[str, str], cwd: Path) -> None:
 
 
 def test_a_load_run_writes_the_page_that_bench_report_writes_again(
-    tmp_path: Path, fake_binary: Path
+    tmp_path: Path, fake_gemma: Callable[[int], Settings]
 ) -> None:
     """A new user's trial (2026-12-05) saw `bench report` change a fresh run's load.json."""
-    models = tmp_path / "models"
-    models.mkdir()
-    shutil.copy(REPO_MODELS / "cpu-gemma-270m.toml", models)
-    profile = load_profile(models, "cpu-gemma-270m")
-    with (models / profile.target.file).open("wb") as f:  # sparse: the fake reads none of it
-        f.truncate(profile.target.size or 1)
+    settings = fake_gemma(500)  # the profile and a sparse GGUF in tmp_path
     env = os.environ | {
-        "FRONDE_MODELS_DIR": str(models),
+        "FRONDE_MODELS_DIR": str(settings.models_dir),
         "FRONDE_CACHE_DIR": str(tmp_path / "cache"),
-        "FRONDE_LLAMA_SERVER": str(fake_binary),
+        "FRONDE_LLAMA_SERVER": str(settings.llama_server),
         "FRONDE_PROFILE": "cpu-gemma-270m",
         "PYTHONPATH": str(Path(__file__).resolve().parents[2]),
     }

@@ -2,8 +2,8 @@
 
 The original FRONDE router's cache is unbounded; this one is an LRU with a TTL,
 so a long-running proxy keeps a bounded memory and re-measures stale choices.
-The key hashes what decides the output: the model name, the messages or prompt,
-and the sampling parameters that change the text. Pure; the clock is passed in.
+The key hashes what decides the output: every field of the request but the few
+that only say how the answer travels (:data:`NOT_KEY_FIELDS`). Pure; the clock is passed in.
 """
 
 from __future__ import annotations
@@ -18,30 +18,35 @@ from typing import Any
 from fronde.config import ROUTER_DEFAULTS
 from fronde.modes import Mode
 
-__all__ = ["KEY_FIELDS", "RouteCache", "cache_key"]
+__all__ = ["NOT_KEY_FIELDS", "RouteCache", "cache_key"]
 
-KEY_FIELDS = (
-    "model",
-    "messages",
-    "prompt",
-    "temperature",
-    "top_p",
-    "top_k",
-    "min_p",
-    "seed",
-    "max_tokens",
-    "max_completion_tokens",
-    "stop",
-    "presence_penalty",
-    "frequency_penalty",
-    "repeat_penalty",
+NOT_KEY_FIELDS = frozenset(
+    {
+        "stream",
+        "stream_options",
+        "user",
+        "metadata",
+        "store",
+        "service_tier",
+        "timings_per_token",
+        "return_progress",
+        "sse_ping_interval",
+        "cache_prompt",
+        "id_slot",
+        "verbose",
+        "response_fields",
+    }
 )
-"""Request fields that decide the output, hence the cache key."""
+"""Request fields that change how an answer travels, not what it says: left out of the key.
+
+Every other field may decide the output (the messages, the sampling fields, a grammar or a
+schema, the tools), so each one is in the key: two requests that differ only in their
+schema are two requests, and each gets the mode measured for it."""
 
 
 def cache_key(body: dict[str, Any]) -> str:
-    """Return the sha256 hex key of a request: its :data:`KEY_FIELDS`, canonical JSON."""
-    picked = {k: body[k] for k in KEY_FIELDS if k in body}
+    """Return the sha256 hex key of a request: its fields but :data:`NOT_KEY_FIELDS`, as JSON."""
+    picked = {k: v for k, v in body.items() if k not in NOT_KEY_FIELDS}
     canonical = json.dumps(picked, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
     return hashlib.sha256(canonical.encode()).hexdigest()
 

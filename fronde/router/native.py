@@ -3,44 +3,91 @@
 The probe-and-continue path speaks llama-server's native API, because it must
 send token ids (``prompt`` as an array) and get token ids back (``return_tokens``),
 so that nothing is re-tokenized between the probe and its continuation. These
-pure functions translate the OpenAI body into native sampling parameters and
-build OpenAI-shaped responses and stream chunks from what came back.
+pure functions carry the OpenAI body's fields into native segments (all but the few
+Fronde owns), tell which requests a hand-over cannot serve, and build OpenAI-shaped
+responses and stream chunks from what came back.
 """
 
 from __future__ import annotations
 
 import time
 import uuid
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 __all__ = [
+    "HANDOVER_BLOCKERS",
+    "SEGMENT_OWNED",
     "Kind",
     "chunk",
     "finish_reason",
     "full_response",
     "max_new_tokens",
     "new_id",
-    "sampling_params",
+    "segment_params",
+    "splice_safe",
     "usage",
 ]
 
 Kind = Literal["chat", "text"]
 """``chat`` for /v1/chat/completions, ``text`` for /v1/completions."""
 
-# OpenAI name → llama-server native name (tools/server/server-schema.cpp).
-_PARAMS = {
-    "temperature": "temperature",
-    "top_p": "top_p",
-    "top_k": "top_k",
-    "min_p": "min_p",
-    "seed": "seed",
-    "presence_penalty": "presence_penalty",
-    "frequency_penalty": "frequency_penalty",
-    "repeat_penalty": "repeat_penalty",
-    "repeat_last_n": "repeat_last_n",
-    "typical_p": "typical_p",
-    "logit_bias": "logit_bias",
-}
+SEGMENT_OWNED = frozenset(
+    {
+        # the prompt, as token ids, and each segment's budget
+        "prompt",
+        "messages",
+        "n_predict",
+        "max_tokens",
+        "max_completion_tokens",
+        # Fronde matches stop strings over the whole answer (fronde.router.stops)
+        "stop",
+        # the shape of each segment's stream, which Fronde reads
+        "stream",
+        "stream_options",
+        "return_tokens",
+        "timings_per_token",
+        "cache_prompt",
+        "response_fields",
+        "return_progress",
+        "sse_ping_interval",
+        "verbose",
+        # where and how many: one slot, one answer
+        "id_slot",
+        "n",
+        "n_cmpl",
+        "model",
+    }
+)
+"""Request fields a probe segment sets itself instead of copying them from the client.
+
+Every other field reaches each segment as sent: llama-server b11434's ``/completion``
+reads the same sampling fields as its OpenAI routes (``tools/server/server-schema.cpp``,
+``make_llama_cmpl_schema``), so a sampler the client tunes (``dry_*``, ``xtc_*``,
+``mirostat*``, ``samplers``, ``logit_bias``, ``ignore_eos``, ...) runs on every segment.
+Fields only the chat template reads (``chat_template_kwargs``, ``add_generation_prompt``)
+shape the prompt, which ``/apply-template`` renders from the whole body; ``/completion``
+ignores them.
+"""
+
+HANDOVER_BLOCKERS = (
+    "grammar",
+    "json_schema",
+    "response_format",
+    "tools",
+    "functions",
+    "grammar_triggers",
+    "preserved_tokens",
+)
+"""Fields whose effect a hand-over cannot carry: a request with one is never spliced.
+
+A grammar's state lives in one slot's sampler: b11434 feeds the prompt's tokens to every
+sampler but the grammar (``server_slot::init_sampler`` calls ``common_sampler_accept``
+with ``accept_grammar`` false), so a continuation would start the grammar again in the
+middle of the answer. On chat, the template also turns ``response_format`` and ``tools``
+into a grammar and an output parser of its own (``oaicompat_chat_params_parse``), which
+``/completion`` takes no field for. Such a request runs whole on the mode the router
+picked, exactly as that mode's server alone answers it.
+"""
 
 
 def max_new_tokens(body: dict[str, Any]) -> int | None:
@@ -52,12 +99,30 @@ def max_new_tokens(body: dict[str, Any]) -> int | None:
     return None
 
 
-def sampling_params(body: dict[str, Any]) -> dict[str, Any]:
-    """Native ``/completion`` parameters equivalent to the OpenAI body's sampling fields.
+def splice_safe(body: dict[str, Any]) -> bool:
+    """Whether an answer to ``body`` may be handed over between backends mid-generation.
 
-    ``stop`` (a string or a list) becomes a list. Budget and prompt are set by the caller.
+    False when a field of :data:`HANDOVER_BLOCKERS` is set: not None nor empty, and for
+    ``response_format`` a type other than ``text``.
     """
-    out = {native: body[name] for name, native in _PARAMS.items() if name in body}
+    for name in HANDOVER_BLOCKERS:
+        value = body.get(name)
+        if value is None or value in ("", [], {}):
+            continue
+        kind = cast("dict[str, Any]", value).get("type") if isinstance(value, dict) else None
+        if name == "response_format" and kind in (None, "text"):
+            continue
+        return False
+    return True
+
+
+def segment_params(body: dict[str, Any]) -> dict[str, Any]:
+    """The client's fields for a native ``/completion`` segment: all but :data:`SEGMENT_OWNED`.
+
+    ``stop`` (a string or a list) comes back as a list, for the caller's stop matcher (the
+    segment body leaves it out). The caller sets the budget and the prompt.
+    """
+    out = {k: v for k, v in body.items() if k not in SEGMENT_OWNED}
     stop = body.get("stop")
     if isinstance(stop, str):
         out["stop"] = [stop]

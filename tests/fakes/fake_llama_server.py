@@ -28,6 +28,8 @@ rest is ignored) plus knobs in the manner of llama-swap's ``cmd/fake-model``:
 - ``--fake-lose-every N``: a native stream sends no event for every N-th token (not
   the last): its text comes with the next event and its id never arrives, as
   llama-server does for a token that ends inside a multi-byte character.
+- ``--fake-record PATH``: append every POST as a JSON line ``{"path", "body"}`` to PATH,
+  so a test can see which fields reached the backend on each route (streams included).
 
 A body field ``fake_backend_error: true`` gets a llama-server-style HTTP 400.
 Non-streamed answers carry ``fake_received``: the body and headers that arrived. A
@@ -79,6 +81,41 @@ class ClosingStream(StreamingResponse):
                 await aclose()
 
 
+class Recorder:
+    """ASGI wrapper of ``--fake-record``: writes each POST body to a JSON-lines file, then
+    hands the same bytes to the app."""
+
+    def __init__(self, app: Any, path: str) -> None:
+        self.app, self.path = app, path
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http" or scope["method"] != "POST":
+            await self.app(scope, receive, send)
+            return
+        chunks: list[bytes] = []
+        more = True
+        while more:
+            message = await receive()
+            chunks.append(message.get("body", b""))
+            more = bool(message.get("more_body"))
+        raw = b"".join(chunks)
+        try:
+            body = json.loads(raw) if raw else None
+        except ValueError:
+            body = raw.decode(errors="replace")
+        with open(self.path, "a", encoding="utf-8") as f:  # noqa: ASYNC230 (a test fake)
+            f.write(json.dumps({"path": scope["path"], "body": body}) + "\n")
+        replayed = [False]
+
+        async def replay() -> Any:
+            if replayed[0]:
+                return await receive()
+            replayed[0] = True
+            return {"type": "http.request", "body": raw, "more_body": False}
+
+        await self.app(scope, replay, send)
+
+
 def parse_args(argv: list[str]) -> argparse.Namespace:
     p = argparse.ArgumentParser()
     p.add_argument("--host", default="127.0.0.1")
@@ -102,6 +139,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--fake-split-utf8", action="store_true")
     p.add_argument("--fake-no-tool-template", action="store_true")
     p.add_argument("--fake-lose-every", type=int, default=None)
+    p.add_argument("--fake-record", default=None)
     p.add_argument("--version", action="store_true")
     args, _unknown = p.parse_known_args(argv)
     return args
@@ -796,7 +834,10 @@ def main() -> None:
         file=sys.stderr,
         flush=True,
     )
-    config = uvicorn.Config(build_app(args), host=args.host, port=args.port, log_level="warning")
+    app: Any = build_app(args)
+    if args.fake_record:
+        app = Recorder(app, args.fake_record)
+    config = uvicorn.Config(app, host=args.host, port=args.port, log_level="warning")
     server = StubbornServer(config) if args.fake_ignore_sigterm else uvicorn.Server(config)
     server.run()
 

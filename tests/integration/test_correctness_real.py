@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import time
 from collections.abc import Iterator
 from typing import Any, cast
@@ -311,3 +312,51 @@ def test_an_image_is_refused_before_it_reaches_llama_server(probing: Serve) -> N
     ]
     r = post(probing, "/v1/chat/completions", {"messages": [{"role": "user", "content": parts}]})
     assert (r.status_code, r.json()["error"]["type"]) == (400, "invalid_request_error")
+
+
+# --- constraints hold on every route (a grammar, a JSON schema) ------------------------
+
+COLOUR_SCHEMA = {
+    "type": "object",
+    "properties": {"colour": {"type": "string", "enum": ["red", "blue", "green"]}},
+    "required": ["colour"],
+}
+CONSTRAINED = [
+    ({"grammar": 'root ::= ("yes" | "no") "."'}, re.compile(r"(yes|no)\.")),
+    ({"json_schema": COLOUR_SCHEMA}, None),
+    ({"response_format": {"type": "json_schema", "json_schema": {"schema": COLOUR_SCHEMA}}}, None),
+]
+
+
+def _holds(text: str, pattern: re.Pattern[str] | None) -> bool:
+    if pattern is not None:
+        return pattern.fullmatch(text) is not None
+    try:
+        return json.loads(text)["colour"] in ("red", "blue", "green")
+    except (ValueError, KeyError, TypeError):
+        return False
+
+
+@pytest.mark.parametrize(("fields", "pattern"), CONSTRAINED, ids=["grammar", "schema", "format"])
+def test_a_constraint_holds_on_every_route(
+    probing: Serve, fields: dict[str, Any], pattern: re.Pattern[str] | None
+) -> None:
+    """Routed (probed, then cached), forced and batched, streamed and not: the answer
+    keeps the grammar or schema the client sent (the probe path once dropped them)."""
+    path = "/v1/chat/completions"
+    body = {"messages": [{"role": "user", "content": "Pick a colour."}], "max_tokens": 48}
+    body |= fields | {"temperature": 0}
+    seen: set[str] = set()
+    for headers in ({}, {}, {"x-fronde-mode": "ngram-mod"}):
+        r = post(probing, path, body, **headers)
+        assert r.status_code == 200, r.text
+        seen.add(r.headers["x-fronde-class"])
+        text = r.json()["choices"][0]["message"]["content"]
+        assert _holds(text, pattern), (r.headers["x-fronde-class"], text)
+        text, _ = streamed(probing, path, {**body, "seed": len(seen)}, **headers)
+        assert _holds(text, pattern), text
+    assert seen == {"probe", "cache", "forced"}
+    r = post(probing, "/fronde/v1/batch", {"requests": [{**body, "seed": 9}]})
+    item = r.json()["data"][0]
+    assert item["status"] == 200, item
+    assert _holds(item["body"]["choices"][0]["message"]["content"], pattern)

@@ -102,6 +102,9 @@ def test_cache_key_covers_what_decides_the_output() -> None:
     assert cache_key(a) != cache_key({**a, "temperature": 0.7})
     assert cache_key(a) != cache_key({**a, "seed": 1})
     assert cache_key(a) == cache_key({**a, "stream": True, "user": "x"})  # irrelevant fields
+    schema = {"type": "json_schema", "json_schema": {"schema": {"type": "object"}}}
+    assert cache_key(a) != cache_key({**a, "response_format": schema})
+    assert cache_key(a) != cache_key({**a, "grammar": 'root ::= "a"'})
 
 
 def test_cache_lru_ttl_and_exclusion() -> None:

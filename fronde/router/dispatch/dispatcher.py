@@ -64,6 +64,7 @@ from fronde.router.native import (
     full_response,
     max_new_tokens,
     new_id,
+    splice_safe,
     usage,
 )
 from fronde.router.policy import Route
@@ -88,8 +89,13 @@ def _include_usage(body: dict[str, Any]) -> bool:
 
 
 def _probe_eligible(kind: Kind, body: dict[str, Any]) -> bool:
-    """The probe path renders and tokenizes the prompt: it needs a string prompt."""
-    return kind == "chat" or isinstance(body.get("prompt"), str)
+    """Whether a probed request may be handed over (:class:`Splice`); else it runs whole.
+
+    The probe path renders and tokenizes the prompt, so it needs a string prompt, and a
+    grammar, a schema or tools cannot cross a hand-over
+    (:data:`~fronde.router.native.HANDOVER_BLOCKERS`).
+    """
+    return (kind == "chat" or isinstance(body.get("prompt"), str)) and splice_safe(body)
 
 
 def _sse(obj: dict[str, Any]) -> bytes:

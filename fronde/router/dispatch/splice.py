@@ -55,7 +55,7 @@ from fronde.errors import BackendConnectionError, BackendStreamError, InvalidReq
 from fronde.modes import Mode
 from fronde.router.dispatch.admission import Admission
 from fronde.router.engine import Decision, Router
-from fronde.router.native import Kind, max_new_tokens, sampling_params
+from fronde.router.native import Kind, max_new_tokens, segment_params
 from fronde.router.policy import Route, hand_over_pays
 from fronde.router.stops import StopMatcher
 from fronde.timings import Timings, TimingsTrail
@@ -141,7 +141,9 @@ async def prompt_ids(
         BackendError: from the backend calls.
     """
     if kind == "chat":
-        rendered = await client.post_json(url, "/apply-template", {"messages": body["messages"]})
+        # The whole body: the template also reads chat_template_kwargs, reasoning_effort,
+        # add_generation_prompt and the like (llama-server's oaicompat_chat_params_parse).
+        rendered = await client.post_json(url, "/apply-template", body)
         text = rendered.get("prompt")
     else:
         text = body.get("prompt")
@@ -261,7 +263,7 @@ class Splice:
         self.kind: Kind = kind
         self.stream = stream
         self.on_switch = on_switch
-        self.params = sampling_params(body)
+        self.params = segment_params(body)
         self.budget = max_new_tokens(body)
         self.matcher = StopMatcher(self.params.get("stop", []))
         self.prefix = assistant_prefill(kind, body)

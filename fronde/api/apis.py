@@ -115,6 +115,8 @@ def check_responses(body: dict[str, Any], default_max_tokens: int) -> None:
         raise _fail("'instructions' must be a string", "instructions")
     if body.get("text") is not None and not isinstance(body["text"], dict):
         raise _fail("'text' must be an object", "text")
+    if body.get("tool_choice") is not None and not isinstance(body["tool_choice"], str | dict):
+        raise _fail("'tool_choice' must be a string or an object", "tool_choice")
     _shared(body, 2.0)
     _budget(body, "max_output_tokens", default_max_tokens)
 
@@ -139,6 +141,8 @@ def check_messages(body: dict[str, Any], default_max_tokens: int) -> None:
         isinstance(stops, list) and all(isinstance(s, str) for s in cast("list[Any]", stops))
     ):
         raise _fail("'stop_sequences' must be an array of strings", "stop_sequences")
+    if body.get("tool_choice") is not None and not isinstance(body["tool_choice"], dict):
+        raise _fail("'tool_choice' must be an object", "tool_choice")
     check_number(body, "top_k", 0, 1_000_000)
     _shared(body, 1.0)
     _budget(body, "max_tokens", default_max_tokens)

@@ -262,6 +262,102 @@ def test_an_api_key_in_x_api_key_is_accepted_and_a_wrong_one_gets_anthropics_401
     assert c.post("/v1/responses", json={"input": "a"}).json()["error"]["code"] == "invalid_api_key"
 
 
+# --- a forced tool call where the chat template takes no tools ------------------------
+
+RESPONSES_TOOLS: list[dict[str, Any]] = [
+    {"type": "function", "name": "get_time", "parameters": {"type": "object"}}
+]
+MESSAGES_TOOLS: list[Any] = [{"name": "get_time", "input_schema": {"type": "object"}}]
+
+
+def test_a_template_without_tools_refuses_a_forced_call_on_responses_and_messages(
+    serve: Any,
+) -> None:
+    """The chat rule (400 ``tool_choice_unsupported``), in each API's own error shape."""
+    c: TestClient = serve({m: ["--fake-no-tool-template"] for m in Mode})
+    oai = openai.OpenAI(base_url="http://testserver/v1", api_key="x", http_client=c)
+    tools: Any = RESPONSES_TOOLS
+    forcing: list[Any] = ["required", {"type": "function", "name": "get_time"}]
+    for choice in forcing:
+        with pytest.raises(openai.BadRequestError) as refused:
+            oai.responses.create(model="fronde", input="a", tools=tools, tool_choice=choice)
+        assert (refused.value.code, refused.value.param) == (
+            "tool_choice_unsupported",
+            "tool_choice",
+        )
+    for choice in ("auto", "none"):
+        ok = oai.responses.create(model="fronde", input="a", tools=tools, tool_choice=choice)
+        assert ok.output_text
+    claude = anthropic.Anthropic(base_url="http://testserver", api_key="x", http_client=c)
+
+    def ask(choice: Any) -> anthropic.types.Message:
+        return claude.messages.create(
+            model="fronde",
+            max_tokens=4,
+            messages=[{"role": "user", "content": "a"}],
+            tools=MESSAGES_TOOLS,
+            tool_choice=choice,
+        )
+
+    for choice in ({"type": "any"}, {"type": "tool", "name": "get_time"}):
+        with pytest.raises(anthropic.BadRequestError) as caught:
+            ask(choice)
+        body: Any = caught.value.body
+        assert body["type"] == "error" and body["error"]["type"] == "invalid_request_error"
+        assert '{"type": "auto"}' in body["error"]["message"]  # what to send instead
+    for choice in ({"type": "auto"}, {"type": "none"}):
+        assert ask(choice).content
+
+
+def test_a_named_tool_choice_is_narrowed_to_its_tool_on_responses_and_messages(
+    plain: TestClient,
+) -> None:
+    """b11434 reads Responses' named choice as ``auto``, and Messages' as ``required``
+    over every tool: Fronde sends the named tool alone, forced."""
+    two: list[Any] = [*RESPONSES_TOOLS, {"type": "function", "name": "get_date", "parameters": {}}]
+    choice = {"type": "function", "name": "get_date"}
+    r = plain.post("/v1/responses", json={"input": "a", "tools": two, "tool_choice": choice})
+    sent = r.json()["fake_received"]["body"]
+    assert (sent["tools"], sent["tool_choice"]) == (two[1:], "required")
+    tools: list[Any] = [*MESSAGES_TOOLS, {"name": "get_date", "input_schema": {}}]
+    named = {"type": "tool", "name": "get_date"}
+    msg: dict[str, Any] = {
+        "messages": [{"role": "user", "content": "a"}],
+        "tools": tools,
+        "tool_choice": named,
+    }
+    sent = plain.post("/v1/messages", json=msg).json()["fake_received"]["body"]
+    assert (sent["tools"], sent["tool_choice"]) == (tools[1:], named)
+
+
+@pytest.mark.parametrize(
+    ("path", "choice"),
+    [
+        ("/v1/responses", {"type": "function", "name": "nope"}),
+        ("/v1/responses", "always"),
+        ("/v1/responses", 3),
+        ("/v1/messages", {"type": "tool", "name": "nope"}),
+        ("/v1/messages", {"type": "required"}),
+        ("/v1/messages", "any"),
+    ],
+)
+def test_a_tool_choice_the_api_does_not_define_is_its_400(
+    plain: TestClient, path: str, choice: Any
+) -> None:
+    if path == "/v1/responses":
+        body: dict[str, Any] = {"input": "a", "tools": RESPONSES_TOOLS}
+    else:
+        body = {"messages": [{"role": "user", "content": "a"}], "tools": MESSAGES_TOOLS}
+    r = plain.post(path, json=body | {"tool_choice": choice})
+    assert r.status_code == 400, r.text
+    error = r.json()["error"]
+    assert error["type"] == "invalid_request_error" and "tool_choice" in error["message"]
+    no_tools = {k: v for k, v in body.items() if k != "tools"}
+    forced = "required" if path == "/v1/responses" else {"type": "any"}
+    r = plain.post(path, json=no_tools | {"tool_choice": forced})
+    assert r.status_code == 400 and "has no 'tools'" in r.json()["error"]["message"]
+
+
 # --- infill, embeddings, token counts ----------------------------------------------------
 
 

@@ -179,8 +179,8 @@ class Dispatcher:
         """
         arrival = Arrival(self.router)
         try:
-            if kind == "chat" and api is None:
-                await honour_tool_choice(body, self.tools.supports_tools)
+            if kind == "chat":  # chat, and the APIs routed as chat (Responses, Messages)
+                await honour_tool_choice(body, self.tools.supports_tools, api)
             view = body if api is None else api.view(body)
             forced = forced_mode(mode_header, view.get("model"))
             gathered = forced is None and self.router.places_by_load

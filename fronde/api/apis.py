@@ -89,6 +89,13 @@ def _text_only(kind: Any, at: str) -> None:
 def check_responses(body: dict[str, Any], default_max_tokens: int) -> None:
     """Check an OpenAI Responses body; set ``max_output_tokens`` when absent.
 
+    An input item with a ``role`` and no ``type`` (the SDKs' shorthand,
+    ``{"role": "assistant", "content": "Blue."}``) gets ``"type": "message"``, which
+    OpenAI assumes: llama-server b11434 reads a typeless item only for the roles user,
+    system and developer and answers any other a 400 ``Cannot determine type of 'item'``
+    (``server_chat_convert_responses_to_chatcmpl``, ``tools/server/server-chat.cpp``).
+    With the type, an assistant item's string content is read as text there as it is.
+
     Raises:
         InvalidRequestError: ``input`` missing or not a string or an array of
             objects, a non-text part, ``previous_response_id`` (Fronde and llama-server
@@ -101,7 +108,10 @@ def check_responses(body: dict[str, Any], default_max_tokens: int) -> None:
     for i, raw in enumerate(cast("list[Any]", items) if isinstance(items, list) else []):
         if not isinstance(raw, dict):
             raise _fail(f"'input[{i}]' must be an object", f"input[{i}]")
-        content = cast("dict[str, Any]", raw).get("content")
+        item = cast("dict[str, Any]", raw)
+        if item.get("type") is None and isinstance(item.get("role"), str):
+            item["type"] = "message"
+        content = item.get("content")
         for j, part in enumerate(cast("list[Any]", content) if isinstance(content, list) else []):
             kind = cast("dict[str, Any]", part).get("type") if isinstance(part, dict) else None
             _text_only(kind, f"input[{i}].content[{j}]")

@@ -33,7 +33,9 @@ A body field ``fake_backend_error: true`` gets a llama-server-style HTTP 400.
 Non-streamed answers carry ``fake_received``: the body and headers that arrived. A
 request with ``tools`` and ``tool_choice: "required"`` answers with a tool call
 (streamed as OpenAI tool-call deltas). ``/v1/responses``, ``/v1/messages`` and
-``/infill`` answer in llama-server's shapes (the knobs for streams apply). ``/slots``
+``/infill`` answer in llama-server's shapes (the knobs for streams apply); a Responses
+input item b11434 cannot type (an assistant item without ``"type": "message"``) gets its
+400. ``/slots``
 reports ``is_processing`` while any generation runs, so a test can see a slot freed
 after a client disconnects.
 
@@ -169,6 +171,21 @@ async def with_stops(
             sent = len(generated)
     yield [], "", "limit"
     yield [], generated[sent:], "held"
+
+
+def responses_item_known(item: Any) -> bool:
+    """Whether b11434 can convert a Responses input item (else its 400 "Cannot determine
+    type of 'item'", ``server_chat_convert_responses_to_chatcmpl``): a typeless item only
+    with the role user, system or developer; an assistant message only with ``type``."""
+    if not isinstance(item, dict):
+        return False
+    entry = cast("dict[str, Any]", item)
+    role, kind = entry.get("role"), entry.get("type")
+    if role in ("user", "system", "developer"):
+        return isinstance(entry.get("content"), str | list)
+    if role == "assistant":
+        return kind == "message"
+    return kind in ("function_call", "function_call_output", "reasoning")
 
 
 def build_app(args: argparse.Namespace) -> FastAPI:
@@ -616,6 +633,11 @@ def build_app(args: argparse.Namespace) -> FastAPI:
         if api == "messages" and "messages" not in body:  # b11434 answers a 500 here
             error = {"code": 500, "message": "'messages' is required", "type": "server_error"}
             return JSONResponse({"error": error}, 500)
+        items = body.get("input") if api == "responses" else None
+        if isinstance(items, list) and not all(map(responses_item_known, cast("list[Any]", items))):
+            message = "Cannot determine type of 'item'"
+            error = {"code": 400, "message": message, "type": "invalid_request_error"}
+            return JSONResponse({"error": error}, 400)
 
         def text_in(value: Any) -> str:  # the words of a string, or of the texts in blocks
             if isinstance(value, str):

@@ -64,6 +64,25 @@ def test_openai_responses_whole_and_streamed(smol: Serve) -> None:
     assert last["decode_tok_s"] > 0  # the stream's last event carried llama-server's timings
 
 
+def test_a_second_responses_turn_with_a_typeless_assistant_item_answers(smol: Serve) -> None:
+    """The SDKs' shorthand for an earlier answer, which b11434 refuses untyped
+    ("Cannot determine type of 'item'"): every multi-turn Responses client sends it."""
+    with OpenAI(base_url=f"{smol.base_url}/v1", api_key="unused", max_retries=0) as client:
+        first = client.responses.create(
+            model="fronde", input="Name a colour.", max_output_tokens=16, temperature=0
+        )
+        turns: Any = [
+            {"role": "user", "content": "Name a colour."},
+            {"role": "assistant", "content": first.output_text},
+            {"role": "user", "content": "Name another one."},
+        ]
+        raw = client.responses.with_raw_response.create(
+            model="fronde", input=turns, max_output_tokens=16, temperature=0
+        )
+    assert raw.status_code == 200
+    assert raw.parse().output_text.strip()
+
+
 def test_anthropic_messages_whole_and_streamed(smol: Serve) -> None:
     client = anthropic.Anthropic(base_url=smol.base_url, api_key="unused", max_retries=0)
     with client:

@@ -204,6 +204,24 @@ def test_bad_responses_bodies_are_openai_400s(
     assert r.json()["error"]["type"] == "invalid_request_error"
 
 
+def test_a_typeless_assistant_item_is_a_message_so_a_second_turn_answers(
+    plain: TestClient,
+) -> None:
+    """The SDKs' shorthand for an earlier answer; b11434 (and the fake) 400 it untyped."""
+    client = openai.OpenAI(base_url="http://testserver/v1", api_key="x", http_client=plain)
+    turns: Any = [
+        {"role": "user", "content": "Favourite colour?"},
+        {"role": "assistant", "content": "Blue."},
+        {"role": "assistant", "content": [{"type": "output_text", "text": "Sky blue."}]},
+        {"role": "user", "content": "Why?"},
+    ]
+    second = client.responses.create(model="fronde", input=turns, max_output_tokens=4)
+    assert second.output_text.split()
+    sent = (second.model_extra or {})["fake_received"]["body"]["input"]
+    assert [item.get("type") for item in sent] == ["message"] * 4
+    assert sent[1] == {"role": "assistant", "content": "Blue.", "type": "message"}
+
+
 # --- Anthropic Messages ------------------------------------------------------------------
 
 

@@ -22,6 +22,7 @@ from fronde.config import ServerSettings
 from fronde.modes import Mode
 from fronde.router.dispatch.apis import (
     ResponsesIndexer,
+    StopSequenceReason,
     infill_view,
     messages_view,
     responses_view,
@@ -243,6 +244,57 @@ def test_messages_sdk_whole_and_streamed(plain: TestClient) -> None:
     finished = row(plain, rid)
     assert finished["status"] == "done" and finished["streamed"] == 3
     assert finished["decode_tok_s"] is None  # b11434 sends Messages no timings
+
+
+def test_a_matched_stop_sequence_is_anthropics_stop_reason_streamed_or_not(
+    plain: TestClient,
+) -> None:
+    """b11434 says ``end_turn`` (with the string in ``stop_sequence``): the fake does too."""
+    client = anthropic.Anthropic(base_url="http://testserver", api_key="x", http_client=plain)
+
+    def create(stops: list[str]) -> anthropic.types.Message:
+        return client.messages.create(
+            model="fronde",
+            max_tokens=8,
+            messages=[{"role": "user", "content": "alpha beta gamma"}],
+            stop_sequences=stops,
+        )
+
+    msg = create(["zeta", "gamma"])
+    assert msg.content[0].type == "text" and msg.content[0].text == "alpha beta "
+    assert (msg.stop_reason, msg.stop_sequence) == ("stop_sequence", "gamma")
+    with client.messages.stream(
+        model="fronde",
+        max_tokens=8,
+        messages=[{"role": "user", "content": "alpha beta gamma"}],
+        stop_sequences=["zeta", "gamma"],
+    ) as s:
+        text = "".join(s.text_stream)
+        final = s.get_final_message()
+    assert text == "alpha beta "
+    assert (final.stop_reason, final.stop_sequence) == ("stop_sequence", "gamma")
+    unmatched = create(["zeta"])
+    assert (unmatched.stop_reason, unmatched.stop_sequence) == ("max_tokens", None)
+    ask = {"max_tokens": 8, "messages": [{"role": "user", "content": "alpha beta gamma"}]}
+    streamed = ask | {"stop_sequences": ["gamma"], "stream": True}
+    with plain.stream("POST", "/v1/messages", json=streamed) as r:
+        ends = [d for n, d in events(r.read().decode()) if n == "message_delta"]
+    assert [e["delta"] for e in ends] == [
+        {"stop_reason": "stop_sequence", "stop_sequence": "gamma"}
+    ]
+
+
+def test_a_stop_string_the_request_did_not_send_is_an_end_of_turn() -> None:
+    """A chat template's own stop string (llama.cpp's ``additional_stops``) is not the
+    client's stop sequence: the turn ended, and ``stop_sequence`` is null."""
+    mend = StopSequenceReason({"stop_sequences": ["END"]})
+    ended = {"type": "message", "stop_reason": "end_turn", "stop_sequence": "</assistant>"}
+    assert mend(ended) == {"type": "message", "stop_reason": "end_turn", "stop_sequence": None}
+    delta = {"stop_reason": "end_turn", "stop_sequence": "END"}
+    got = mend({"type": "message_delta", "delta": dict(delta)})["delta"]
+    assert got == {"stop_reason": "stop_sequence", "stop_sequence": "END"}
+    tool = {"type": "message", "stop_reason": "tool_use", "stop_sequence": None}
+    assert mend(dict(tool)) == tool
 
 
 def test_bad_messages_bodies_are_anthropic_400s_not_the_backends_500(plain: TestClient) -> None:

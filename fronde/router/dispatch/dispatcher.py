@@ -513,6 +513,7 @@ class Dispatcher:
         if not body.get("stream", False):
             with adm.generating(mode):
                 data = await self.client.post_json(url, api.path, body)
+            data = data if api.whole is None else api.whole(body)(data)
             timings = data.get("timings")
             if isinstance(timings, dict):
                 on_timings(cast("dict[str, Any]", timings))
@@ -525,7 +526,7 @@ class Dispatcher:
             await stack.aclose()
             raise
         _settled(upstream, headers)
-        relay = EventRelay(api, str(mode), on_timings, adm.progress)
+        relay = EventRelay(api, str(mode), on_timings, adm.progress, body)
         keepalive_s = self.settings.server.sse_keepalive_s
 
         async def events() -> AsyncIterator[bytes]:

@@ -25,7 +25,8 @@ Every error Fronde raises on purpose derives from :class:`FrondeError`::
         ├── UnknownModeError        `x-fronde-mode` or `fronde:MODE` names no mode (HTTP 400)
         ├── ModeUnavailableError    the named mode is not run by this profile (HTTP 400)
         ├── AuthenticationError     missing or wrong API key (HTTP 401)
-        └── PayloadTooLargeError    the body is over ``server.max_body_bytes`` (HTTP 413)
+        ├── PayloadTooLargeError    the body is over ``server.max_body_bytes`` (HTTP 413)
+        └── UnsupportedMediaTypeError  the body is not sent as JSON (HTTP 415)
 
 Errors that can reach an HTTP client carry ``status_code``, ``error_type`` and
 ``code``; the app factory turns them into the body OpenAI clients parse,
@@ -63,6 +64,7 @@ __all__ = [
     "RequestError",
     "ToolMissingError",
     "UnknownModeError",
+    "UnsupportedMediaTypeError",
     "openai_error_body",
 ]
 
@@ -269,6 +271,13 @@ class PayloadTooLargeError(RequestError):
 
     status_code = 413
     code = "request_too_large"
+
+
+class UnsupportedMediaTypeError(RequestError):
+    """The body's ``Content-Type`` is not JSON (a form, plain text): HTTP 415."""
+
+    status_code = 415
+    code = "unsupported_media_type"
 
 
 def openai_error_body(

@@ -89,6 +89,13 @@ def _text_only(kind: Any, at: str) -> None:
 def check_responses(body: dict[str, Any], default_max_tokens: int) -> None:
     """Check an OpenAI Responses body; set ``max_output_tokens`` when absent.
 
+    An input item with a ``role`` and no ``type`` (the SDKs' shorthand,
+    ``{"role": "assistant", "content": "Blue."}``) gets ``"type": "message"``, which
+    OpenAI assumes: llama-server b11434 reads a typeless item only for the roles user,
+    system and developer and answers any other a 400 ``Cannot determine type of 'item'``
+    (``server_chat_convert_responses_to_chatcmpl``, ``tools/server/server-chat.cpp``).
+    With the type, an assistant item's string content is read as text there as it is.
+
     Raises:
         InvalidRequestError: ``input`` missing or not a string or an array of
             objects, a non-text part, ``previous_response_id`` (Fronde and llama-server
@@ -101,7 +108,10 @@ def check_responses(body: dict[str, Any], default_max_tokens: int) -> None:
     for i, raw in enumerate(cast("list[Any]", items) if isinstance(items, list) else []):
         if not isinstance(raw, dict):
             raise _fail(f"'input[{i}]' must be an object", f"input[{i}]")
-        content = cast("dict[str, Any]", raw).get("content")
+        item = cast("dict[str, Any]", raw)
+        if item.get("type") is None and isinstance(item.get("role"), str):
+            item["type"] = "message"
+        content = item.get("content")
         for j, part in enumerate(cast("list[Any]", content) if isinstance(content, list) else []):
             kind = cast("dict[str, Any]", part).get("type") if isinstance(part, dict) else None
             _text_only(kind, f"input[{i}].content[{j}]")
@@ -115,6 +125,8 @@ def check_responses(body: dict[str, Any], default_max_tokens: int) -> None:
         raise _fail("'instructions' must be a string", "instructions")
     if body.get("text") is not None and not isinstance(body["text"], dict):
         raise _fail("'text' must be an object", "text")
+    if body.get("tool_choice") is not None and not isinstance(body["tool_choice"], str | dict):
+        raise _fail("'tool_choice' must be a string or an object", "tool_choice")
     _shared(body, 2.0)
     _budget(body, "max_output_tokens", default_max_tokens)
 
@@ -139,6 +151,8 @@ def check_messages(body: dict[str, Any], default_max_tokens: int) -> None:
         isinstance(stops, list) and all(isinstance(s, str) for s in cast("list[Any]", stops))
     ):
         raise _fail("'stop_sequences' must be an array of strings", "stop_sequences")
+    if body.get("tool_choice") is not None and not isinstance(body["tool_choice"], dict):
+        raise _fail("'tool_choice' must be an object", "tool_choice")
     check_number(body, "top_k", 0, 1_000_000)
     _shared(body, 1.0)
     _budget(body, "max_tokens", default_max_tokens)

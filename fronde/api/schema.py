@@ -17,7 +17,8 @@ reach llama-server), but the fields it relies on are checked here, each failure 
 A body is refused (400 naming the field) when it holds what JSON cannot carry to a
 backend: ``NaN`` or ``Infinity`` (Python's parser accepts them, llama-server's JSON
 does not) or a lone UTF-16 surrogate (an escaped high surrogate with no partner, which no UTF-8
-text can hold).
+text can hold), and with a 415 when its ``Content-Type`` says it is not JSON (a form,
+``text/plain``; a missing one is read as JSON).
 
 Sources: OpenAI API reference, "Create chat completion" and "Create completion".
 """
@@ -31,7 +32,7 @@ from typing import Any, cast
 
 from starlette.requests import Request
 
-from fronde.errors import InvalidRequestError, PayloadTooLargeError
+from fronde.errors import InvalidRequestError, PayloadTooLargeError, UnsupportedMediaTypeError
 
 __all__ = [
     "ROLES",
@@ -83,13 +84,39 @@ def _find_unsendable(value: Any, parts: list[str | int]) -> tuple[str, str] | No
     return None
 
 
+def _check_json_type(content_type: str | None) -> None:
+    """Refuse a body whose ``Content-Type`` says it is not JSON.
+
+    A missing header is read as JSON (hand-written clients send none); so are
+    ``application/json`` with parameters (``; charset=utf-8``) and the ``+json``
+    structured suffix (RFC 6839), FastAPI's own rule for JSON bodies. A form or
+    ``text/plain`` is refused rather than parsed: ``curl -d`` without
+    ``-H 'Content-Type: application/json'`` sends a form type, and the 415 says what to send.
+
+    Raises:
+        UnsupportedMediaTypeError: any other media type (a form, ``text/plain``).
+    """
+    media = (content_type or "").split(";", 1)[0].strip().lower()
+    if not media or media == "application/json":
+        return
+    main, _, sub = media.partition("/")
+    if main == "application" and sub.endswith("+json"):
+        return
+    raise UnsupportedMediaTypeError(
+        f"the body is sent as {media!r}; send the body as JSON with Content-Type: application/json"
+    )
+
+
 async def read_json_body(request: Request, max_bytes: int) -> dict[str, Any]:
     """Read and parse a JSON object body, refusing more than ``max_bytes`` bytes.
 
     Raises:
+        UnsupportedMediaTypeError: the ``Content-Type`` names a media type other than
+            JSON (HTTP 415; a missing one is read as JSON).
         PayloadTooLargeError: the body (declared or received) is over ``max_bytes``.
         InvalidRequestError: not JSON, or not an object.
     """
+    _check_json_type(request.headers.get("content-type"))
     declared = request.headers.get("content-length", "")
     too_big = f"the request body is over {max_bytes} bytes (server.max_body_bytes)"
     if declared.isdigit() and int(declared) > max_bytes:

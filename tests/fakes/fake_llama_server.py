@@ -35,7 +35,10 @@ A body field ``fake_backend_error: true`` gets a llama-server-style HTTP 400.
 Non-streamed answers carry ``fake_received``: the body and headers that arrived. A
 request with ``tools`` and ``tool_choice: "required"`` answers with a tool call
 (streamed as OpenAI tool-call deltas). ``/v1/responses``, ``/v1/messages`` and
-``/infill`` answer in llama-server's shapes (the knobs for streams apply). ``/slots``
+``/infill`` answer in llama-server's shapes (the knobs for streams apply, except to a
+Messages request with ``stop_sequences``, which end it as b11434 does: ``stop_reason``
+``end_turn``, the string in ``stop_sequence``); a Responses input item b11434 cannot
+type (an assistant item without ``"type": "message"``) gets its 400. ``/slots``
 reports ``is_processing`` while any generation runs, so a test can see a slot freed
 after a client disconnects.
 
@@ -207,6 +210,21 @@ async def with_stops(
             sent = len(generated)
     yield [], "", "limit"
     yield [], generated[sent:], "held"
+
+
+def responses_item_known(item: Any) -> bool:
+    """Whether b11434 can convert a Responses input item (else its 400 "Cannot determine
+    type of 'item'", ``server_chat_convert_responses_to_chatcmpl``): a typeless item only
+    with the role user, system or developer; an assistant message only with ``type``."""
+    if not isinstance(item, dict):
+        return False
+    entry = cast("dict[str, Any]", item)
+    role, kind = entry.get("role"), entry.get("type")
+    if role in ("user", "system", "developer"):
+        return isinstance(entry.get("content"), str | list)
+    if role == "assistant":
+        return kind == "message"
+    return kind in ("function_call", "function_call_output", "reasoning")
 
 
 def build_app(args: argparse.Namespace) -> FastAPI:
@@ -654,6 +672,34 @@ def build_app(args: argparse.Namespace) -> FastAPI:
         if api == "messages" and "messages" not in body:  # b11434 answers a 500 here
             error = {"code": 500, "message": "'messages' is required", "type": "server_error"}
             return JSONResponse({"error": error}, 500)
+        items = body.get("input") if api == "responses" else None
+        if isinstance(items, list) and not all(map(responses_item_known, cast("list[Any]", items))):
+            message = "Cannot determine type of 'item'"
+            error = {"code": 400, "message": message, "type": "invalid_request_error"}
+            return JSONResponse({"error": error}, 400)
+        # Anthropic's stop_sequences, applied as b11434 does: a match ends the answer with
+        # stop_reason "end_turn" and the string in stop_sequence (to_json_anthropic).
+        stops: list[str] = (body.get("stop_sequences") or []) if api == "messages" else []
+        found: list[str] = []
+
+        async def stopped(words: AsyncGenerator[str | bytes], stream: bool) -> AsyncGenerator[str]:
+            """The words under ``stops`` (the stream knobs do not apply then)."""
+
+            async def pieces() -> AsyncIterator[tuple[list[int], str]]:
+                async with contextlib.aclosing(words):
+                    async for w in words:
+                        if isinstance(w, str):
+                            yield [0], w
+
+            async with contextlib.aclosing(with_stops(pieces(), stops, found)) as steps:
+                async for _, t, st in steps:
+                    if t and not (stream and st == "held"):
+                        yield t
+
+        def ending(n: int) -> dict[str, Any]:
+            if found:
+                return {"stop_reason": "end_turn", "stop_sequence": found[0]}
+            return {"stop_reason": "max_tokens", "stop_sequence": None}
 
         def text_in(value: Any) -> str:  # the words of a string, or of the texts in blocks
             if isinstance(value, str):
@@ -676,7 +722,7 @@ def build_app(args: argparse.Namespace) -> FastAPI:
             view = {"prompt": body.get("input_prefix", ""), "max_tokens": body.get("n_predict")}
         received = {"body": body, "headers": dict(request.headers)}
         if not body.get("stream"):
-            text = "".join([w async for w in generate(view, request)])
+            text = "".join([w async for w in stopped(generate(view, request), False)])
             n = int(view["max_tokens"] or 16)
             if api == "responses":
                 item: dict[str, Any] = {
@@ -696,10 +742,7 @@ def build_app(args: argparse.Namespace) -> FastAPI:
                     "role": "assistant",
                     "content": [{"type": "text", "text": text}],
                 }
-                out |= {
-                    "stop_reason": "max_tokens",
-                    "usage": {"input_tokens": 10, "output_tokens": n},
-                }
+                out |= ending(n) | {"usage": {"input_tokens": 10, "output_tokens": n}}
             else:
                 out = {"content": text, "stop": True, "timings": timings(n)}
             return JSONResponse(out | {"fake_received": received})
@@ -744,7 +787,8 @@ def build_app(args: argparse.Namespace) -> FastAPI:
                 }
                 yield sse(start["type"], start)
             n = 0
-            async with contextlib.aclosing(knobbed(view, request)) as words:
+            produced = knobbed(view, request)
+            async with contextlib.aclosing(stopped(produced, True) if stops else produced) as words:
                 async for w in words:
                     n += 1
                     if isinstance(w, bytes):  # a knob cut the stream here
@@ -781,7 +825,7 @@ def build_app(args: argparse.Namespace) -> FastAPI:
                 yield sse(done["type"], done | {"fake_received": received})
             elif api == "messages":
                 yield sse("content_block_stop", {"type": "content_block_stop", "index": 0})
-                delta: dict[str, Any] = {"stop_reason": "max_tokens", "stop_sequence": None}
+                delta = ending(n)
                 end: dict[str, Any] = {
                     "type": "message_delta",
                     "delta": delta,

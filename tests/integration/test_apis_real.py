@@ -64,6 +64,50 @@ def test_openai_responses_whole_and_streamed(smol: Serve) -> None:
     assert last["decode_tok_s"] > 0  # the stream's last event carried llama-server's timings
 
 
+def test_a_second_responses_turn_with_a_typeless_assistant_item_answers(smol: Serve) -> None:
+    """The SDKs' shorthand for an earlier answer, which b11434 refuses untyped
+    ("Cannot determine type of 'item'"): every multi-turn Responses client sends it."""
+    with OpenAI(base_url=f"{smol.base_url}/v1", api_key="unused", max_retries=0) as client:
+        first = client.responses.create(
+            model="fronde", input="Name a colour.", max_output_tokens=16, temperature=0
+        )
+        turns: Any = [
+            {"role": "user", "content": "Name a colour."},
+            {"role": "assistant", "content": first.output_text},
+            {"role": "user", "content": "Name another one."},
+        ]
+        raw = client.responses.with_raw_response.create(
+            model="fronde", input=turns, max_output_tokens=16, temperature=0
+        )
+    assert raw.status_code == 200
+    assert raw.parse().output_text.strip()
+
+
+def test_a_matched_stop_sequence_is_anthropics_stop_reason(smol: Serve) -> None:
+    """b11434 says end_turn for a stop string; Fronde says stop_sequence, streamed or not."""
+    with anthropic.Anthropic(base_url=smol.base_url, api_key="unused", max_retries=0) as client:
+        msg = client.messages.create(
+            model="fronde",
+            max_tokens=32,
+            messages=[{"role": "user", "content": "Name three colours."}],
+            stop_sequences=["e"],  # in any English answer of 32 tokens
+            extra_body={"temperature": 0},
+        )
+        with client.messages.stream(
+            model="fronde",
+            max_tokens=32,
+            messages=[{"role": "user", "content": "Name three colours."}],
+            stop_sequences=["e"],
+            extra_body={"temperature": 0},
+        ) as stream:
+            text = "".join(stream.text_stream)
+            final = stream.get_final_message()
+    said = "".join(b.text for b in msg.content if b.type == "text")
+    assert "e" not in said and "e" not in text
+    assert (msg.stop_reason, msg.stop_sequence) == ("stop_sequence", "e")
+    assert (final.stop_reason, final.stop_sequence) == ("stop_sequence", "e")
+
+
 def test_anthropic_messages_whole_and_streamed(smol: Serve) -> None:
     client = anthropic.Anthropic(base_url=smol.base_url, api_key="unused", max_retries=0)
     with client:

@@ -129,6 +129,46 @@ def test_bad_requests_get_openai_error_bodies(
     assert (err["type"], err["code"]) == ("invalid_request_error", code)
 
 
+ASK = {"messages": [{"role": "user", "content": "alpha"}], "max_tokens": 2}
+JSON_ROUTES = [
+    ("/v1/chat/completions", CHAT),
+    ("/v1/completions", {"prompt": "alpha beta", "max_tokens": 2}),
+    ("/v1/responses", {"input": "alpha", "max_output_tokens": 2}),
+    ("/v1/messages", ASK),
+    ("/v1/messages/count_tokens", ASK),
+    ("/infill", {"input_prefix": "alpha", "n_predict": 2}),
+    ("/fronde/v1/batch", {"requests": [{"prompt": "alpha", "max_tokens": 2}]}),
+    ("/tokenize", {"content": "alpha"}),
+]
+"""Every route that reads a JSON body, with a body it accepts."""
+
+
+@pytest.mark.parametrize(("path", "body"), JSON_ROUTES)
+def test_a_body_not_sent_as_json_is_a_415_that_says_what_to_send(
+    client: TestClient, path: str, body: dict[str, Any]
+) -> None:
+    """``curl -d`` without ``-H`` sends a form type; a browser's bare fetch, text/plain."""
+    raw = json.dumps(body).encode()
+    for media in ("text/plain", "application/x-www-form-urlencoded", "multipart/form-data; b=x"):
+        r = client.post(path, content=raw, headers={"content-type": media})
+        assert r.status_code == 415, (media, r.text)
+        if path.startswith("/v1/messages"):  # Anthropic's shape
+            assert (r.json()["type"], r.json()["error"]["type"]) == (
+                "error",
+                "invalid_request_error",
+            )
+        else:
+            err = r.json()["error"]
+            assert (err["type"], err["code"]) == ("invalid_request_error", "unsupported_media_type")
+        assert "send the body as JSON with Content-Type: application/json" in r.text
+    if path.endswith("/count_tokens"):
+        return  # the fake serves no token count: refused or not is all there is to see
+    for media in (None, "application/json; charset=utf-8", "application/vnd.api+json"):
+        headers = {} if media is None else {"content-type": media}
+        r = client.post(path, content=raw, headers=headers)
+        assert r.status_code == 200, (media, r.text)
+
+
 def test_unknown_mode_message_lists_the_known_ones(client: TestClient) -> None:
     r = client.post("/v1/chat/completions", json=CHAT, headers={"x-fronde-mode": "turbo"})
     assert "baseline, ngram-simple, ngram-mod, cascade, draft" in r.json()["error"]["message"]

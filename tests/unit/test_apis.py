@@ -22,6 +22,7 @@ from fronde.config import ServerSettings
 from fronde.modes import Mode
 from fronde.router.dispatch.apis import (
     ResponsesIndexer,
+    StopSequenceReason,
     infill_view,
     messages_view,
     responses_view,
@@ -204,6 +205,24 @@ def test_bad_responses_bodies_are_openai_400s(
     assert r.json()["error"]["type"] == "invalid_request_error"
 
 
+def test_a_typeless_assistant_item_is_a_message_so_a_second_turn_answers(
+    plain: TestClient,
+) -> None:
+    """The SDKs' shorthand for an earlier answer; b11434 (and the fake) 400 it untyped."""
+    client = openai.OpenAI(base_url="http://testserver/v1", api_key="x", http_client=plain)
+    turns: Any = [
+        {"role": "user", "content": "Favourite colour?"},
+        {"role": "assistant", "content": "Blue."},
+        {"role": "assistant", "content": [{"type": "output_text", "text": "Sky blue."}]},
+        {"role": "user", "content": "Why?"},
+    ]
+    second = client.responses.create(model="fronde", input=turns, max_output_tokens=4)
+    assert second.output_text.split()
+    sent = (second.model_extra or {})["fake_received"]["body"]["input"]
+    assert [item.get("type") for item in sent] == ["message"] * 4
+    assert sent[1] == {"role": "assistant", "content": "Blue.", "type": "message"}
+
+
 # --- Anthropic Messages ------------------------------------------------------------------
 
 
@@ -225,6 +244,57 @@ def test_messages_sdk_whole_and_streamed(plain: TestClient) -> None:
     finished = row(plain, rid)
     assert finished["status"] == "done" and finished["streamed"] == 3
     assert finished["decode_tok_s"] is None  # b11434 sends Messages no timings
+
+
+def test_a_matched_stop_sequence_is_anthropics_stop_reason_streamed_or_not(
+    plain: TestClient,
+) -> None:
+    """b11434 says ``end_turn`` (with the string in ``stop_sequence``): the fake does too."""
+    client = anthropic.Anthropic(base_url="http://testserver", api_key="x", http_client=plain)
+
+    def create(stops: list[str]) -> anthropic.types.Message:
+        return client.messages.create(
+            model="fronde",
+            max_tokens=8,
+            messages=[{"role": "user", "content": "alpha beta gamma"}],
+            stop_sequences=stops,
+        )
+
+    msg = create(["zeta", "gamma"])
+    assert msg.content[0].type == "text" and msg.content[0].text == "alpha beta "
+    assert (msg.stop_reason, msg.stop_sequence) == ("stop_sequence", "gamma")
+    with client.messages.stream(
+        model="fronde",
+        max_tokens=8,
+        messages=[{"role": "user", "content": "alpha beta gamma"}],
+        stop_sequences=["zeta", "gamma"],
+    ) as s:
+        text = "".join(s.text_stream)
+        final = s.get_final_message()
+    assert text == "alpha beta "
+    assert (final.stop_reason, final.stop_sequence) == ("stop_sequence", "gamma")
+    unmatched = create(["zeta"])
+    assert (unmatched.stop_reason, unmatched.stop_sequence) == ("max_tokens", None)
+    ask = {"max_tokens": 8, "messages": [{"role": "user", "content": "alpha beta gamma"}]}
+    streamed = ask | {"stop_sequences": ["gamma"], "stream": True}
+    with plain.stream("POST", "/v1/messages", json=streamed) as r:
+        ends = [d for n, d in events(r.read().decode()) if n == "message_delta"]
+    assert [e["delta"] for e in ends] == [
+        {"stop_reason": "stop_sequence", "stop_sequence": "gamma"}
+    ]
+
+
+def test_a_stop_string_the_request_did_not_send_is_an_end_of_turn() -> None:
+    """A chat template's own stop string (llama.cpp's ``additional_stops``) is not the
+    client's stop sequence: the turn ended, and ``stop_sequence`` is null."""
+    mend = StopSequenceReason({"stop_sequences": ["END"]})
+    ended = {"type": "message", "stop_reason": "end_turn", "stop_sequence": "</assistant>"}
+    assert mend(ended) == {"type": "message", "stop_reason": "end_turn", "stop_sequence": None}
+    delta = {"stop_reason": "end_turn", "stop_sequence": "END"}
+    got = mend({"type": "message_delta", "delta": dict(delta)})["delta"]
+    assert got == {"stop_reason": "stop_sequence", "stop_sequence": "END"}
+    tool = {"type": "message", "stop_reason": "tool_use", "stop_sequence": None}
+    assert mend(dict(tool)) == tool
 
 
 def test_bad_messages_bodies_are_anthropic_400s_not_the_backends_500(plain: TestClient) -> None:
@@ -260,6 +330,102 @@ def test_an_api_key_in_x_api_key_is_accepted_and_a_wrong_one_gets_anthropics_401
     assert r.status_code == 401
     assert r.json()["type"] == "error" and r.json()["error"]["type"] == "authentication_error"
     assert c.post("/v1/responses", json={"input": "a"}).json()["error"]["code"] == "invalid_api_key"
+
+
+# --- a forced tool call where the chat template takes no tools ------------------------
+
+RESPONSES_TOOLS: list[dict[str, Any]] = [
+    {"type": "function", "name": "get_time", "parameters": {"type": "object"}}
+]
+MESSAGES_TOOLS: list[Any] = [{"name": "get_time", "input_schema": {"type": "object"}}]
+
+
+def test_a_template_without_tools_refuses_a_forced_call_on_responses_and_messages(
+    serve: Any,
+) -> None:
+    """The chat rule (400 ``tool_choice_unsupported``), in each API's own error shape."""
+    c: TestClient = serve({m: ["--fake-no-tool-template"] for m in Mode})
+    oai = openai.OpenAI(base_url="http://testserver/v1", api_key="x", http_client=c)
+    tools: Any = RESPONSES_TOOLS
+    forcing: list[Any] = ["required", {"type": "function", "name": "get_time"}]
+    for choice in forcing:
+        with pytest.raises(openai.BadRequestError) as refused:
+            oai.responses.create(model="fronde", input="a", tools=tools, tool_choice=choice)
+        assert (refused.value.code, refused.value.param) == (
+            "tool_choice_unsupported",
+            "tool_choice",
+        )
+    for choice in ("auto", "none"):
+        ok = oai.responses.create(model="fronde", input="a", tools=tools, tool_choice=choice)
+        assert ok.output_text
+    claude = anthropic.Anthropic(base_url="http://testserver", api_key="x", http_client=c)
+
+    def ask(choice: Any) -> anthropic.types.Message:
+        return claude.messages.create(
+            model="fronde",
+            max_tokens=4,
+            messages=[{"role": "user", "content": "a"}],
+            tools=MESSAGES_TOOLS,
+            tool_choice=choice,
+        )
+
+    for choice in ({"type": "any"}, {"type": "tool", "name": "get_time"}):
+        with pytest.raises(anthropic.BadRequestError) as caught:
+            ask(choice)
+        body: Any = caught.value.body
+        assert body["type"] == "error" and body["error"]["type"] == "invalid_request_error"
+        assert '{"type": "auto"}' in body["error"]["message"]  # what to send instead
+    for choice in ({"type": "auto"}, {"type": "none"}):
+        assert ask(choice).content
+
+
+def test_a_named_tool_choice_is_narrowed_to_its_tool_on_responses_and_messages(
+    plain: TestClient,
+) -> None:
+    """b11434 reads Responses' named choice as ``auto``, and Messages' as ``required``
+    over every tool: Fronde sends the named tool alone, forced."""
+    two: list[Any] = [*RESPONSES_TOOLS, {"type": "function", "name": "get_date", "parameters": {}}]
+    choice = {"type": "function", "name": "get_date"}
+    r = plain.post("/v1/responses", json={"input": "a", "tools": two, "tool_choice": choice})
+    sent = r.json()["fake_received"]["body"]
+    assert (sent["tools"], sent["tool_choice"]) == (two[1:], "required")
+    tools: list[Any] = [*MESSAGES_TOOLS, {"name": "get_date", "input_schema": {}}]
+    named = {"type": "tool", "name": "get_date"}
+    msg: dict[str, Any] = {
+        "messages": [{"role": "user", "content": "a"}],
+        "tools": tools,
+        "tool_choice": named,
+    }
+    sent = plain.post("/v1/messages", json=msg).json()["fake_received"]["body"]
+    assert (sent["tools"], sent["tool_choice"]) == (tools[1:], named)
+
+
+@pytest.mark.parametrize(
+    ("path", "choice"),
+    [
+        ("/v1/responses", {"type": "function", "name": "nope"}),
+        ("/v1/responses", "always"),
+        ("/v1/responses", 3),
+        ("/v1/messages", {"type": "tool", "name": "nope"}),
+        ("/v1/messages", {"type": "required"}),
+        ("/v1/messages", "any"),
+    ],
+)
+def test_a_tool_choice_the_api_does_not_define_is_its_400(
+    plain: TestClient, path: str, choice: Any
+) -> None:
+    if path == "/v1/responses":
+        body: dict[str, Any] = {"input": "a", "tools": RESPONSES_TOOLS}
+    else:
+        body = {"messages": [{"role": "user", "content": "a"}], "tools": MESSAGES_TOOLS}
+    r = plain.post(path, json=body | {"tool_choice": choice})
+    assert r.status_code == 400, r.text
+    error = r.json()["error"]
+    assert error["type"] == "invalid_request_error" and "tool_choice" in error["message"]
+    no_tools = {k: v for k, v in body.items() if k != "tools"}
+    forced = "required" if path == "/v1/responses" else {"type": "any"}
+    r = plain.post(path, json=no_tools | {"tool_choice": forced})
+    assert r.status_code == 400 and "has no 'tools'" in r.json()["error"]["message"]
 
 
 # --- infill, embeddings, token counts ----------------------------------------------------

@@ -21,6 +21,9 @@ What the router needs from each API is described here, per :class:`Api`:
 - what its stream lacks: b11434's Responses events have no ``output_index``,
   ``content_index`` or ``sequence_number``, which the ``openai`` SDK's stream helper
   needs; :class:`ResponsesIndexer` adds them;
+- what its answer gets wrong: b11434 ends a Messages answer cut by one of its
+  ``stop_sequences`` with ``stop_reason: "end_turn"``; :class:`StopSequenceReason`
+  makes it Anthropic's ``"stop_sequence"``, streamed or not;
 - where its **timings** are: b11434 puts ``timings`` on the last event of a streamed
   Responses answer and on infill's last event or whole body; a Messages answer and a
   non-streamed Responses answer carry none, so they are routed but measure nothing.
@@ -48,6 +51,7 @@ __all__ = [
     "RESPONSES",
     "Api",
     "ResponsesIndexer",
+    "StopSequenceReason",
     "anthropic_error_body",
     "error_body_for",
     "infill_view",
@@ -209,6 +213,10 @@ def error_body_for(path: str, status: int, body: dict[str, Any]) -> dict[str, An
     return body
 
 
+Mender = Callable[[dict[str, Any]], dict[str, Any]]
+"""Completes one event (or a whole answer) in place and returns it."""
+
+
 def _sse(event: str | None, data: dict[str, Any]) -> bytes:
     head = f"event: {event}\n" if event else ""
     return f"{head}data: {json.dumps(data, ensure_ascii=False)}\n\n".encode()
@@ -228,8 +236,12 @@ class Api:
         delta: the ``type`` of the data events that carry generated text (None: every
             data event does), counted as the stream's progress.
         error_event: the in-band error that ends a broken stream, as the API shapes it.
-        mender: makes the function that completes each data event of one stream (None:
-            the events go through untouched).
+        mender: makes, from the request's body, the function that completes each data
+            event of its stream (None: the events go through untouched).
+        mends: the bytes a data line holds when the mender may change it (None: every
+            line goes through it), so that only those lines are parsed.
+        whole: the mender of a whole (non-streamed) answer, made like ``mender``; None:
+            the answer goes through untouched.
     """
 
     name: str
@@ -239,7 +251,9 @@ class Api:
     final: str | None
     delta: tuple[str, ...]
     error_event: Callable[[str], bytes]
-    mender: Callable[[], Callable[[dict[str, Any]], dict[str, Any]]] | None = None
+    mender: Callable[[dict[str, Any]], Mender] | None = None
+    mends: bytes | None = None
+    whole: Callable[[dict[str, Any]], Mender] | None = None
 
     def ends(self, data: dict[str, Any]) -> bool:
         """Whether the data event ``data`` is the stream's last."""
@@ -292,6 +306,47 @@ class ResponsesIndexer:
         return event
 
 
+class StopSequenceReason:
+    """Sets Anthropic's ``stop_reason: "stop_sequence"`` on a Messages answer a stop string cut.
+
+    llama-server b11434 reports a stop string as an end of turn: ``to_json_anthropic``
+    and ``to_json_anthropic_stream`` (``tools/server/server-task.cpp``) write
+    ``stop_reason: "end_turn"`` for ``STOP_TYPE_WORD`` as for end of generation, with the
+    matched string in ``stop_sequence``. Anthropic answers ``"stop_sequence"`` there, and
+    clients branch on it. Only the request's own ``stop_sequences`` count: a stop string
+    the chat template adds (``additional_stops``, e.g. ``</assistant>``) ends the turn,
+    so its ``stop_sequence`` becomes null, as Anthropic's would be. Mends the whole
+    answer (``"type": "message"``) and the stream's ``message_delta`` event.
+
+    Args:
+        body: the Messages request.
+    """
+
+    def __init__(self, body: dict[str, Any]) -> None:
+        stops = body.get("stop_sequences")
+        listed = cast("list[Any]", stops) if isinstance(stops, list) else []
+        self.stops = frozenset(s for s in listed if isinstance(s, str))
+
+    def _mend(self, fields: dict[str, Any]) -> None:
+        word = fields.get("stop_sequence")
+        if fields.get("stop_reason") != "end_turn" or not isinstance(word, str):
+            return
+        if word in self.stops:
+            fields["stop_reason"] = "stop_sequence"
+        else:
+            fields["stop_sequence"] = None
+
+    def __call__(self, event: dict[str, Any]) -> dict[str, Any]:
+        """Mend a whole answer or one stream event in place and return it."""
+        kind = event.get("type")
+        delta = event.get("delta")
+        if kind == "message":
+            self._mend(event)
+        elif kind == "message_delta" and isinstance(delta, dict):
+            self._mend(cast("dict[str, Any]", delta))
+        return event
+
+
 def _responses_error(message: str) -> bytes:
     body = {"type": "error", "code": "backend_stream_error", "message": message, "param": None}
     return _sse("error", body)
@@ -313,7 +368,7 @@ RESPONSES = Api(
     final="response.completed",
     delta=("response.output_text.delta", "response.function_call_arguments.delta"),
     error_event=_responses_error,
-    mender=ResponsesIndexer,
+    mender=lambda _body: ResponsesIndexer(),
 )
 """OpenAI Responses."""
 
@@ -325,6 +380,9 @@ MESSAGES = Api(
     final="message_stop",
     delta=("content_block_delta",),
     error_event=_messages_error,
+    mender=StopSequenceReason,
+    mends=b'"message_delta"',
+    whole=StopSequenceReason,
 )
 """Anthropic Messages."""
 

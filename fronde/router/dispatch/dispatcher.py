@@ -185,8 +185,8 @@ class Dispatcher:
         """
         arrival = Arrival(self.router)
         try:
-            if kind == "chat" and api is None:
-                await honour_tool_choice(body, self.tools.supports_tools)
+            if kind == "chat":  # chat, and the APIs routed as chat (Responses, Messages)
+                await honour_tool_choice(body, self.tools.supports_tools, api)
             view = body if api is None else api.view(body)
             forced = forced_mode(mode_header, view.get("model"))
             gathered = forced is None and self.router.places_by_load
@@ -519,6 +519,7 @@ class Dispatcher:
         if not body.get("stream", False):
             with adm.generating(mode):
                 data = await self.client.post_json(url, api.path, body)
+            data = data if api.whole is None else api.whole(body)(data)
             timings = data.get("timings")
             if isinstance(timings, dict):
                 on_timings(cast("dict[str, Any]", timings))
@@ -531,7 +532,7 @@ class Dispatcher:
             await stack.aclose()
             raise
         _settled(upstream, headers)
-        relay = EventRelay(api, str(mode), on_timings, adm.progress)
+        relay = EventRelay(api, str(mode), on_timings, adm.progress, body)
         keepalive_s = self.settings.server.sse_keepalive_s
 
         async def events() -> AsyncIterator[bytes]:

@@ -306,16 +306,18 @@ class EventRelay:
     """Relay the event stream of another API (:mod:`fronde.router.dispatch.apis`).
 
     Lines go to the client as they arrive, unchanged but for what the API's mender
-    adds (Responses: the indices llama-server leaves out). Only the lines that can matter
-    are parsed: one holding ``"timings"`` (reported once the answer has them) and one
-    that may be the API's final event. A stream that breaks, or closes before its final
-    event, ends with the API's own in-band error event.
+    adds (Responses: the indices llama-server leaves out; Messages: the stop reason).
+    Only the lines that can matter are parsed: one holding ``"timings"`` (reported once
+    the answer has them), one that may be the API's final event, and those the mender
+    may change. A stream that breaks, or closes before its final event, ends with the
+    API's own in-band error event.
 
     Args:
         api: the API the stream speaks.
         mode: the backend's mode, for the log and the error message.
         on_timings: called with llama-server's ``timings`` when an event carries them.
         on_progress: called for each event that carries generated text.
+        body: the request, from which the API's mender is made.
 
     Attributes:
         ended: whether the API's final event went through.
@@ -327,8 +329,10 @@ class EventRelay:
         mode: str,
         on_timings: Callable[[dict[str, Any]], None] | None = None,
         on_progress: Callable[[], None] | None = None,
+        body: dict[str, Any] | None = None,
     ) -> None:
         self.api = api
+        self.body = body or {}
         self.mode = mode
         self.on_timings = on_timings
         self.on_progress = on_progress
@@ -375,7 +379,8 @@ class EventRelay:
 
         Data events go through the API's mender, when it has one.
         """
-        mend = self.api.mender() if self.api.mender is not None else None
+        mend = self.api.mender(self.body) if self.api.mender is not None else None
+        mends = self.api.mends
         try:
             async for batch in upstream.line_batches():
                 out: list[bytes] = []
@@ -383,7 +388,7 @@ class EventRelay:
                     if raw.startswith(b"data: {"):
                         line = raw.decode("utf-8", "replace")
                         self._data(line)
-                        if mend is not None:
+                        if mend is not None and (mends is None or mends in raw):
                             raw = self._mended(line, mend).encode()
                     out.append(raw + b"\n")
                 yield b"".join(out)

@@ -12,15 +12,25 @@ template writes tools. A template that does not describe tools to the model (``/
 ``chat_template_caps.supports_tools`` is false, as for the gemma profile's turn
 format) answered plain text with ``finish_reason: "length"`` instead of a call, so such
 a request is refused with 400 ``tool_choice_unsupported`` rather than answered wrong.
+
+The same rule holds on the other APIs that carry tools, in their own words (b11434
+converts both to a chat request, ``tools/server/server-chat.cpp``). OpenAI Responses:
+``required`` forces, and ``{"type": "function", "name": ...}`` is narrowed and sent as
+``required`` (b11434 passes ``tool_choice`` on to chat, where an object reads as
+``auto``). Anthropic Messages: ``{"type": "any"}`` forces, and ``{"type": "tool",
+"name": ...}`` is narrowed and sent as it came (b11434 reads both as ``required``);
+``{"type": "auto"}`` and ``{"type": "none"}`` do not force.
 """
 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any, cast
 
 from fronde.backends.client import BackendClient
 from fronde.errors import BackendError, InvalidRequestError
+from fronde.router.dispatch.apis import Api
 
 __all__ = ["ToolChoiceUnsupportedError", "ToolTemplate", "honour_tool_choice"]
 
@@ -31,8 +41,69 @@ class ToolChoiceUnsupportedError(InvalidRequestError):
     code = "tool_choice_unsupported"
 
 
-def _named(choice: dict[str, Any], tools: list[Any]) -> list[Any]:
-    """The tools narrowed to the function ``choice`` names.
+@dataclass(frozen=True)
+class _Words:
+    """How one API spells ``tool_choice``, for its error messages."""
+
+    forms: str  # every value it defines
+    forcing: str  # the values that force a call
+    auto: str  # the value that leaves the call to the model
+
+
+_WORDS = {
+    "chat": _Words(
+        '\'auto\', \'none\', \'required\' or {"type": "function", "function": {"name": NAME}}',
+        "'required' or a named function",
+        "'auto'",
+    ),
+    "responses": _Words(
+        "'auto', 'none', 'required' or {\"type\": \"function\", \"name\": NAME}",
+        "'required' or a named function",
+        "'auto'",
+    ),
+    "messages": _Words(
+        '{"type": "auto"}, {"type": "none"}, {"type": "any"} or {"type": "tool", "name": NAME}',
+        '{"type": "any"} or a named tool',
+        '{"type": "auto"}',
+    ),
+}
+
+
+def _chat_words(api: str, choice: Any) -> Any:
+    """``choice`` of ``api`` as chat's ``tool_choice`` (a named one: chat's object).
+
+    Raises:
+        InvalidRequestError: a Messages ``tool_choice`` of no type Anthropic defines.
+    """
+    if api == "chat" or choice is None:
+        return choice
+    if not isinstance(choice, dict):
+        if api == "responses":  # a string, as chat's
+            return choice
+        raise InvalidRequestError(f"'tool_choice' must be {_WORDS[api].forms}", param="tool_choice")
+    entry = cast("dict[str, Any]", choice)
+    kind = entry.get("type")
+    if kind == {"responses": "function", "messages": "tool"}[api]:
+        return {"type": "function", "function": {"name": entry.get("name")}}
+    if api == "responses":
+        return entry
+    plain = {"auto": "auto", "none": "none", "any": "required"}.get(str(kind))
+    if plain is None:
+        raise InvalidRequestError(f"'tool_choice' must be {_WORDS[api].forms}", param="tool_choice")
+    return plain
+
+
+def _tool_name(tool: Any) -> Any:
+    """A tool's name: chat's ``function.name``, or the ``name`` of Responses and Messages."""
+    if not isinstance(tool, dict):
+        return None
+    entry = cast("dict[str, Any]", tool)
+    fn = entry.get("function")
+    return cast("dict[str, Any]", fn).get("name") if isinstance(fn, dict) else entry.get("name")
+
+
+def _named(choice: dict[str, Any], tools: list[Any], api: str) -> list[Any]:
+    """The tools narrowed to the function ``choice`` (chat's words) names.
 
     Raises:
         InvalidRequestError: ``choice`` is malformed or names no tool of the request.
@@ -40,18 +111,8 @@ def _named(choice: dict[str, Any], tools: list[Any]) -> list[Any]:
     fn = choice.get("function")
     name = cast("dict[str, Any]", fn).get("name") if isinstance(fn, dict) else None
     if choice.get("type") != "function" or not isinstance(name, str):
-        raise InvalidRequestError(
-            "'tool_choice' must be 'auto', 'none', 'required' or "
-            '{"type": "function", "function": {"name": NAME}}',
-            param="tool_choice",
-        )
-    picked: list[Any] = [
-        t
-        for t in tools
-        if isinstance(t, dict)
-        and isinstance(f := cast("dict[str, Any]", t).get("function"), dict)
-        and cast("dict[str, Any]", f).get("name") == name
-    ]
+        raise InvalidRequestError(f"'tool_choice' must be {_WORDS[api].forms}", param="tool_choice")
+    picked: list[Any] = [t for t in tools if _tool_name(t) == name]
     if not picked:
         raise InvalidRequestError(
             f"'tool_choice' names the function {name!r}, which is not in 'tools'",
@@ -94,22 +155,28 @@ class ToolTemplate:
 
 
 async def honour_tool_choice(
-    body: dict[str, Any], supports_tools: Callable[[], Awaitable[bool | None]]
+    body: dict[str, Any],
+    supports_tools: Callable[[], Awaitable[bool | None]],
+    api: Api | None = None,
 ) -> None:
-    """Rewrite a named ``tool_choice`` to ``required``; refuse what the profile cannot force.
+    """Narrow a named ``tool_choice`` to its tool; refuse what the profile cannot force.
 
     Args:
-        body: a checked chat body, changed in place.
+        body: a checked body, changed in place: a named choice keeps only the named
+            tool, and is sent as ``required`` (Messages: as it came; module docstring).
         supports_tools: whether the chat template describes tools (None: unknown).
+        api: the other API the body speaks (Responses or Messages); None: chat.
 
     Raises:
         InvalidRequestError: a malformed ``tool_choice``, one naming no tool, or one
             that forces a call with no ``tools``.
-        ToolChoiceUnsupportedError: ``required`` or a named function, and the chat
-            template does not describe tools.
+        ToolChoiceUnsupportedError: a choice that forces a call (``required``, a named
+            function; Messages: ``any``, a named tool), and the chat template does not
+            describe tools.
     """
+    name = "chat" if api is None else api.name
     tools = body.get("tools")
-    choice = body.get("tool_choice")
+    choice = _chat_words(name, body.get("tool_choice"))
     if choice is None or choice in ("auto", "none"):
         return
     if not tools:
@@ -118,17 +185,18 @@ async def honour_tool_choice(
             param="tool_choice",
         )
     if isinstance(choice, dict):
-        body["tools"] = _named(cast("dict[str, Any]", choice), cast("list[Any]", tools))
-        body["tool_choice"] = "required"
+        body["tools"] = _named(cast("dict[str, Any]", choice), cast("list[Any]", tools), name)
+        if name != "messages":
+            body["tool_choice"] = "required"
     elif choice != "required":
         raise InvalidRequestError(
-            f"'tool_choice' is {choice!r}; expected 'auto', 'none', 'required' or a function",
-            param="tool_choice",
+            f"'tool_choice' is {choice!r}; expected {_WORDS[name].forms}", param="tool_choice"
         )
     if await supports_tools() is False:
+        words = _WORDS[name]
         raise ToolChoiceUnsupportedError(
             "this profile's chat template does not describe tools to the model, so the "
-            "backend cannot force a tool call (tool_choice 'required' or a named function); "
-            "send tool_choice 'auto', or serve a model whose chat template supports tools",
+            f"backend cannot force a tool call (tool_choice {words.forcing}); send "
+            f"tool_choice {words.auto}, or serve a model whose chat template supports tools",
             param="tool_choice",
         )

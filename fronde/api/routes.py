@@ -17,6 +17,7 @@ from fronde.api.deps import RuntimeDep
 from fronde.api.schema import check_chat, check_completion, read_json_body
 from fronde.errors import FrondeError, InvalidRequestError
 from fronde.router.dispatch import MAX_BATCH, PATHS, BatchItem, run_batch
+from fronde.router.dispatch.prompts import check_prompt
 
 __all__ = ["router"]
 
@@ -34,9 +35,14 @@ async def chat_completions(request: Request, rt: RuntimeDep) -> Response:
 
 @router.post(PATHS["text"])
 async def completions(request: Request, rt: RuntimeDep) -> Response:
-    """OpenAI ``POST /v1/completions`` (legacy text completions), streamed or not."""
+    """OpenAI ``POST /v1/completions`` (legacy text completions), streamed or not.
+
+    A ``prompt`` list of several prompts gets one choice per prompt, routed as one
+    request (:mod:`fronde.router.dispatch.prompts`).
+    """
     body = await read_json_body(request, rt.settings.server.max_body_bytes)
     check_completion(body, rt.settings.server.default_max_tokens)
+    check_prompt(body)
     work = rt.dispatcher.answer("text", body, request.headers.get("x-fronde-mode"))
     return await answered(request.receive, work)
 
@@ -90,6 +96,7 @@ def _checked(index: int, item: Any, default_max_tokens: int) -> BatchItem:
             check_chat(body, default_max_tokens)
             return "chat", body
         check_completion(body, default_max_tokens)
+        check_prompt(body)
         return "text", body
     except FrondeError as exc:
         return exc

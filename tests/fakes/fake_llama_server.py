@@ -32,6 +32,9 @@ rest is ignored) plus knobs in the manner of llama-swap's ``cmd/fake-model``:
   so a test can see which fields reached the backend on each route (streams included).
 
 A body field ``fake_backend_error: true`` gets a llama-server-style HTTP 400.
+``/v1/completions`` with ``prompt`` a list of prompts answers as b11434 does with one
+slot: one choice per prompt, streamed with ``data: null`` between the prompts (see
+``several_answer``); an empty list gets b11434's HTTP 400.
 Non-streamed answers carry ``fake_received``: the body and headers that arrived. A
 request with ``tools`` and ``tool_choice: "required"`` answers with a tool call
 (streamed as OpenAI tool-call deltas). ``/v1/responses``, ``/v1/messages`` and
@@ -155,6 +158,20 @@ def words_of(body: dict[str, Any]) -> list[str]:
         prompt = body.get("prompt", "")
         text = prompt if isinstance(prompt, str) else " ".join(map(str, prompt))
     return text.split() or ["token"]
+
+
+def several_prompts(body: dict[str, Any]) -> list[Any] | None:
+    """A text completion's prompts when ``prompt`` is a list of prompts, else None.
+
+    llama-server's rule (``tokenize_input_prompts``): a list with an integer at its top
+    level is one prompt (token ids); any other list holds one prompt per element.
+    """
+    prompt = body.get("prompt")
+    if "messages" in body or not isinstance(prompt, list):
+        return None
+    if any(isinstance(p, int) and not isinstance(p, bool) for p in prompt):  # pyright: ignore[reportUnknownVariableType]
+        return None
+    return cast("list[Any]", prompt)
 
 
 def next_token(last: int) -> int:
@@ -394,6 +411,74 @@ def build_app(args: argparse.Namespace) -> FastAPI:
             return await whole()
         return ClosingStream(events(), media_type="text/event-stream")
 
+    async def several_answer(
+        request: Request, body: dict[str, Any], prompts: list[Any], model: str
+    ) -> Any:
+        """A text completion with several prompts, as b11434 answers it with one slot.
+
+        Each prompt is a task of its own (``stop`` applied as :func:`with_stops`), run one
+        after the other. Whole: one choice per prompt (``index`` its position) and the
+        first prompt's ``usage`` and ``timings`` only (llama-server appends the other
+        results' choices to the first result). Streamed: each prompt's chunks carry its
+        index, its last chunk its ``usage`` and ``timings``; every prompt but the first
+        is announced by ``data: null`` (its "begin" result); one ``[DONE]`` at the end.
+        """
+        listed: Any = body.get("stop") or []
+        stops: list[str] = [listed] if isinstance(listed, str) else list(listed)
+        received = {"body": body, "headers": dict(request.headers)}
+        head: dict[str, Any] = {"id": "fake-1", "object": "text_completion", "model": model}
+
+        async def steps(prompt: Any) -> AsyncGenerator[tuple[int, str, str | None]]:
+            async def pieces() -> AsyncIterator[tuple[list[int], str]]:
+                async for w in generate({**body, "prompt": prompt}, request):
+                    yield [0], w
+
+            async for toks, text, st in with_stops(pieces(), stops):
+                yield len(toks), text, st
+
+        def usage(n: int) -> dict[str, Any]:
+            return {"prompt_tokens": 10, "completion_tokens": n, "total_tokens": 10 + n}
+
+        def choice(i: int, text: str, finish: str | None) -> dict[str, Any]:
+            return {"text": text, "index": i, "logprobs": None, "finish_reason": finish}
+
+        if not body.get("stream"):
+            choices: list[dict[str, Any]] = []
+            counts: list[int] = []
+            for i, prompt in enumerate(prompts):
+                text, finish, n = "", "length", 0
+                async for k, t, st in steps(prompt):
+                    n, text = n + k, text + t
+                    finish = "stop" if st == "word" else finish
+                choices.append(choice(i, text, finish))
+                counts.append(n)
+            out = head | {"choices": choices, "usage": usage(counts[0])}
+            return JSONResponse(out | {"timings": timings(counts[0]), "fake_received": received})
+
+        async def events() -> AsyncIterator[bytes]:
+            per_token = bool(body.get("timings_per_token"))
+            for i, prompt in enumerate(prompts):
+                if i:
+                    yield b"data: null\n\n"
+                n = 0
+                async with contextlib.aclosing(steps(prompt)) as each:
+                    async for k, t, st in each:
+                        n += k
+                        if t and st != "held":
+                            chunk = head | {"choices": [choice(i, t, None)]}
+                            if per_token:
+                                chunk["timings"] = timings(n)
+                            yield f"data: {json.dumps(chunk)}\n\n".encode()
+                        if st in ("word", "limit"):
+                            end = choice(i, "", "stop" if st == "word" else "length")
+                            last = head | {"choices": [end], "usage": usage(n)}
+                            last |= {"timings": timings(n), "fake_received": received}
+                            yield f"data: {json.dumps(last)}\n\n".encode()
+                            break
+            yield b"data: [DONE]\n\n"
+
+        return ClosingStream(events(), media_type="text/event-stream")
+
     async def handle(request: Request, chat: bool) -> Any:
         body = await request.json()
         if body.get("fake_backend_error"):  # a knob for a backend-side 400
@@ -425,6 +510,20 @@ def build_app(args: argparse.Namespace) -> FastAPI:
         if args.fake_hang:
             await asyncio.sleep(3600)
         model = args.alias or args.model  # llama-server b11434 answers with its alias
+        prompts = several_prompts(body)
+        if prompts == []:
+            return JSONResponse(
+                {
+                    "error": {
+                        "code": 400,
+                        "message": '"prompt" must not be empty',
+                        "type": "invalid_request_error",
+                    }
+                },
+                400,
+            )
+        if prompts is not None and len(prompts) > 1:
+            return await several_answer(request, body, prompts, model)
         if chat and body.get("tools") and body.get("tool_choice") == "required":
             return tool_call_answer(body, model)
         stops = body.get("stop")

@@ -13,8 +13,11 @@ strings, usage and timings come through the same relay as a stream's
 index (the first carries ``id``, ``type`` and ``function.name``; the rest append to
 ``function.arguments``), list-valued ``logprobs`` concatenated, the last
 ``finish_reason``, the usage chunk, and the final chunk's other top-level fields
-(``timings`` among them). Source: OpenAI API reference, "The chat completion chunk
-object" and "The chat completion object".
+(``timings`` among them: the last choice's to end). Each choice is folded apart, by its
+``index``: a text completion with several prompts has one choice per prompt, in the
+order of the prompts, and its usage chunk sums them
+(:mod:`fronde.router.dispatch.choices`). Source: OpenAI API reference, "The chat
+completion chunk object" and "The chat completion object".
 """
 
 from __future__ import annotations
@@ -25,7 +28,8 @@ from typing import Any, cast
 
 from fronde.backends.client import BackendClient
 from fronde.errors import BackendConnectionError
-from fronde.router.dispatch.relay import DONE_LINE, OwnedStops, relay_sse
+from fronde.router.dispatch.choices import OwnedStops, choice_index
+from fronde.router.dispatch.relay import DONE_LINE, relay_sse
 from fronde.router.native import Kind
 
 __all__ = ["answer_whole", "collect"]
@@ -95,9 +99,13 @@ class _Answer:
             if isinstance(f.get("arguments"), str):
                 call["function"]["arguments"] += f["arguments"]
 
-    def choice(self) -> dict[str, Any]:
+    def choice(self, index: int) -> dict[str, Any]:
         text = "".join(self.text)
-        out: dict[str, Any] = {"index": 0, "finish_reason": self.finish, "logprobs": self.logprobs}
+        out: dict[str, Any] = {
+            "index": index,
+            "finish_reason": self.finish,
+            "logprobs": self.logprobs,
+        }
         if self.kind == "text":
             return out | {"text": text}
         message: dict[str, Any] = {"role": "assistant"}
@@ -132,7 +140,7 @@ async def collect(lines: AsyncIterator[bytes], kind: Kind) -> dict[str, Any]:
         BackendConnectionError: the stream carried an error event or ended without
             ``[DONE]`` (nothing reached the client yet: an ordinary 502).
     """
-    answer = _Answer(kind)
+    answers: dict[int, _Answer] = {}
     top: dict[str, Any] = {}
     usage: Any = None
     timings: Any = None
@@ -156,11 +164,15 @@ async def collect(lines: AsyncIterator[bytes], kind: Kind) -> dict[str, Any]:
             timings = event["timings"]  # b11434 puts them on the usage chunk
         if not choices:
             continue
-        answer.add(cast("dict[str, Any]", cast("list[Any]", choices)[0]))
+        for raw_choice in cast("list[Any]", choices):
+            if isinstance(raw_choice, dict):
+                choice = cast("dict[str, Any]", raw_choice)
+                answers.setdefault(choice_index(choice), _Answer(kind)).add(choice)
         top |= {k: v for k, v in event.items() if k not in ("choices", "usage", "object")}
     if not done:
         raise BackendConnectionError("the backend's stream ended before [DONE]")
-    out: dict[str, Any] = {"object": _CHUNK_OBJECT[kind], **top, "choices": [answer.choice()]}
+    folded = [answers[i].choice(i) for i in sorted(answers)] or [_Answer(kind).choice(0)]
+    out: dict[str, Any] = {"object": _CHUNK_OBJECT[kind], **top, "choices": folded}
     if usage is not None:
         out["usage"] = usage
     if timings is not None:

@@ -18,6 +18,11 @@ streamed text then equals the non-streamed one. ``timings_per_token`` is asked f
 that an answer cut here still has timings to measure; they are folded by a
 :class:`~fronde.timings.TimingsTrail`, so that a cut inside a verify pass does not count
 drafts that were never sent.
+
+**Several choices.** A text completion that lists several prompts is one stream of
+several choices; stop strings, timings and usage are kept per choice
+(:mod:`fronde.router.dispatch.choices`), and the ``data: null`` events llama-server
+sends between the prompts are dropped.
 """
 
 from __future__ import annotations
@@ -34,8 +39,7 @@ from fronde.backends.client import UpstreamStream
 from fronde.errors import BackendStreamError, openai_error_body
 from fronde.logging import get_logger
 from fronde.router.dispatch.apis import Api
-from fronde.router.stops import StopMatcher
-from fronde.timings import Timings, TimingsTrail
+from fronde.router.dispatch.choices import ChoiceBook, OwnedStops, choice_index
 
 __all__ = [
     "DONE_LINE",
@@ -63,90 +67,17 @@ KEEPALIVE_LINE = b": keep-alive\n\n"
 """An SSE comment: clients ignore it, idle-timeout proxies see bytes flowing."""
 
 
-def _usage_chunk(last: dict[str, Any], timings: dict[str, Any] | None) -> bytes | None:
-    """The final usage event (empty ``choices``) made from ``timings``, or None."""
-    parsed = Timings.parse(timings)
-    if parsed is None:
+def _usage_chunk(last: dict[str, Any], usage: dict[str, Any] | None) -> bytes | None:
+    """The final usage event (empty ``choices``) carrying ``usage``, or None without one."""
+    if usage is None:
         return None
-    tail: dict[str, Any] = {**last, "choices": [], "usage": parsed.usage()}
+    tail: dict[str, Any] = {**last, "choices": [], "usage": usage}
     tail.pop("timings", None)
     return f"data: {json.dumps(tail)}\n\n".encode()
 
 
-class OwnedStops:
-    """Stop strings Fronde applies to a relayed stream (see the module docstring).
-
-    Args:
-        stops: the request's stop strings.
-        chat: True for chat chunks (``delta.content``), False for text completions.
-    """
-
-    def __init__(self, stops: list[str], *, chat: bool) -> None:
-        self.matcher = StopMatcher(stops)
-        self.chat = chat
-
-    @staticmethod
-    def take(body: dict[str, Any], *, chat: bool) -> tuple[dict[str, Any], OwnedStops | None]:
-        """Take ``body``'s stop strings for Fronde to apply: (upstream body, stops or None).
-
-        The upstream body has no ``stop`` and asks for ``timings_per_token``. Requests
-        with tools keep their stops upstream (None): llama-server applies them to the
-        raw text it parses tool calls from, which a relay cannot see.
-        """
-        stop = body.get("stop")
-        if isinstance(stop, str):
-            stop = [stop]
-        if body.get("tools") or body.get("functions") or not isinstance(stop, list):
-            return body, None
-        owned = [s for s in cast("list[Any]", stop) if isinstance(s, str) and s]
-        if not owned:
-            return body, None
-        upstream = {k: v for k, v in body.items() if k != "stop"} | {"timings_per_token": True}
-        return upstream, OwnedStops(owned, chat=chat)
-
-    def _text(self, choice: dict[str, Any]) -> str:
-        if self.chat:
-            delta = choice.get("delta")
-            piece = (
-                cast("dict[str, Any]", delta).get("content") if isinstance(delta, dict) else None
-            )
-        else:
-            piece = choice.get("text")
-        return piece if isinstance(piece, str) else ""
-
-    def _set_text(self, choice: dict[str, Any], text: str) -> None:
-        if self.chat:
-            delta = choice.setdefault("delta", {})
-            if text or "content" in delta:
-                delta["content"] = text
-        else:
-            choice["text"] = text
-
-    def rewrite(self, event: dict[str, Any]) -> bool:
-        """Apply the stops to one chunk in place; True when a stop string ended the answer.
-
-        On a match the chunk keeps the text before it and gets ``finish_reason: "stop"``;
-        a chunk with a ``finish_reason`` of its own also gets the text held back.
-        """
-        choices = event.get("choices")
-        if not isinstance(choices, list) or not choices:
-            return False
-        choice = cast("dict[str, Any]", choices[0])
-        piece = self._text(choice)
-        out = self.matcher.feed(piece) if piece else ""
-        if self.matcher.stopped:
-            self._set_text(choice, out)
-            choice["finish_reason"] = "stop"
-            return True
-        if choice.get("finish_reason") is not None:
-            out += self.matcher.flush()
-        if piece or out:
-            self._set_text(choice, out)
-        return False
-
-
 class _Relay:
-    """The state of one relayed stream: the last chunk, the latest timings, the usage seen.
+    """The state of one relayed stream: the last chunk, each choice's timings and usage.
 
     :meth:`line` turns one upstream line into what goes to the client, and says
     when the stream is over; :func:`relay_sse` drives it.
@@ -163,12 +94,8 @@ class _Relay:
         self.stops = stops
         self.usage_seen = False
         self.last: dict[str, Any] | None = None
-        self.trail = TimingsTrail()
-
-    @property
-    def timings(self) -> dict[str, Any] | None:
-        """The latest ``timings`` (counting only the accepted drafts sent), or None."""
-        return self.trail.latest
+        self.book = ChoiceBook()
+        self.dropped_null = False
 
     def _report(self, timings: dict[str, Any]) -> None:
         if self.on_timings is not None:
@@ -179,45 +106,65 @@ class _Relay:
         """``[DONE]``, after the usage chunk when one was asked for and is missing."""
         done = DONE_LINE.encode() + b"\n\n"
         wanted = self.include_usage and not self.usage_seen and last is not None
-        tail = _usage_chunk(last, self.timings) if wanted and last is not None else None
+        tail = _usage_chunk(last, self.book.usage()) if wanted and last is not None else None
         return [done] if tail is None else [tail, done]
 
     def _owned(self, chunk: dict[str, Any], stops: OwnedStops) -> tuple[list[bytes], bool]:
         """A content chunk under Fronde's stop strings: (what to send, the answer ended)."""
-        self.trail.add(chunk.pop("timings", None))  # per token: the latest
-        if not self.include_usage:
-            chunk.pop("usage", None)
-        stopped = stops.rewrite(chunk)
-        if chunk["choices"][0].get("finish_reason") is not None and self.timings is not None:
-            chunk["timings"] = self.timings
-            self._report(self.timings)
+        choice = cast("dict[str, Any]", chunk["choices"][0])
+        index = choice_index(choice)
+        if index in stops.cut:
+            return [], False  # its choice ended on a stop string; llama-server went on
+        self.book.add_timings(index, chunk.pop("timings", None))  # per token: the latest
+        self.book.add_usage(index, chunk.pop("usage", None))  # summed in the usage chunk
+        over = stops.rewrite(chunk)
+        timings = self.book.timings(index)
+        if choice.get("finish_reason") is not None and timings is not None:
+            chunk["timings"] = timings
+            self._report(timings)
         self.last = chunk
         out = [f"data: {json.dumps(chunk, ensure_ascii=False)}\n\n".encode()]
-        if stopped:  # Fronde ended the answer: close upstream, end cleanly
+        if over:  # Fronde ended the answer: close upstream, end cleanly
             return out + self._end(chunk), True
         return out, False
 
     def _passed(self, line: str) -> str | None:
-        """A line relayed as is, but for the usage and timings it may carry; None: drop it."""
+        """A line relayed as is, but for the usage and timings it may carry; None: drop it.
+
+        A chunk with a choice loses its ``usage`` (llama-server puts each text
+        completion's own on its last chunk): the client gets one usage chunk, the sum.
+        """
         try:
             event: dict[str, Any] = json.loads(line[6:])
         except ValueError:
             event = {}
+        choices = event.get("choices")
+        index = None
+        if isinstance(choices, list) and choices and isinstance(choices[0], dict):
+            index = choice_index(cast("dict[str, Any]", choices[0]))
         if isinstance(event.get("timings"), dict):
-            folded = self.trail.add(event["timings"])
+            folded = self.book.add_timings(index, event["timings"])
             self._report(folded if folded is not None else event["timings"])
-        if "usage" in event and event.get("choices") == []:
+        if "usage" in event and choices == []:
             if not self.include_usage:
                 return None  # the usage chunk the client did not ask for
             self.usage_seen = True
-        elif "usage" in event and not self.include_usage:
-            event.pop("usage")
+        elif "usage" in event:
+            self.book.add_usage(index or 0, event.pop("usage"))
             line = "data: " + json.dumps(event, ensure_ascii=False)
         self.last = event or self.last
         return line
 
     def line(self, line: str) -> tuple[list[bytes], bool]:
         """One upstream line: (what to send the client, whether the stream is over)."""
+        after_null, self.dropped_null = self.dropped_null, False
+        if line == "data: null":
+            # A prompt's "begin" result when several share a request (see
+            # fronde.router.dispatch.choices); the blank line that ends it goes too.
+            self.dropped_null = True
+            return [], False
+        if after_null and not line:
+            return [], False
         if self.stops is not None and line.startswith("data: {"):
             try:
                 chunk: dict[str, Any] = json.loads(line[6:])
@@ -225,7 +172,7 @@ class _Relay:
                 chunk = {}
             if chunk.get("choices"):
                 return self._owned(chunk, self.stops)
-            self.trail.add(chunk.get("timings"))
+            self.book.add_timings(None, chunk.get("timings"))
         if line.startswith(DONE_LINE):
             return self._end(self.last), True
         if line.startswith("data: {") and ('"usage"' in line or '"timings"' in line):
@@ -248,9 +195,11 @@ async def relay_sse(
     so a burst costs one write to the client, not one per event.
 
     The stream is normalized whatever the llama-server build does: exactly one
-    ``data: [DONE]`` ends it (nothing after it is relayed), and the final usage
-    chunk (empty ``choices``) is there if and only if ``include_usage`` — dropped
-    when not asked for, made from ``timings`` when asked for and missing.
+    ``data: [DONE]`` ends it (nothing after it is relayed), no ``data: null`` event
+    reaches the client, and the final usage chunk (empty ``choices``) is there if and
+    only if ``include_usage`` — dropped when not asked for; when asked for and
+    missing, made from the usage each choice's last chunk carried (then dropped from
+    it), or its timings, summed over the choices.
 
     Args:
         upstream: an open streamed answer from the backend (status already checked).
@@ -258,8 +207,8 @@ async def relay_sse(
         on_timings: called with llama-server's ``timings`` when an event carries them
             (the last one does); only those few lines are parsed (unless ``stops``).
         include_usage: the client's ``stream_options.include_usage``.
-        stops: stop strings Fronde applies itself (the upstream request had none);
-            every chunk is then parsed.
+        stops: stop strings Fronde applies itself, per choice (the upstream request
+            had none); every chunk is then parsed.
 
     Yields:
         Encoded lines, those of one read joined; on failure a final error event (a

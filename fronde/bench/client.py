@@ -61,6 +61,9 @@ class Sample:
     timings: Timings | None = None
     headers: dict[str, str] = field(default_factory=dict[str, str])
     fronde: dict[str, Any] | None = None
+    arrivals: list[float] = field(default_factory=list[float])
+    """When each text event arrived (perf_counter s): the load benchmark counts the
+    events inside its window (:func:`fronde.bench.passes.window_counts`)."""
 
     def feed(self, line: str) -> bool:
         """Take one SSE line; return True once ``[DONE]`` arrived.
@@ -81,6 +84,7 @@ class Sample:
             now = time.perf_counter()
             self.first = self.first if self.first is not None else now
             self.last = now
+            self.arrivals.append(now)
             self.text += piece
             self.pieces += 1
         for c in cast("list[dict[str, Any]]", event.get("choices") or []):

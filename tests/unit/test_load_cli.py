@@ -38,6 +38,7 @@ def test_a_load_run_writes_the_page_that_bench_report_writes_again(
     }
     run = tmp_path / "run"
     load = ["bench", "load", "--clients", "1", "--items", "2", "--max-tokens", "8"]
+    load += ["--window-s", "0.5", "--warmup-s", "0.1"]
     fronde([*load, "--slots", "2", "--no-screen", "--out", str(run)], env, tmp_path)
     written = {f: (run / f).read_text() for f in ("load.json", "load.md")}
     meta = json.loads(written["load.json"])["run"]

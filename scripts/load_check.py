@@ -5,13 +5,14 @@ It imports nothing from Fronde. c closed-loop streaming clients over keep-alive
 connections send the requests of a `workload.json` (`fronde bench load` writes it into
 its results folder: every body as the benchmark sends it, and the endpoint), in order
 and round again, client k its next request as soon as its last answer ended, for
---warmup-s and then --window-s seconds; no request starts after the window, and those
-in flight end. With --pin client k sends llama-server's `id_slot` = k.
+--warmup-s and then --window-s seconds; when the window closes the answers still
+streaming are cut off. With --pin client k sends llama-server's `id_slot` = k.
 
 Counting, the benchmark's own rule: an answer's tokens are its usage
-`completion_tokens` (else `timings.predicted_n`, else its text events), spread evenly
-over its text events (SSE events whose delta carries text); those whose events arrived
-inside the window count. tok/s = tokens counted ÷ window.
+`completion_tokens` (else `timings.predicted_n`, else its text events; a cut-off
+answer's, its text events), spread evenly over its text events (SSE events whose delta
+carries text); those whose events arrived inside the window count. tok/s = tokens
+counted ÷ window.
 
     python scripts/load_check.py --url http://127.0.0.1:8080 --clients 8 \
         --workload results/<run>/workload.json --window-s 20 --warmup-s 3 --pin
@@ -30,6 +31,7 @@ from typing import Any
 import httpx
 
 Answer = tuple[list[float], int]  # an answer's text events' arrival times (s), its tokens
+Body = dict[str, Any]
 
 
 def text_of(event: dict[str, Any]) -> str:
@@ -41,11 +43,8 @@ def text_of(event: dict[str, Any]) -> str:
     return out
 
 
-async def stream(
-    http: httpx.AsyncClient, url: str, body: dict[str, Any], head: dict[str, str]
-) -> Answer:
-    """One streamed answer."""
-    arrivals: list[float] = []
+async def stream(http: httpx.AsyncClient, url: str, body: Body, head: Body, at: list[float]) -> int:
+    """One streamed answer: appends each text event's arrival to ``at``; returns its tokens."""
     tokens = 0
     async with http.stream("POST", url, json=body, headers=head) as resp:
         if resp.status_code != 200:
@@ -57,27 +56,20 @@ async def stream(
                 continue
             event: dict[str, Any] = json.loads(line[6:])
             if text_of(event):
-                arrivals.append(time.perf_counter())
+                at.append(time.perf_counter())
             done = (event.get("usage") or {}).get("completion_tokens")
             tokens = int(done or (event.get("timings") or {}).get("predicted_n") or tokens)
-    return arrivals, tokens or len(arrivals)
+    return tokens or len(at)
 
 
-async def send(
-    http: httpx.AsyncClient, url: str, body: dict[str, Any], head: dict[str, str]
-) -> Answer:
+async def send(http: httpx.AsyncClient, url: str, body: Body, head: Body, at: list[float]) -> int:
     """:func:`stream`, once again when a kept-alive connection was closed before any answer."""
     try:
-        return await stream(http, url, body, head)
+        return await stream(http, url, body, head, at)
     except httpx.RemoteProtocolError as exc:
         if "without sending a response" not in str(exc):
             raise
-    return await stream(http, url, body, head)
-
-
-def counted(answers: list[Answer], lo: float, hi: float) -> float:
-    """Tokens that arrived in [lo, hi]: each answer's tokens spread over its text events."""
-    return sum(n * sum(lo <= t <= hi for t in at) / len(at) for at, n in answers if at)
+    return await stream(http, url, body, head, at)
 
 
 def hello(k: int, chat: bool) -> dict[str, Any]:
@@ -88,7 +80,7 @@ def hello(k: int, chat: bool) -> dict[str, Any]:
     return body | ({"messages": [{"role": "user", "content": text}]} if chat else {"prompt": text})
 
 
-async def check(args: argparse.Namespace, bodies: list[dict[str, Any]], url: str) -> dict[str, Any]:
+async def check(args: argparse.Namespace, bodies: list[Body], url: str) -> Body:
     """Run the clients on ``bodies`` at ``url``; the figures the command prints."""
     head = dict(h.split(":", 1) for h in args.header)
     keep = max(args.clients, args.history)  # idle for 4 s at most: the servers keep 5
@@ -96,8 +88,8 @@ async def check(args: argparse.Namespace, bodies: list[dict[str, Any]], url: str
     answers: list[Answer] = []
     failed = 0
     async with httpx.AsyncClient(timeout=httpx.Timeout(900.0, connect=10.0), limits=limits) as http:
-        chat = "messages" in bodies[0]
-        await asyncio.gather(*(send(http, url, hello(k, chat), head) for k in range(args.history)))
+        hellos = [hello(k, "messages" in bodies[0]) for k in range(args.history)]
+        await asyncio.gather(*(send(http, url, b, head, []) for b in hellos))
         lo, wall = time.perf_counter() + args.warmup_s, time.time() + args.warmup_s
         hi = lo + args.window_s
         cursor = itertools.count()
@@ -106,13 +98,22 @@ async def check(args: argparse.Namespace, bodies: list[dict[str, Any]], url: str
             nonlocal failed
             while time.perf_counter() < hi:
                 body = bodies[next(cursor) % len(bodies)] | ({"id_slot": k} if args.pin else {})
+                at: list[float] = []
                 try:
-                    answers.append(await send(http, url, body, head))
+                    answers.append((at, await send(http, url, body, head, at)))
                 except (httpx.HTTPError, RuntimeError):
                     failed += 1
+                except asyncio.CancelledError:  # cut off when the window closed
+                    answers.append((at, len(at)))
+                    raise
 
-        await asyncio.gather(*(client(k) for k in range(args.clients)))
-    tokens = counted(answers, lo, hi)
+        tasks = [asyncio.create_task(client(k)) for k in range(args.clients)]
+        await asyncio.wait(tasks, timeout=max(0.0, hi - time.perf_counter()))
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+    # Tokens that arrived in [lo, hi]: each answer's tokens spread over its text events.
+    tokens = sum(n * sum(lo <= t <= hi for t in at) / len(at) for at, n in answers if at)
     return {
         "url": args.url, "clients": args.clients, "pin": args.pin, "window_s": args.window_s,
         "warmup_s": args.warmup_s, "history": args.history, "answers": len(answers),

@@ -213,6 +213,7 @@ async def send(
     form: str,
     body: dict[str, Any],
     headers: dict[str, str],
+    sample: Sample | None = None,
 ) -> Sample:
     """POST one request and time it to the last event (streamed) or the answer (not).
 
@@ -222,12 +223,14 @@ async def send(
         form: ``completion`` or ``chat`` (which endpoint).
         body: the OpenAI body; without ``stream`` the whole answer is one event.
         headers: extra request headers (``x-fronde-mode``).
+        sample: the :class:`Sample` to fill (a caller that may cancel the request
+            keeps what arrived before); a new one by default.
 
     Raises:
         FrondeError: a non-200 answer, an in-band error event, or no ``[DONE]``
             (a stream that broke never counts as an answer).
     """
-    s = Sample(sent=time.perf_counter())
+    s = sample or Sample(sent=time.perf_counter())
     url = base_url + PATHS[form]
     if not body.get("stream"):
         resp = await http.post(url, json=body, headers=headers)

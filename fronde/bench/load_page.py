@@ -50,10 +50,12 @@ TABLE_ABOUT = (
     "events), median over repetitions [lowest, highest]; loops = the share of those "
     "tokens from items that looped in some arm (counted in tok/s), w/o loops = tok/s "
     "without them; repeats = the share from a prompt sent earlier in the same block "
-    "(a speculative server drafts it from memory); p50, p99 = end-to-end latency of a "
-    "request sent in the window; ttft = median time to first token; srv = the median "
-    "request's decode tok/s by its server's own timings; load = mean requests in "
-    "flight in the window; window = its length, s."
+    "(a speculative server drafts it from memory); answers still streaming when the "
+    "window closes are cut off there, their text events counted one token each; p50, "
+    "p99 = end-to-end latency of an answer in flight in the window that ended; "
+    "ttft = median time to first token; srv = the median request's decode tok/s by "
+    "its server's own timings; load = mean requests in flight in the window; window = "
+    "its length, s."
 )
 """The paragraph over the table."""
 

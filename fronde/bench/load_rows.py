@@ -6,8 +6,10 @@ inside the block's window ÷ the window: an answer's tokens (``usage.completion_
 else llama-server's ``timings.predicted_n``, else its text events) spread evenly over
 its text events, the share whose events arrived in the window counted
 (:func:`~fronde.bench.passes.timed_pass` records each answer's events before, in and
-after the window). A looping answer stays in the numerator: its tokens reached the
-user, and its time is in the window anyway. It is reported apart instead
+after the window; an answer still streaming when the window closes is cut off there,
+its text events counted one token each). A looping answer stays in the numerator: its
+tokens reached the user, and its time is in the window anyway. It is reported apart
+instead
 (:attr:`LoadRow.loop_share`, :attr:`LoadRow.tok_s_noloop`). The rule of older records,
 which carry no arrival counts, is kept for their pages (``spread``): each request's
 tokens spread evenly from its first token to its end, the part inside the steady window
@@ -63,11 +65,12 @@ class LoadRow:
             repetitions (the module docstring).
         tok_s_lo: the lowest repetition's.
         tok_s_hi: the highest repetition's.
-        p50_s: median end-to-end latency of a request sent in the window, s.
+        p50_s: median end-to-end latency of an answer in flight in the window that
+            ended (not cut off when the window closed), s.
         p99_s: 99th percentile, s.
         ttft_s: median time to first token, s.
         in_flight: mean requests in flight in the window.
-        n: requests sent in the window that ended ok (all repetitions).
+        n: those answers (all repetitions).
         failed: requests of the cell's blocks that failed.
         reps: repetitions measured.
         routes: router arm: ``route→mode`` counts.
@@ -198,7 +201,14 @@ def _one_rep(rep: Sequence[dict[str, Any]], loops: set[str]) -> _Rep | None:
     total = sum(got.values())
     looped = sum(got[id(s)] for s in counted if s["item"] in loops)
     repeated = sum(got[id(s)] for s in counted if int(s.get("pass") or 0) > 0)
-    sent = [s for s in ok if lo <= s["t0"] <= hi] if rule != "spread" else ok
+    # The answers in flight at some time in the window that ended (not cut off when it
+    # closed): a long answer that spans the window counts in the latencies.
+    sent = [
+        s
+        for s in ok
+        if rule == "spread"
+        or (not s.get("cut_off") and s["t0"] <= hi and s["t0"] + s["wall_s"] >= lo)
+    ]
     flight = sum(_overlap(s["t0"], s["t0"] + s["wall_s"], lo, hi) for s in ok) / span
     return _Rep(
         total / span,

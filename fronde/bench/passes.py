@@ -6,9 +6,10 @@ of the workload once, at most ``c`` in flight, a new connection per request.
 :func:`timed_pass` is the load benchmark's (:mod:`fronde.bench.load`): ``c`` clients,
 each sending its next item as soon as its last answer ended (a closed loop) over
 keep-alive connections, as agent tools keep theirs, through the items in order and
-round again, for a warm-up and then a window of fixed length. Every answer's text
-events are counted before, in and after the window, so that the tokens a user
-received in it can be read (:mod:`fronde.bench.load_rows`). With ``pin`` client k
+round again, for a warm-up and then a window of fixed length; the answers still
+streaming when it closes are cut off. Every answer's text events are counted before,
+in and after the window, so that the tokens a user received in it can be read
+(:mod:`fronde.bench.load_rows`). With ``pin`` client k
 sends llama-server's ``id_slot`` = k (b11434 ``tools/server/server-context.cpp``,
 ``get_available_slot``: a request that names a slot gets it), the placement a server
 could make itself; with ``history`` the server first answers that many short requests
@@ -178,22 +179,24 @@ def window_counts(arrivals: list[float], lo: float, hi: float) -> list[int]:
 
 
 async def _sent(
-    http: httpx.AsyncClient, target: Target, form: Form, body: dict[str, Any]
+    http: httpx.AsyncClient, target: Target, form: Form, body: dict[str, Any], box: list[Sample]
 ) -> Sample:
-    """One streamed request; once again on a kept-alive connection the server had closed.
+    """One streamed request into ``box[-1]``; once again if a kept-alive connection was closed.
 
     A server may close an idle connection just as the pool reuses it, and the request
     then fails before any byte came back (httpx: "Server disconnected without sending
     a response"); nothing was generated, so it is sent again once, on a new connection.
+    ``box`` holds the sample being filled, for a caller that cancels the request.
     """
-    try:
-        with target.server() as url:
-            return await send(http, url, form, body, target.headers)
-    except httpx.RemoteProtocolError as exc:
-        if "without sending a response" not in str(exc):
-            raise
-    with target.server() as url:
-        return await send(http, url, form, body, target.headers)
+    for attempt in (0, 1):
+        box.append(Sample(sent=time.perf_counter()))
+        try:
+            with target.server() as url:
+                return await send(http, url, form, body, target.headers, box[-1])
+        except httpx.RemoteProtocolError as exc:
+            if attempt or "without sending a response" not in str(exc):
+                raise
+    raise AssertionError("unreachable")  # pragma: no cover
 
 
 async def timed_pass(
@@ -212,8 +215,10 @@ async def timed_pass(
 
     Client k sends item n (n counted over all clients, the items in order and round
     again; ``pass`` = n ÷ the number of items) as soon as its last answer ended, until
-    the window closes; the answers in flight then end (their later tokens are not
-    counted). With ``pin`` each body names ``id_slot`` = k. Each record carries
+    the window closes; then the answers still streaming are cancelled (the server
+    stops their slots), so that no block waits on a long answer's tail that would not
+    count. Such an answer is recorded with ``cut_off``, its tokens its text events (no
+    usage came). With ``pin`` each body names ``id_slot`` = k. Each record carries
     ``client``, ``pass``, ``win`` (the window, s on the records' ``t0`` clock), ``ev``
     (text events before, in and after it) and, when the items ran out first
     (``timed.once``), ``cut``. Records are emitted when the block ends.
@@ -225,18 +230,18 @@ async def timed_pass(
     items = workload.items
     if not items:
         return
+    got: list[tuple[dict[str, Any], Sample | None, str]] = []
     async with keepalive_http(max(c, timed.history)) as http:
         if timed.history:
             bodies = [
                 item_body(target, history_item(k), form, HISTORY_TOKENS)
                 for k in range(timed.history)
             ]
-            await asyncio.gather(*(_sent(http, target, form, b) for b in bodies))
+            await asyncio.gather(*(_sent(http, target, form, b, []) for b in bodies))
         t_start = time.perf_counter()
         lo = t_start + timed.warmup_s
         hi = lo + timed.window_s
         cursor = itertools.count()
-        got: list[tuple[dict[str, Any], Sample | None, str]] = []
 
         async def client(k: int) -> None:
             while time.perf_counter() < hi:
@@ -248,23 +253,44 @@ async def timed_pass(
                 head["pass"] = n // len(items)
                 body = item_body(target, item, form, max_tokens)
                 body |= {"id_slot": k} if pin else {}
+                box: list[Sample] = []
                 try:
-                    got.append((head, await _sent(http, target, form, body), ""))
+                    got.append((head, await _sent(http, target, form, body, box), ""))
                 except (FrondeError, httpx.HTTPError) as exc:
                     got.append((head, None, f"{type(exc).__name__}: {exc}"[:500]))
+                except asyncio.CancelledError:
+                    if box:  # the window closed on it: what arrived counts
+                        got.append((head, box[-1], "cut off"))
+                    raise
 
-        await asyncio.gather(*(client(k) for k in range(c)))
+        tasks = [asyncio.create_task(client(k)) for k in range(c)]
+        await asyncio.wait(tasks, timeout=max(0.0, hi - time.perf_counter()))
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+    _emit_timed(got, t_start, lo, hi, timed.once, emit)
+
+
+def _emit_timed(
+    got: list[tuple[dict[str, Any], Sample | None, str]],
+    t_start: float,
+    lo: float,
+    hi: float,
+    once: bool,
+    emit: Emit,
+) -> None:
+    """The records of a timed block, in send order (:func:`timed_pass`)."""
     end, cut = hi, False
     last = max((t_start + h["t0"] for h, _, _ in got), default=hi)
-    if timed.once and last < hi:
+    if once and last < hi:
         end, cut = max(last, lo), True
     win = [round(lo - t_start, 4), round(end - t_start, 4)]
     for head, sample, error in sorted(got, key=lambda g: g[0]["t0"]):
         if sample is None:
             emit({**head, "ok": False, "error": error, "win": win})
             continue
-        counts = window_counts(sample.arrivals, lo, end)
-        emit(
-            {**head, "ok": True, **sample.record(), "win": win, "ev": counts}
-            | ({"cut": True} if cut else {})
-        )
+        extra: dict[str, Any] = {"win": win, "ev": window_counts(sample.arrivals, lo, end)}
+        if error:  # cut off: no usage came, each text event is a token
+            sample.tokens = sample.pieces
+            extra["cut_off"] = True
+        emit({**head, "ok": True, **sample.record(), **extra} | ({"cut": True} if cut else {}))

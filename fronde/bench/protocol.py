@@ -265,7 +265,12 @@ async def run_plan(
                     say(f"{doing}: priming {arm.name} ({len(plan.priming.items)} requests)")
                 await _prepare(http, plan, t, arm)
                 what = "steps" if workload.sessions else "requests"
-                say(f"{doing}: {arm.name}, {len(workload.items)} {what}")
+                timed = level.timed
+                say(
+                    f"{doing}: {arm.name}, {len(workload.items)} {what}"
+                    if timed is None
+                    else f"{doing}: {arm.name}, {timed.warmup_s:g} s + {timed.window_s:g} s"
+                )
                 if level.timed is None:
                     how = (level.tag, level.gap_s, level.stream)
                     c = level.concurrency

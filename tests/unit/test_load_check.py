@@ -79,7 +79,9 @@ def test_the_outside_client_counts_the_tokens_the_server_sent_in_its_window(
     lo, hi = got["window_wall"]
     in_window = sum(lo <= t <= hi for t in sent)
     assert got["failed"] == 0 and got["pin"] is pin
-    assert got["tokens_all"] == len(sent)  # every answer's usage: what the fake generated
+    # Every answer's usage, and the cut-off answers' events: what the fake generated but
+    # the token or so of each cut-off answer made after the client left.
+    assert len(sent) - 4 <= got["tokens_all"] <= len(sent)
     # 2 clients at 100 tok/s each for 1.5 s: about 300 tokens, each counted where it
     # arrived; an edge token may land either side on a loaded machine.
     assert in_window > 200

@@ -208,10 +208,11 @@ def run_about(identity: Mapping[str, Any]) -> list[str]:
     workload = {"agent": "the agent mix", "distinct": "distinct short chat prompts"}
     name = str(identity.get("workload", "agent"))
     history = int(identity.get("history") or 0)
+    own = " (agent steps: their own budgets)" if name == "agent" else ""
     lines = [
         f"Workload: {workload.get(name, name)}; answers of {identity.get('max_tokens')} "
-        "tokens at most (agent steps: their own budgets); the requests as sent are in "
-        "`workload.json` (`scripts/load_check.py` sends them as an outside client).",
+        f"tokens at most{own}; the requests as sent are in `workload.json` "
+        "(`scripts/load_check.py` sends them as an outside client).",
         "Servers: fresh for every block"
         + (f", then {history} short requests at once (slot history)." if history else "."),
         f"Window: {identity.get('window_s')} s after a warm-up of {identity.get('warmup_s')} s, "

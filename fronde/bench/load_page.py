@@ -42,22 +42,29 @@ __all__ = [
 ]
 
 
-TABLE_ABOUT = (
+TIMED_ABOUT = (
     "One row per (arm, c): c closed-loop streaming clients over keep-alive connections, "
     "round the workload again when it ends, for a warm-up and then a window of fixed "
     "length, each block on fresh servers. tok/s = every streamed token that arrived in "
     "the window ÷ the window (an answer's tokens, by its usage, spread over its text "
-    "events), median over repetitions [lowest, highest]; loops = the share of those "
-    "tokens from items that looped in some arm (counted in tok/s), w/o loops = tok/s "
-    "without them; repeats = the share from a prompt sent earlier in the same block "
-    "(a speculative server drafts it from memory); answers still streaming when the "
-    "window closes are cut off there, their text events counted one token each; p50, "
-    "p99 = end-to-end latency of an answer in flight in the window that ended; "
-    "ttft = median time to first token; srv = the median request's decode tok/s by "
-    "its server's own timings; load = mean requests in flight in the window; window = "
+    "events; answers still streaming when the window closes are cut off there, their "
+    "text events counted one token each), median over repetitions [lowest, highest]; "
+)
+ONCE_ABOUT = (
+    "One row per (arm, c): c streaming clients sending each item once, a new connection "
+    "a request, each block on fresh servers. tok/s = every token, read as `†` says "
+    "below, median over repetitions [lowest, highest]; "
+)
+TABLE_ABOUT = (
+    "loops = the share of those tokens from items that looped in some arm (counted in "
+    "tok/s), w/o loops = tok/s without them; repeats = the share from a prompt sent "
+    "earlier in the same block (a speculative server drafts it from memory); p50, p99 = "
+    "end-to-end latency of an answer in flight in the window that ended; ttft = median "
+    "time to first token; srv = the median request's decode tok/s by its server's own "
+    "timings (loops left out); load = mean requests in flight in the window; window = "
     "its length, s."
 )
-"""The paragraph over the table."""
+"""The paragraph over the table, after how its blocks ran (timed, or each item once)."""
 
 CUT_NOTE = (
     "`*` window cut: the block sent every item once (`--once`) before the window's end, "
@@ -75,8 +82,9 @@ SPREAD_NOTE = (
 
 def _table(rows: Sequence[LoadRow]) -> list[str]:
     """The rows as the page's table, with the notes its marks need."""
+    rules = {r.rule for r in rows}
     lines = [
-        TABLE_ABOUT,
+        (ONCE_ABOUT if rules == {"spread"} else TIMED_ABOUT) + TABLE_ABOUT,
         "",
         "| c | arm | tok/s | [lo, hi] | loops | w/o loops | repeats | p50 s | p99 s | ttft s "
         "| srv | load | window s | n | failed | reps |",
@@ -94,7 +102,6 @@ def _table(rows: Sequence[LoadRow]) -> list[str]:
             f"{r.p50_s:.2f} | {r.p99_s:.2f} | {ttft} | {srv} | {r.in_flight:.1f} | {window} | "
             f"{r.n} | {r.failed} | {r.reps} |"
         )
-    rules = {r.rule for r in rows}
     lines += ["", CUT_NOTE] if "cut" in rules else []
     lines += ["", SPREAD_NOTE] if "spread" in rules else []
     return lines

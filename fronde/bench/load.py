@@ -280,6 +280,19 @@ class LoadSetup:
         return [p for k, p in self.more if k == part and p.arms] + ([main] if main.arms else [])
 
 
+def _router_arms(env: tuple[tuple[str, str], ...]) -> dict[str, Arm]:
+    """A router arm per placement of the measured rule (:data:`ROUTERS`), on ``env``."""
+    return {
+        ROUTERS[p]: Arm(
+            ROUTERS[p],
+            "fronde",
+            env=(*env, ("FRONDE_ROUTER__LOAD_PLACEMENT", p)),
+            about=_router_about(p),
+        )
+        for p in ("marginal", "best", "threshold")
+    }
+
+
 def _calibrate(run: Settings, static: list[Arm]) -> dict[Mode, str]:
     """Each mode's calibration arm; appends to ``static`` a server for each mode no arm runs."""
     # One server per calibration: plain2's argv is plain's, never a mode's curve.
@@ -333,12 +346,11 @@ def load_setup(
         proxy: with router arms, run :data:`PROXY` among them (what the proxy
             itself changes, on the router's settings).
         workload: ``agent`` or ``distinct`` (:mod:`fronde.bench.load_mix`).
-        timed: the blocks' warm-up and window (None: each item once, a gate of c
-            requests in flight, as the screen sends them); :data:`PINNED` runs only so.
-        arms: the arms to run, name → its own concurrencies (None: ``clients``); by
-            default the static arms, :data:`SPREAD`, the calibration servers,
-            :data:`PINNED` (timed), :data:`PROXY` (``proxy``) and one router arm per
-            placement. Names ``placements`` and ``proxy`` then do not apply.
+        timed: the blocks' warm-up and window (None: each item once, as the screen
+            sends them); by default :data:`PINNED` runs only with it.
+        arms: name → its own concurrencies (None: ``clients``); by default the static
+            arms, :data:`SPREAD`, the calibration servers, :data:`PINNED`, :data:`PROXY`
+            (``proxy``) and a router arm per placement (``placements``).
 
     Raises:
         FrondeError: llama-server or the model is missing; an arm name that is none,
@@ -355,22 +367,13 @@ def load_setup(
         ("FRONDE_BACKEND__CTX_SIZE", str(ctx)),
         ("FRONDE_ROUTER__LOAD_RULE", "measured"),
     )
-    routers = {
-        ROUTERS[p]: Arm(
-            ROUTERS[p],
-            "fronde",
-            env=(*env, ("FRONDE_ROUTER__LOAD_PLACEMENT", p)),
-            about=_router_about(p),
-        )
-        for p in ("marginal", "best", "threshold")
-    }
+    routers = _router_arms(env)
     variant = PLAIN_NOBS if BACKEND_SAMPLING in static_argv(known["plain"], run)[1] else PLAIN_BS
     every = [*static, PINNED, variant, replace(PROXY, env=env), *routers.values()]
-    if arms is None:
-        chosen = [a.name for a in static] + ([PINNED.name] if timed else [])
-        named = [routers[ROUTERS[p]] for p in placements]
-        chosen += ([PROXY.name] if proxy and named else []) + [a.name for a in named]
-        arms = dict.fromkeys(chosen)
+    if arms is None:  # the default arms
+        named = [ROUTERS[p] for p in placements]
+        chosen = [a.name for a in static] + [PINNED.name] * bool(timed)
+        arms = dict.fromkeys(chosen + [PROXY.name] * (proxy and bool(named)) + named)
     wrong = sorted(set(arms) - {a.name for a in every})
     if wrong:
         hint = f" (the plain arm has{' no' * (variant is PLAIN_BS)} {BACKEND_SAMPLING})"

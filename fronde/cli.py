@@ -11,7 +11,7 @@ import os
 import socket
 import sys
 from collections.abc import Callable, Generator, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -34,7 +34,6 @@ from fronde.modes import Mode
 
 if TYPE_CHECKING:
     from fronde.bench.progress import BenchProgress
-    from fronde.bench.workloads import Form
 
 __all__ = ["app", "main"]
 
@@ -1080,13 +1079,49 @@ def bench_load(
     out: Annotated[Path, typer.Option(help="folder for records.jsonl, load.json, load.md")] = Path(
         "runs/load"
     ),
+    workload: Annotated[
+        str, typer.Option(help="agent (the agent mix) or distinct (1,536 short chat prompts)")
+    ] = "agent",
     max_tokens: Annotated[
-        int, typer.Option(help="tokens per first-encounter prompt (agent steps: their own)", min=8)
-    ] = 64,
+        int | None,
+        typer.Option(
+            help="tokens per answer (agent steps: their own) [default: agent 64, distinct 128]",
+            min=8,
+        ),
+    ] = None,
     reps: Annotated[int, typer.Option(help="repetitions of every (arm, c) block", min=1)] = 1,
     clients: Annotated[
         list[int] | None,
         typer.Option("--clients", help="closed-loop clients [default: 1 2 4 8 16 32]"),
+    ] = None,
+    window_s: Annotated[
+        float,
+        typer.Option(
+            help="each block's window, s: tok/s = tokens that arrived in it ÷ it", min=0.1
+        ),
+    ] = 20.0,
+    warmup_s: Annotated[
+        float, typer.Option(help="seconds of each block before the window (not counted)", min=0.0)
+    ] = 3.0,
+    history: Annotated[
+        str,
+        typer.Option(help="fresh servers, or warm: one short request per slot first (history)"),
+    ] = "fresh",
+    once: Annotated[
+        bool,
+        typer.Option(
+            help="send each item at most once: the window ends at the last request sent "
+            "when the items run out first (no prompt repeated)"
+        ),
+    ] = False,
+    arm: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--arm",
+            help="arms to run, NAME or NAME@1,8,32 for its own c (repeatable): plain, "
+            "pinned, plain-nobs or plain-bs, default, cascade, plain2, s-simple, fr-plain, "
+            "router, router-b, router-t [default: all but plain-nobs/plain-bs]",
+        ),
     ] = None,
     slots: Annotated[
         int | None,
@@ -1094,32 +1129,33 @@ def bench_load(
     ] = None,
     items: Annotated[
         int | None,
-        typer.Option(help="send only the first N of the 74 agent-mix items [default: all]", min=1),
+        typer.Option(help="send only the first N items of the workload [default: all]", min=1),
     ] = None,
     skip_from: Annotated[
         Path | None,
         typer.Option(help="leave out the items an earlier run's load.json lists as looping"),
     ] = None,
     screen: Annotated[
-        bool,
+        bool | None,
         typer.Option(
-            help="first send the whole mix once to a fresh plain server at the largest c "
-            "(not counted) and leave out the items whose answer loops there"
+            help="first send the whole workload once to a fresh plain server at the largest c "
+            "(not counted) and leave out the items whose answer loops there "
+            "[default: agent yes, distinct no]"
         ),
-    ] = True,
+    ] = None,
     placement: Annotated[
         list[str] | None,
         typer.Option(
             "--placement",
-            help="router arms: marginal (router), best (router-b; router.load_placement's "
-            "default), threshold (router-t) [default: all three]",
+            help="router arms without --arm: marginal (router), best (router-b; "
+            "router.load_placement's default), threshold (router-t) [default: all three]",
         ),
     ] = None,
     proxy: Annotated[
         bool,
         typer.Option(
-            help="also run fr-plain, Fronde in front of the plain server alone (every "
-            "request forced there): what the proxy changes without routing"
+            help="without --arm, also run fr-plain, Fronde in front of the plain server "
+            "alone (every request forced there): what the proxy changes without routing"
         ),
     ] = True,
 ) -> None:
@@ -1128,22 +1164,24 @@ def bench_load(
     Exit status 0 once it has run, whatever its verdicts: each line says PASS, FAIL or
     INVALID for its c (`fronde bench verdict`, with one answer, exits 2 on FAIL).
     """
-    import asyncio
+    import dataclasses
     import json
 
-    from fronde.bench.load import CLIENTS, bracketed, load_setup
-    from fronde.bench.load_sessions import session_curves, tagged_samples
-    from fronde.bench.protocol import planned_requests, run_plan
-    from fronde.bench.serve import run_info
-    from fronde.bench.store import Store
-    from fronde.router.calibration import load_key, save_load_curves
+    from fronde.bench.load import CLIENTS
+    from fronde.bench.load_mix import default_tokens
+    from fronde.bench.load_run import LoadOptions, parse_arms, run_load, screen_loops
+    from fronde.bench.passes import Timed
+    from fronde.bench.serve import machine_line
     from fronde.runtime.local import profile_of
 
     settings = _settings(config)
     levels = tuple(sorted(set(clients or CLIENTS)))
     if any(c < 1 for c in levels):
         raise FrondeError("--clients: every c must be at least 1")
-    n_slots = slots or max(levels)
+    if workload not in ("agent", "distinct") or history not in ("fresh", "warm"):
+        raise FrondeError("--workload: agent or distinct; --history: fresh or warm")
+    named = parse_arms(arm or [])
+    n_slots = slots or max([*levels, *(c for cs in (named or {}).values() for c in cs or ())])
     placements = placement or ["marginal", "best", "threshold"]
     wrong = sorted(set(placements) - {"marginal", "threshold", "best"})
     if wrong:
@@ -1154,89 +1192,32 @@ def bench_load(
             skip = [str(i) for i in json.loads(skip_from.read_text())["looping"]]
         except (OSError, ValueError, KeyError, TypeError) as exc:
             raise FrondeError(f"--skip-from {skip_from}: not a load.json ({exc})") from exc
+    which = "distinct" if workload == "distinct" else "agent"
+    opts = LoadOptions(
+        out, which, max_tokens or default_tokens(which), reps, levels, n_slots,
+        items, tuple(skip), which == "agent" if screen is None else screen,
+        tuple(placements), proxy, named,
+        Timed(warmup_s, window_s, n_slots if history == "warm" else 0, once),
+    )  # fmt: skip
     form = profile_of(settings).prompt_form
-    info = run_info()
     console = _bench_console()
-    if screen and not skip:
-        skip = _screen_loops(settings, config, form, max_tokens, levels, n_slots, items, out)
+
+    def progress(total: int) -> AbstractContextManager[BenchProgress]:
+        return _bench_progress(console, total)
+
+    if opts.screen and not skip:
+        skip = screen_loops(settings, config, form, opts, progress)
         console.print(
             f"screened: {len(skip)} looping item(s) left out: {', '.join(skip) or 'none'}",
             markup=False,
             highlight=False,
         )
-    setup = load_setup(
-        settings, form, max_tokens, reps, levels, n_slots, items, placements, skip, proxy
-    )
-    machine = info["machine"]
-    where = ", ".join(machine.get("gpus") or []) or f"{machine.get('cpus')} CPUs"
-    title = f"Load: {settings.profile}, {n_slots} slots per server, {where}"
-    store = Store(out / "records.jsonl")
-    store.begin(
-        {
-            **info,
-            "arms": [a.name for a in (*setup.static.arms, *setup.router.arms)],
-            "title": title,
-            "calibration": {str(m): a for m, a in setup.calibration.items()},
-        },
-        {"machine": info["machine"], "max_tokens": max_tokens, "slots": n_slots, "skip": skip},
-    )
-    total = planned_requests(setup.static) + planned_requests(setup.router)
-    key = load_key(setup.settings)
-    with _bench_progress(console, total) as advance:
-        # A repetition at a time, static and router plans alternating (A B B A), so
-        # that a drift over the run falls on both.
-        logs = out / "logs"
-        for part, rep in bracketed(reps):
-            plan = setup.static if part == "static" else setup.router
-            asyncio.run(
-                run_plan(plan, setup.settings, config, store, logs, advance, advance.status, rep)
-            )
-            if part == "static":
-                # Each curve from the latest session that measured it: a run resumed
-                # on a fresh lease (or seeded) would otherwise pool two machines'.
-                curves = session_curves(tagged_samples(store), setup.calibration, str(out))
-                save_load_curves(setup.settings.cache_dir, key, curves)
-                advance(f"load curves saved for {key}: plain from c = {curves.threshold()}", 0)
+        opts = dataclasses.replace(opts, skip=tuple(skip))
+    kind = "distinct prompts" if which == "distinct" else "agent mix"
+    servers = "slot history" if history == "warm" else "fresh servers"
+    title = f"Load: {settings.profile}, {n_slots} slots per server, {kind}, {servers}, "
+    run_load(settings, config, form, opts, title + machine_line(), progress)
     _report_load(out, console)  # the page `fronde bench report` writes, from the records
-
-
-def _screen_loops(
-    settings: Settings,
-    config: Path | None,
-    form: Form,
-    max_tokens: int,
-    levels: tuple[int, ...],
-    slots: int,
-    items: int | None,
-    out: Path,
-) -> list[str]:
-    """The agent-mix items whose answer loops on a fresh plain server (``bench load``).
-
-    One block, not counted: every item once at the largest c, into
-    ``out/screen.jsonl`` (resumed like any block). A looping answer holds a slot for
-    its whole budget and, drafted perfectly by n-grams, flatters every speculative
-    arm; leaving such items out of every measured block keeps them out of the window
-    as well as out of the tokens.
-    """
-    import asyncio
-
-    from fronde.bench.load import load_setup, looping_items
-    from fronde.bench.protocol import Level, Plan, run_plan
-    from fronde.bench.serve import run_info
-    from fronde.bench.store import Store
-
-    top = max(levels)
-    setup = load_setup(settings, form, max_tokens, 1, (top,), slots, items, ())
-    plain = next(a for a in setup.static.arms if a.name == "plain")
-    plan = Plan.single(setup.static.workloads[0], [plain], 1, form, max_tokens, (Level(top),))
-    store = Store(out / "screen.jsonl")
-    store.begin({**run_info(), "arms": ["plain"]}, {"screen": top, "max_tokens": max_tokens})
-    console = _bench_console()
-    with _bench_progress(console, len(setup.static.workloads[0].items)) as advance:
-        asyncio.run(
-            run_plan(plan, setup.settings, config, store, out / "logs", advance, advance.status)
-        )
-    return looping_items(store.samples())
 
 
 @bench_app.command("swap", short_help=BENCH_MAP["swap"], rich_help_panel=_OTHER_PANEL)

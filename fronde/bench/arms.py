@@ -63,6 +63,10 @@ class Arm:
             won no run of the 2026-12-01 verdicts, and Fronde's ``mod`` covers n_match).
         servers: static arms: how many llama-servers of that argv start; with more
             than one, each request goes to the least busy (:meth:`Target.server`).
+        pin: a timed load block's client k names llama-server's slot k (``id_slot``)
+            in every request (:func:`~fronde.bench.passes.timed_pass`).
+        unflags: static arms: flags (without a value) taken out of the argv, e.g.
+            ``--backend-sampling`` from the plain arm's ``backend.plain_args``.
     """
 
     name: str
@@ -74,6 +78,8 @@ class Arm:
     env: tuple[tuple[str, str], ...] = ()
     default: bool = True
     servers: int = 1
+    pin: bool = False
+    unflags: tuple[str, ...] = ()
 
     @property
     def routed(self) -> bool:
@@ -253,7 +259,7 @@ def static_argv(arm: Arm, settings: Settings) -> tuple[Path, list[str]]:
     """The llama-server binary and argv a static ``arm`` starts under ``settings``.
 
     ``backend.plain_args`` go to the plain arm (baseline's argv) only, never to an arm
-    that adds speculation flags to it.
+    that adds speculation flags to it; ``arm.unflags`` are taken out last.
 
     Raises:
         FrondeError: llama-server is not installed, or the model is missing.
@@ -261,7 +267,8 @@ def static_argv(arm: Arm, settings: Settings) -> tuple[Path, list[str]]:
     binary = find_llama_binary(settings.cache_dir, settings.llama_server)
     mode = arm.force or Mode.BASELINE
     update: dict[str, Any] = {"modes": [mode]}
-    if arm.flags:  # a speculative static arm: baseline's argv without its plain-only flags
+    if any(f.startswith("--spec") for f in arm.flags):
+        # A speculative static arm: baseline's argv without its plain-only flags.
         update["backend"] = settings.backend.model_copy(update={"plain_args": []})
     plan = plan_pool(
         settings.model_copy(update=update),
@@ -271,7 +278,8 @@ def static_argv(arm: Arm, settings: Settings) -> tuple[Path, list[str]]:
     )
     if mode not in plan.specs:
         raise FrondeError(f"arm {arm.name}: {plan.left_out.get(mode, f'no {mode} backend')}")
-    return binary, [*plan.specs[mode].args, *arm.flags]
+    args = [a for a in plan.specs[mode].args if a not in arm.unflags]
+    return binary, [*args, *arm.flags]
 
 
 @contextlib.asynccontextmanager

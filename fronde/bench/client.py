@@ -61,6 +61,9 @@ class Sample:
     timings: Timings | None = None
     headers: dict[str, str] = field(default_factory=dict[str, str])
     fronde: dict[str, Any] | None = None
+    arrivals: list[float] = field(default_factory=list[float])
+    """When each text event arrived (perf_counter s): the load benchmark counts the
+    events inside its window (:func:`fronde.bench.passes.window_counts`)."""
 
     def feed(self, line: str) -> bool:
         """Take one SSE line; return True once ``[DONE]`` arrived.
@@ -81,6 +84,7 @@ class Sample:
             now = time.perf_counter()
             self.first = self.first if self.first is not None else now
             self.last = now
+            self.arrivals.append(now)
             self.text += piece
             self.pieces += 1
         for c in cast("list[dict[str, Any]]", event.get("choices") or []):
@@ -209,6 +213,7 @@ async def send(
     form: str,
     body: dict[str, Any],
     headers: dict[str, str],
+    sample: Sample | None = None,
 ) -> Sample:
     """POST one request and time it to the last event (streamed) or the answer (not).
 
@@ -218,12 +223,14 @@ async def send(
         form: ``completion`` or ``chat`` (which endpoint).
         body: the OpenAI body; without ``stream`` the whole answer is one event.
         headers: extra request headers (``x-fronde-mode``).
+        sample: the :class:`Sample` to fill (a caller that may cancel the request
+            keeps what arrived before); a new one by default.
 
     Raises:
         FrondeError: a non-200 answer, an in-band error event, or no ``[DONE]``
             (a stream that broke never counts as an answer).
     """
-    s = Sample(sent=time.perf_counter())
+    s = sample or Sample(sent=time.perf_counter())
     url = base_url + PATHS[form]
     if not body.get("stream"):
         resp = await http.post(url, json=body, headers=headers)

@@ -25,20 +25,24 @@ them (:mod:`fronde.router.calibration`, ``load.json``); then the router at every
 on fresh servers, reading them. The curves are measured on the same prompts the router
 is then judged on (in-sample for one number per mode and c; said on the page).
 
-**Workload.** The agent mix: workload A's first-encounter prompts (the run's token
-budget) and workload B's agent steps (their own budgets: whole-file answers), in one
-seeded shuffle, each sent once per block: a prompt repeated within a block would be
-drafted from ngram-mod's memory. c clients run a closed loop over it.
+**Workload** (:mod:`fronde.bench.load_mix`): the agent mix (workload A's prompts and
+workload B's agent steps in one seeded shuffle) or distinct short chat prompts.
+**Blocks** are timed (:func:`~fronde.bench.passes.timed_pass`): c closed-loop clients
+over keep-alive connections run through the workload, round again when it ends, for a
+warm-up and then a window (20 s or more on a GPU), on fresh servers or on servers that
+first answered one short request per slot (slot history).
 
-**Figures** per (arm, c), medians over repetitions: ``tok_s``, aggregate decode tok/s
-in the block's **steady window**, from the first request sent to the last one sent
-(:func:`steady_window`: all c clients busy; each request's tokens spread evenly from
-its first token to its end, the part inside the window counted); ``p50_s``,
+**Figures** per (arm, c), medians over repetitions (:mod:`fronde.bench.load_rows`):
+``tok_s``, every streamed token that arrived in the window ÷ the window; ``p50_s``,
 ``p99_s``, end-to-end latency of one request; ``ttft_s``, its median time to first
-token; ``in_flight``, mean requests in flight in that window. An item whose answer
-looped (repetition score above :data:`~fronde.bench.verdict.LOOP_SCORE`) in any arm
-is left out of the tokens and the latencies of every arm, and listed; its time still
-counts in the window (``--skip-from`` leaves such items out of a later run).
+token; ``in_flight``, mean requests in flight in the window. An answer that looped
+(repetition score above :data:`~fronde.bench.verdict.LOOP_SCORE`) stays counted: its
+items' share of the tokens and the figure without them are given apart.
+
+**Placement and routing.** ``pinned``, the plain server with client k sending
+``id_slot`` = k (:data:`PINNED`), is what slot placement alone gives the plain server;
+``fr-plain ÷ plain`` is Fronde's one-mode placement (and its hop), ``router ÷ fr-plain``
+and ``router ÷ pinned`` what routing adds (:mod:`fronde.bench.load_ratios`).
 
 **Verdict** per router arm and c: its tok/s ≥ the best static arm's (calibration
 servers included: a user could run any of them), and its p99 ≤ that arm's. Three router
@@ -53,27 +57,27 @@ the plot: :mod:`fronde.bench.load_page` (with the held-out ratio).
 
 from __future__ import annotations
 
-import random
-from collections import Counter, defaultdict
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field, replace
-from statistics import median
-from typing import Any
-
-import numpy as np
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import Literal
 
 from fronde.bench.arms import ARMS, Arm, static_argv
+from fronde.bench.load_mix import WorkloadName, agent_mix, load_mix
+from fronde.bench.load_rows import LoadRow, level_c, load_rows, looping_items, steady_window
+from fronde.bench.passes import Timed
 from fronde.bench.protocol import Level, Plan
-from fronde.bench.verdict import LOOP_SCORE
-from fronde.bench.workloads import Form, Workload, load_workload
+from fronde.bench.workloads import Form
 from fronde.config import Settings
 from fronde.errors import FrondeError
 from fronde.modes import Mode
-from fronde.timings import Timings
 
 __all__ = [
+    "BACKEND_SAMPLING",
     "CLIENTS",
+    "CONTROLS",
+    "PINNED",
     "PROXY",
+    "ROUTERS",
     "SPREAD",
     "LoadRow",
     "LoadSetup",
@@ -89,6 +93,15 @@ __all__ = [
 
 CLIENTS: tuple[int, ...] = (1, 2, 4, 8, 16, 32)
 """Concurrent clients measured by default (the issue's c = 1 … 32)."""
+
+Part = Literal["static", "router"]
+"""The two halves of a load run: static servers (their curves saved), then Fronde."""
+
+
+BACKEND_SAMPLING = "--backend-sampling"
+"""llama-server's flag that samples on the device (b11434): on the H200 a plain server
+without it (and without Fronde's template and ``-t 8``) read 654 tok/s at c = 32 on
+distinct prompts, with it 2,248 (an outside client's check)."""
 
 STATIC = ("plain", "default", "cascade")
 """The static arms a user would run instead of Fronde."""
@@ -125,6 +138,39 @@ static arm."""
 ROUTERS = {"marginal": "router", "threshold": "router-t", "best": "router-b"}
 """The router arm of each placement of the measured load rule."""
 
+PINNED = Arm(
+    "pinned",
+    "static",
+    pin=True,
+    about="the plain server, client k sending `id_slot` = k: busy slots adjacent, no routing",
+)
+"""The plain arm's server with each closed-loop client on its own slot: the placement a
+server could make itself (docs/slot-placement.md). b11434 picks the least recently used
+idle slot (``get_available_slot``), so 8 clients rotate over 32 KV caches, and a step
+splits into one micro-batch per run of consecutive sequence ids: on an H100 this arm
+read 1.89–2.14× plain at c = 8 on the agent mix (an outside client's check). A client a
+user would have to change: not a static arm of the verdict."""
+
+PLAIN_NOBS = Arm(
+    "plain-nobs",
+    "static",
+    unflags=(BACKEND_SAMPLING,),
+    about="the plain server without `--backend-sampling` (what a user runs by default)",
+)
+"""The plain arm without :data:`BACKEND_SAMPLING`, where ``backend.plain_args`` give it."""
+
+PLAIN_BS = Arm(
+    "plain-bs",
+    "static",
+    flags=(BACKEND_SAMPLING,),
+    about="the plain server with `--backend-sampling`",
+)
+"""The plain arm with :data:`BACKEND_SAMPLING`, where ``backend.plain_args`` do not."""
+
+CONTROLS = frozenset({SPREAD.name, PROXY.name, PINNED.name})
+"""Arms that are no single server a user runs unchanged: left out of the verdict's best
+static arm (two servers, Fronde's hop, a client that names slots)."""
+
 SHORT = {
     Mode.BASELINE: "base",
     Mode.NGRAM_SIMPLE: "simple",
@@ -158,7 +204,7 @@ def arm_about(name: str) -> str:
     return known.get(name, name)
 
 
-def bracketed(reps: int) -> list[tuple[str, int]]:
+def bracketed(reps: int) -> list[tuple[Part, int]]:
     """The order of a load run's parts: ``("static" | "router", repetition)``.
 
     Repetition 0 runs the static arms first (the router arms read their curves), then
@@ -178,24 +224,11 @@ def bracketed(reps: int) -> list[tuple[str, int]]:
     Returns:
         2 × ``reps`` parts in run order.
     """
-    out: list[tuple[str, int]] = []
+    out: list[tuple[Part, int]] = []
     for rep in range(reps):
-        pair = [("static", rep), ("router", rep)]
+        pair: list[tuple[Part, int]] = [("static", rep), ("router", rep)]
         out += pair[::-1] if rep % 2 else pair
     return out
-
-
-def agent_mix(items: int | None = None, seed: int = 23, skip: Sequence[str] = ()) -> Workload:
-    """Workload A's prompts and workload B's agent steps, shuffled with ``seed``.
-
-    ``skip`` leaves those item ids out (the items an earlier run found looping: a
-    looping answer's time fills the span while its tokens count nowhere); ``items``
-    then keeps the first that many of the shuffled mix (all when None).
-    """
-    mix = [*load_workload("first-encounter").items, *load_workload("agent-sessions").items]
-    random.Random(seed).shuffle(mix)  # noqa: S311 - a reproducible order, not a secret
-    left = set(skip)
-    return Workload("agent-mix", tuple([i for i in mix if i.id not in left][:items]))
 
 
 def spec_of(args: Sequence[str]) -> tuple[str, ...]:
@@ -231,51 +264,37 @@ class LoadSetup:
         router: the router plan (``fronde serve``, every c).
         calibration: Fronde mode → the static arm whose curve is that mode's backend's.
         settings: the settings every static arm starts with (slots and context set).
+        more: plans of arms measured at other concurrencies than the run's (``--arm
+            NAME@1,8,32``), each with its part.
     """
 
     static: Plan
     router: Plan
     calibration: dict[Mode, str]
     settings: Settings
+    more: tuple[tuple[Part, Plan], ...] = ()
+
+    def plans(self, part: Part) -> list[Plan]:
+        """The plans of ``part``: its arms at other concurrencies first, then the main plan."""
+        main = self.static if part == "static" else self.router
+        return [p for k, p in self.more if k == part and p.arms] + ([main] if main.arms else [])
 
 
-def load_setup(
-    settings: Settings,
-    form: Form,
-    max_tokens: int,
-    reps: int,
-    clients: Sequence[int],
-    slots: int,
-    items: int | None = None,
-    placements: Sequence[str] = ("marginal", "best"),
-    skip: Sequence[str] = (),
-    proxy: bool = True,
-) -> LoadSetup:
-    """The arms and plans of a load run (see the module docstring).
+def _router_arms(env: tuple[tuple[str, str], ...]) -> dict[str, Arm]:
+    """A router arm per placement of the measured rule (:data:`ROUTERS`), on ``env``."""
+    return {
+        ROUTERS[p]: Arm(
+            ROUTERS[p],
+            "fronde",
+            env=(*env, ("FRONDE_ROUTER__LOAD_PLACEMENT", p)),
+            about=_router_about(p),
+        )
+        for p in ("marginal", "best", "threshold")
+    }
 
-    Args:
-        settings: the user's settings (profile, modes, GPU offload, speculation).
-        form: the profile's prompt form.
-        max_tokens: the budget of workload A's prompts.
-        reps: repetitions of every block.
-        clients: the concurrencies measured.
-        slots: llama-server slots per backend (``-np``); at least max(clients) so that
-            no request waits in a queue the arms do not share.
-        items: how many items of the agent mix to send (all when None).
-        placements: the measured rule's placements, one router arm each (``router``
-            for marginal, ``router-t`` for threshold, ``router-b`` for best).
-        skip: item ids to leave out (see :func:`agent_mix`).
-        proxy: with router arms, run :data:`PROXY` among them (what the proxy
-            itself changes, on the router's settings).
 
-    Raises:
-        FrondeError: llama-server or the model is missing.
-    """
-    ctx = max(settings.backend.ctx_size, slots * 2048)
-    backend = settings.backend.model_copy(update={"parallel": slots, "ctx_size": ctx})
-    run = settings.model_copy(update={"backend": backend})
-    known = {a.name: a for a in ARMS}
-    static = [known[n] for n in STATIC] + [SPREAD]
+def _calibrate(run: Settings, static: list[Arm]) -> dict[Mode, str]:
+    """Each mode's calibration arm; appends to ``static`` a server for each mode no arm runs."""
     # One server per calibration: plain2's argv is plain's, never a mode's curve.
     specs = {a.name: spec_of(static_argv(a, run)[1]) for a in static if a.servers == 1}
     calibration: dict[Mode, str] = {}
@@ -291,204 +310,85 @@ def load_setup(
             specs[probe.name] = spec
             same = probe.name
         calibration[mode] = same
+    return calibration
+
+
+def load_setup(
+    settings: Settings,
+    form: Form,
+    max_tokens: int,
+    reps: int,
+    clients: Sequence[int],
+    slots: int,
+    items: int | None = None,
+    placements: Sequence[str] = ("marginal", "best"),
+    skip: Sequence[str] = (),
+    proxy: bool = True,
+    *,
+    workload: WorkloadName = "agent",
+    timed: Timed | None = None,
+    arms: Mapping[str, tuple[int, ...] | None] | None = None,
+) -> LoadSetup:
+    """The arms and plans of a load run (see the module docstring).
+
+    Args:
+        settings: the user's settings (profile, modes, GPU offload, speculation).
+        form: the profile's prompt form.
+        max_tokens: the budget of the items that carry none.
+        reps: repetitions of every block.
+        clients: the concurrencies measured.
+        slots: llama-server slots per backend (``-np``); at least max(clients) so that
+            no request waits in a queue the arms do not share.
+        items: how many items of the workload to send (all when None).
+        placements: the measured rule's placements, one router arm each (``router``
+            for marginal, ``router-t`` for threshold, ``router-b`` for best).
+        skip: item ids to leave out (see :func:`~fronde.bench.load_mix.agent_mix`).
+        proxy: with router arms, run :data:`PROXY` among them (what the proxy
+            itself changes, on the router's settings).
+        workload: ``agent`` or ``distinct`` (:mod:`fronde.bench.load_mix`).
+        timed: the blocks' warm-up and window (None: each item once, as the screen
+            sends them); by default :data:`PINNED` runs only with it.
+        arms: name → its own concurrencies (None: ``clients``); by default the static
+            arms, :data:`SPREAD`, the calibration servers, :data:`PINNED`, :data:`PROXY`
+            (``proxy``) and a router arm per placement (``placements``).
+
+    Raises:
+        FrondeError: llama-server or the model is missing; an arm name that is none,
+            or ``plain-nobs`` while the plain arm has no ``--backend-sampling``.
+    """
+    ctx = max(settings.backend.ctx_size, slots * 2048)
+    backend = settings.backend.model_copy(update={"parallel": slots, "ctx_size": ctx})
+    run = settings.model_copy(update={"backend": backend})
+    known = {a.name: a for a in ARMS}
+    static = [known[n] for n in STATIC] + [SPREAD]
+    calibration = _calibrate(run, static)
     env = (
         ("FRONDE_BACKEND__PARALLEL", str(slots)),
         ("FRONDE_BACKEND__CTX_SIZE", str(ctx)),
         ("FRONDE_ROUTER__LOAD_RULE", "measured"),
     )
-    routers = [
-        Arm(
-            ROUTERS[p],
-            "fronde",
-            env=(*env, ("FRONDE_ROUTER__LOAD_PLACEMENT", p)),
-            about=_router_about(p),
+    routers = _router_arms(env)
+    variant = PLAIN_NOBS if BACKEND_SAMPLING in static_argv(known["plain"], run)[1] else PLAIN_BS
+    every = [*static, PINNED, variant, replace(PROXY, env=env), *routers.values()]
+    if arms is None:  # the default arms
+        named = [ROUTERS[p] for p in placements]
+        chosen = [a.name for a in static] + [PINNED.name] * bool(timed)
+        arms = dict.fromkeys(chosen + [PROXY.name] * (proxy and bool(named)) + named)
+    wrong = sorted(set(arms) - {a.name for a in every})
+    if wrong:
+        hint = f" (the plain arm has{' no' * (variant is PLAIN_BS)} {BACKEND_SAMPLING})"
+        raise FrondeError(
+            f"no load arm {', '.join(wrong)}; arms: {', '.join(a.name for a in every)}" + hint
         )
-        for p in placements
-    ]
-    if proxy and routers:
-        routers.insert(0, replace(PROXY, env=env))
-    levels = tuple(Level(c) for c in clients)
-    mix = agent_mix(items, skip=skip)
-    return LoadSetup(
-        Plan.single(mix, static, reps, form, max_tokens, levels),
-        Plan.single(mix, routers, reps, form, max_tokens, levels),
-        calibration,
-        run,
-    )
+    mix = load_mix(workload, items, skip)
 
+    def plan(kind: Part, cs: tuple[int, ...] | None) -> Plan:
+        picked = [a for a in every if (a.kind == "static") == (kind == "static")]
+        picked = [a for a in picked if a.name in arms and arms[a.name] == cs]
+        levels = tuple(Level(c, timed=timed) for c in (cs or clients))
+        return Plan.single(mix, picked, reps, form, max_tokens, levels)
 
-@dataclass(frozen=True)
-class LoadRow:
-    """One (arm, c) cell, medians over repetitions (units in the field names).
-
-    Attributes:
-        arm: the arm.
-        c: concurrent clients.
-        tok_s: aggregate decode tok/s in the steady window (median over repetitions).
-        tok_s_lo: the lowest repetition's.
-        tok_s_hi: the highest repetition's.
-        p50_s: median end-to-end latency of a request, s.
-        p99_s: 99th percentile, s.
-        ttft_s: median time to first token, s.
-        in_flight: mean requests in flight in the steady window.
-        n: requests counted (all repetitions).
-        failed: requests that failed.
-        reps: repetitions measured.
-        routes: router arm: ``route→mode`` counts.
-        tok_s_reps: repetition → its tok/s (the repetitions that measured one).
-        server_tok_s: the median request's decode tok/s by its llama-server's own
-            ``timings`` (``predicted_per_second``; requests of :data:`SERVER_MIN_TOKENS`
-            tokens or more, loops left out), all repetitions; None without timings. It
-            tells a server decoding faster from the hop or the clients changing the
-            aggregate.
-        window_s: the steady window's length (:func:`steady_window`), median over
-            repetitions, s; None when every request of a block left at once (one
-            request, or no more items than clients). Tok/s rests on the tokens
-            decoded in it: on the H200 gemma's c = 32 blocks (51 items) had 1.7 s, and
-            one arm's repetitions spread ±15 % there.
-    """
-
-    arm: str
-    c: int
-    tok_s: float
-    tok_s_lo: float
-    tok_s_hi: float
-    p50_s: float
-    p99_s: float
-    ttft_s: float | None
-    in_flight: float
-    n: int
-    failed: int
-    reps: int
-    routes: dict[str, int]
-    tok_s_reps: dict[int, float] = field(default_factory=dict[int, float])
-    server_tok_s: float | None = None
-    window_s: float | None = None
-
-
-SERVER_MIN_TOKENS = 8
-"""The fewest tokens a request decodes to count in :attr:`LoadRow.server_tok_s`: a
-short answer's rate is a few passes' (llama-server's ``predicted_per_second``)."""
-
-
-def looping_items(samples: Iterable[dict[str, Any]]) -> list[str]:
-    """Items whose answer looped in any arm, at any c or repetition, sorted."""
-    return sorted(
-        {s["item"] for s in samples if s.get("ok") and s.get("repetition", 0) > LOOP_SCORE}
-    )
-
-
-def steady_window(samples: Sequence[dict[str, Any]]) -> tuple[float, float]:
-    """The steady part of one closed-loop block: from the first request sent to the last.
-
-    ``c`` clients share one queue of items; until the last item is sent every client
-    has a request in flight, after it the block drains and fewer than ``c`` are. The
-    first H200 run measured Σ tokens ÷ the whole span instead, and the drain (a few
-    whole-file answers finishing alone) filled most of it at c = 32, so every arm's
-    figure read as flat in c. Returns (start, end) in the records' ``t0`` clock, s;
-    end ≤ start when the block had one request.
-    """
-    starts = [s["t0"] for s in samples]
-    return min(starts), max(starts)
-
-
-def _overlap(a0: float, a1: float, lo: float, hi: float) -> float:
-    return max(0.0, min(a1, hi) - max(a0, lo))
-
-
-def _tokens_between(s: dict[str, Any], lo: float, hi: float) -> float:
-    """A request's tokens decoded inside [lo, hi], spread evenly from its first token on."""
-    first = s["t0"] + (s.get("ttft_s") or 0.0)
-    end = s["t0"] + s["wall_s"]
-    n = float(s["tokens"] or 0)
-    if end <= first:
-        return n if lo <= end <= hi else 0.0
-    return n * _overlap(first, end, lo, hi) / (end - first)
-
-
-def level_c(level: str) -> int:
-    """The concurrency of a level tag (:attr:`~fronde.bench.protocol.Level.tag`).
-
-    ``c32`` → 32, ``c24-gap0.25-plain`` → 24, the empty tag (one client) → 1.
-    """
-    head = level.split("-")[0]
-    return int(head[1:]) if head.startswith("c") else 1
-
-
-def load_rows(samples: Sequence[dict[str, Any]], loops: Sequence[str]) -> list[LoadRow]:
-    """Every (arm, c) cell of ``samples`` (records of one load run), in run order."""
-    cells: dict[tuple[str, int], dict[int, list[dict[str, Any]]]] = defaultdict(
-        lambda: defaultdict(list)
-    )
-    for s in samples:
-        cells[(s["arm"], level_c(s["level"]))][s["rep"]].append(s)
-    left = set(loops)
-    rows: list[LoadRow] = []
-    for (arm, c), reps in cells.items():
-        rates: list[float] = []
-        by_rep: dict[int, float] = {}
-        loads: list[float] = []
-        walls: list[float] = []
-        ttfts: list[float] = []
-        served: list[float] = []
-        windows: list[float] = []
-        routes: Counter[str] = Counter()
-        for rep_no, rep in reps.items():
-            ok = [s for s in rep if s["ok"]]
-            if not ok:
-                continue
-            kept = [s for s in ok if s["item"] not in left]
-            lo, hi = steady_window(ok)
-            span = max(s["t0"] + s["wall_s"] for s in ok) - min(s["t0"] for s in ok)
-            n_rates = len(rates)
-            if hi > lo:
-                windows.append(hi - lo)
-                rates.append(sum(_tokens_between(s, lo, hi) for s in kept) / (hi - lo))
-                loads.append(
-                    sum(_overlap(s["t0"], s["t0"] + s["wall_s"], lo, hi) for s in ok) / (hi - lo)
-                )
-            elif span > 0:  # one request: its own span
-                rates.append(sum(s["tokens"] or 0 for s in kept) / span)
-                loads.append(sum(s["wall_s"] for s in ok) / span)
-            if len(rates) > n_rates:
-                by_rep[int(rep_no)] = round(rates[-1], 1)
-            walls += [s["wall_s"] for s in kept]
-            ttfts += [s["ttft_s"] for s in kept if s.get("ttft_s") is not None]
-            served += _server_rates(kept)
-            for s in ok:
-                route: dict[str, Any] = s.get("route") or {}
-                if "class" in route:
-                    routes[f"{route['class']}→{route.get('mode', '?')}"] += 1
-        n_all = sum(len(r) for r in reps.values())
-        failed = sum(not s["ok"] for r in reps.values() for s in r)
-        rows.append(
-            LoadRow(
-                arm,
-                c,
-                round(median(rates), 1) if rates else 0.0,
-                round(min(rates), 1) if rates else 0.0,
-                round(max(rates), 1) if rates else 0.0,
-                round(float(np.percentile(walls, 50)), 3) if walls else float("nan"),
-                round(float(np.percentile(walls, 99)), 3) if walls else float("nan"),
-                round(float(np.percentile(ttfts, 50)), 3) if ttfts else None,
-                round(median(loads), 1) if loads else 0.0,
-                n_all - failed,
-                failed,
-                len(rates),
-                dict(routes.most_common()),
-                dict(sorted(by_rep.items())),
-                round(median(served), 1) if served else None,
-                round(median(windows), 2) if windows else None,
-            )
-        )
-    return rows
-
-
-def _server_rates(samples: Iterable[dict[str, Any]]) -> list[float]:
-    """Each request's decode tok/s by its server's timings (:attr:`LoadRow.server_tok_s`)."""
-    parsed = (Timings.parse(s.get("timings")) for s in samples)
-    return [
-        t.predicted_per_second
-        for t in parsed
-        if t is not None and t.predicted_n >= SERVER_MIN_TOKENS
-    ]
+    sets = sorted({cs for cs in arms.values() if cs is not None})
+    parts: tuple[Part, Part] = ("static", "router")
+    more: list[tuple[Part, Plan]] = [(kind, plan(kind, cs)) for cs in sets for kind in parts]
+    return LoadSetup(plan("static", None), plan("router", None), calibration, run, tuple(more))

@@ -29,11 +29,11 @@ from collections.abc import Sequence
 from itertools import combinations
 from typing import Any
 
-from fronde.bench.load import PROXY, ROUTERS, SPREAD, level_c
+from fronde.bench.load import CONTROLS, ROUTERS, level_c
 
 __all__ = ["race_lines"]
 
-_NOT_ONE_SERVER = {SPREAD.name, PROXY.name, *ROUTERS.values()}
+_NOT_ONE_SERVER = {*CONTROLS, *ROUTERS.values()}
 
 
 def _rate(times: dict[str, tuple[int, float]], items: Sequence[str]) -> float:

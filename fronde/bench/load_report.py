@@ -8,12 +8,12 @@ from a folder's records (finished or not, gzipped as committed); the page itself
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any, cast
 
-from fronde.bench.load import PROXY, ROUTERS, arm_about, load_rows, looping_items
+from fronde.bench.load import arm_about, load_rows, looping_items
 from fronde.bench.load_page import (
     answer_lines,
     load_markdown,
@@ -25,12 +25,13 @@ from fronde.bench.load_page import (
     session_verdicts,
 )
 from fronde.bench.load_race import race_lines
-from fronde.bench.load_sessions import session_curves, session_ratios, tagged_samples
+from fronde.bench.load_ratios import ratio_sets
+from fronde.bench.load_sessions import session_curves, tagged_samples
 from fronde.bench.store import Store
 from fronde.errors import FrondeError
 from fronde.modes import Mode
 
-__all__ = ["recorded_run", "report_load", "write_load_page"]
+__all__ = ["recorded_run", "report_load", "run_about", "write_load_page"]
 
 RACE_HEAD = "## Racing two servers at c = 1 (read off the static arms, in-sample)"
 """The page's heading over :func:`~fronde.bench.load_race.race_lines`."""
@@ -56,6 +57,7 @@ def write_load_page(
     title: str,
     calibration: Mapping[Mode, str],
     meta: Mapping[str, Any],
+    about: Sequence[str] = (),
 ) -> list[str]:
     """Write a load run's ``load.json``, ``load.md`` and ``load.png`` into ``out``.
 
@@ -67,6 +69,7 @@ def write_load_page(
         title: the page's and the plot's title.
         calibration: Fronde mode → the static arm whose curve is that mode's backend's.
         meta: more fields for ``load.json`` (``run``, ``slots``, ``screened``).
+        about: lines on the run for the page's head (:func:`run_about`).
 
     Returns:
         The verdict lines (:func:`session_verdicts`).
@@ -81,12 +84,7 @@ def write_load_page(
     own = own_time_lines(samples)
     answers = answer_lines(samples)
     arms = list(dict.fromkeys(r.arm for r in rows))
-    pairs = [(PROXY.name, "plain")] + [(r, PROXY.name) for r in ROUTERS.values() if r in arms]
-    proxy = {
-        f"{num} ÷ {den}": ratios
-        for num, den in pairs
-        if (ratios := session_ratios(samples, loops, num, den))
-    }
+    ratios = ratio_sets(samples, loops, arms)
     race = race_lines(samples, loops)
     legend = {a: arm_about(a) for a in arms}
     legend |= {f"(calibration) {m}": arm for m, arm in calibration.items()}
@@ -100,7 +98,11 @@ def write_load_page(
         "quarantines": quarantines,
         "own_time": own,
         "answers_c1": answers,
-        "proxy": {k: {str(c): v for c, v in r.items()} for k, r in proxy.items()},
+        "ratios": {
+            kind: {k: {str(c): v for c, v in r.items()} for k, r in by_label.items()}
+            for kind, by_label in ratios.items()
+        },
+        "about": list(about),
         "race": race,
         "served_costs": {a: asdict(c) | {"draft_cost": c.draft_cost} for a, c in costs.items()},
     }
@@ -116,10 +118,11 @@ def write_load_page(
         spread,
         costs,
         quarantines,
-        proxy,
+        ratios,
         own,
         answers,
         [str(i) for i in cast("list[Any]", meta.get("screened") or [])],
+        about,
     )
     if race:
         page += "\n".join(["", RACE_HEAD, "", RACE_ABOUT, "", *race, ""])
@@ -181,5 +184,39 @@ def report_load(out: Path) -> list[str]:
         "screened": identity.get("skip", []),
     }
     return write_load_page(
-        out, store, title=str(title or "Load"), calibration=calibration, meta=meta
+        out,
+        store,
+        title=str(title or "Load"),
+        calibration=calibration,
+        meta=meta,
+        about=run_about(identity),
     )
+
+
+def run_about(identity: Mapping[str, Any]) -> list[str]:
+    """What a load run measured, from its run record's ``identity``, for the page's head.
+
+    The workload, the servers' slot history, the window and warm-up, and whether each
+    item was sent once; a field a run of older code did not record is said so.
+    """
+    if "window_s" not in identity:
+        return [
+            "Recorded before timed windows: the workload was the agent mix, each item sent "
+            "once per block on fresh servers, a new connection per request; no workload, "
+            "history or window was recorded (tok/s read as `†` says under the table)."
+        ]
+    workload = {"agent": "the agent mix", "distinct": "distinct short chat prompts"}
+    name = str(identity.get("workload", "agent"))
+    history = int(identity.get("history") or 0)
+    own = " (agent steps: their own budgets)" if name == "agent" else ""
+    lines = [
+        f"Workload: {workload.get(name, name)}; answers of {identity.get('max_tokens')} "
+        f"tokens at most{own}; the requests as sent are in `workload.json` "
+        "(`scripts/load_check.py` sends them as an outside client).",
+        "Servers: fresh for every block"
+        + (f", then {history} short requests at once (slot history)." if history else "."),
+        f"Window: {identity.get('window_s')} s after a warm-up of {identity.get('warmup_s')} s, "
+        "closed-loop clients over keep-alive connections"
+        + ("; each item sent at most once." if identity.get("once") else "."),
+    ]
+    return lines

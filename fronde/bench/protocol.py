@@ -24,7 +24,6 @@ block's one set of servers.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import time
 import uuid
@@ -37,6 +36,7 @@ import httpx
 
 from fronde.bench.arms import Arm, Target, started
 from fronde.bench.client import bench_http, send
+from fronde.bench.passes import Timed, item_body, request_sample, sample_head, send_each, timed_pass
 from fronde.bench.store import Store
 from fronde.bench.workloads import Form, Item, Workload
 from fronde.config import Settings
@@ -68,17 +68,21 @@ class Level:
     """How a block sends its items.
 
     At most ``concurrency`` in flight, launches at least ``gap_s`` seconds apart,
-    streamed or not. The default sends one after the other, streamed.
+    streamed or not. The default sends one after the other, streamed. With ``timed``,
+    ``concurrency`` closed-loop clients over a warm-up and a window instead
+    (:func:`~fronde.bench.passes.timed_pass`), streamed, no gap.
     """
 
     concurrency: int = 1
     gap_s: float = 0.0
     stream: bool = True
+    timed: Timed | None = None
 
     @property
     def tag(self) -> str:
-        """e.g. ``c8``, ``c24-gap0.25-plain``; empty for the default."""
-        parts = [f"c{self.concurrency}"] if self != Level() else []
+        """e.g. ``c8``, ``c24-gap0.25-plain``; empty for one client, streamed, no gap."""
+        alone = (self.concurrency, self.gap_s, self.stream) == (1, 0.0, True)
+        parts = [] if alone else [f"c{self.concurrency}"]
         parts += [f"gap{self.gap_s:g}"] if self.gap_s else []
         parts += [] if self.stream else ["plain"]
         return "-".join(parts)
@@ -195,62 +199,6 @@ async def _prepare(http: httpx.AsyncClient, plan: Plan, target: Target, arm: Arm
             await send(http, target.base_url, plan.form, body, target.headers)
 
 
-def _sample_head(item: Item, order: int, level: Level, t_start: float) -> dict[str, Any]:
-    """A sample's item, domain, order, level and start (s since ``t_start``, perf_counter)."""
-    rec: dict[str, Any] = {"item": item.id, "domain": item.domain, "order": order}
-    return rec | {"level": level.tag, "t0": round(time.perf_counter() - t_start, 4)}
-
-
-async def _request(
-    http: httpx.AsyncClient,
-    plan: Plan,
-    target: Target,
-    item: Item,
-    head: dict[str, Any],
-    level: Level,
-) -> dict[str, Any]:
-    """Send one item; its sample record (``ok`` False with the error on a failure)."""
-    body = target.body(item, plan.form, plan.max_tokens) | {"stream": level.stream}
-    if not level.stream:
-        body.pop("stream_options")
-    try:
-        with target.server() as url:
-            sample = await send(http, url, plan.form, body, target.headers)
-        return {**head, "ok": True, **sample.record()}
-    except (FrondeError, httpx.HTTPError) as exc:
-        return {**head, "ok": False, "error": f"{type(exc).__name__}: {exc}"[:500]}
-
-
-async def _pass(
-    http: httpx.AsyncClient,
-    plan: Plan,
-    target: Target,
-    workload: Workload,
-    level: Level,
-    emit: Callable[[dict[str, Any]], None],
-    progress: Progress,
-) -> None:
-    """Send every item of ``workload`` as ``level`` says; one record per request."""
-    gate = asyncio.Semaphore(level.concurrency)
-    t_start = time.perf_counter()
-
-    async def one(order: int, item: Item) -> None:
-        rec = _sample_head(item, order, level, t_start)
-        try:
-            emit(await _request(http, plan, target, item, rec, level))
-        finally:
-            gate.release()
-        progress("", 1)
-
-    tasks: list[asyncio.Task[None]] = []
-    for order, item in enumerate(workload.items):
-        await gate.acquire()
-        tasks.append(asyncio.create_task(one(order, item)))
-        if level.gap_s:
-            await asyncio.sleep(level.gap_s)
-    await asyncio.gather(*tasks)
-
-
 async def run_plan(
     plan: Plan,
     settings: Settings,
@@ -317,8 +265,31 @@ async def run_plan(
                     say(f"{doing}: priming {arm.name} ({len(plan.priming.items)} requests)")
                 await _prepare(http, plan, t, arm)
                 what = "steps" if workload.sessions else "requests"
-                say(f"{doing}: {arm.name}, {len(workload.items)} {what}")
-                await _pass(http, plan, t, workload, level, emit, progress)
+                timed = level.timed
+                say(
+                    f"{doing}: {arm.name}, {len(workload.items)} {what}"
+                    if timed is None
+                    else f"{doing}: {arm.name}, {timed.warmup_s:g} s + {timed.window_s:g} s"
+                )
+                if level.timed is None:
+                    how = (level.tag, level.gap_s, level.stream)
+                    c = level.concurrency
+                    await send_each(
+                        http, t, plan.form, plan.max_tokens, workload, c, how, emit, progress
+                    )
+                else:
+                    await timed_pass(
+                        t,
+                        plan.form,
+                        plan.max_tokens,
+                        workload,
+                        level.concurrency,
+                        level.timed,
+                        level=level.tag,
+                        pin=arm.pin,
+                        emit=emit,
+                    )
+                    progress("", len(workload.items))  # a timed block counts as its items
                 await ended(head, arm, t, t0)
         except (FrondeError, httpx.HTTPError, OSError) as exc:
             failed(head, exc)
@@ -349,8 +320,9 @@ async def run_plan(
             for order, item in enumerate(workload.items):
                 for j in range(len(live)):
                     arm, t = live[(order + rep + j) % len(live)]
-                    rec = _sample_head(item, order, Level(), t_start)
-                    sample = await _request(http, plan, t, item, rec, Level())
+                    rec = sample_head(item, order, "", t_start)
+                    body = item_body(t, item, plan.form, plan.max_tokens)
+                    sample = await request_sample(http, t, plan.form, body, rec)
                     store.append({"type": "sample", **heads[arm.name], **sample})
                     progress("", 1)
             for arm, t in live:

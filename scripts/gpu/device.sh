@@ -12,7 +12,9 @@
 #   hop            what each part of Fronde's hop does to a server (scripts/gpu/hop_probe.py)
 #   batched        llama-batched-bench: one model's decode tok/s against parallel sequences
 #   burst-hop      what Fronde adds to a burst's first tokens, fake servers (scripts/burst_hop.py)
-#   atlas | verdict | load   the measurements; results are tarred into $OUT (PROFILE=...)
+#   atlas | verdict | load   the measurements; results are tarred into $OUT (PROFILE=...);
+#                  load takes the plan in LOAD_* variables and, with LOAD_CHECK, runs the
+#                  outside client on the run (scripts/gpu/outside_check.py)
 # See scripts/gpu/README.md for the order of calls and what each carries.
 set -euo pipefail
 export FRONDE_CACHE_DIR=${FRONDE_CACHE_DIR:-/root/fronde-cache}
@@ -234,7 +236,17 @@ case "${1:?step}" in
   load)
     profile=${PROFILE:?PROFILE=cpu-gemma-270m or cpu-smollm2-135m}
     mkdir -p /root/fronde-results
-    name="load-gpu-h200-$profile-$STAMP${LOAD_TAG:-}"
+    # The plan's variables (scripts/gpu/README.md, "The next run"): LOAD_WORKLOAD (agent,
+    # distinct), LOAD_HISTORY (fresh, warm), LOAD_WINDOW_S and LOAD_WARMUP_S, LOAD_CLIENTS
+    # ("1 8 32"), LOAD_ARMS ("plain pinned default@1,8,32 …": --arm each), LOAD_REPS; set
+    # none of them and the step runs `fronde bench load`'s defaults with LOAD_ARGS alone.
+    # LOAD_CHECK ("plain pinned router-b") then runs the outside client on those arms at
+    # LOAD_CHECK_CLIENTS ("1 8 32") once the load has finished: check.jsonl in the folder.
+    workload=${LOAD_WORKLOAD:-agent}
+    history=${LOAD_HISTORY:-fresh}
+    gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1 \
+      | grep -oi "h100\|h200\|a100\|l40s" | tr 'A-Z' 'a-z' || true)
+    name="load-gpu-${gpu:-h200}-$profile-$STAMP${LOAD_WORKLOAD:+-$workload-$history}${LOAD_TAG:-}"
     # LOAD_SEED=results/<an earlier load folder> (carried in the working tree): this run
     # goes on from its records, in its name, so that repetitions add up over sessions
     # (LOAD_ARGS="--reps 2" then runs only the second). LOAD_FRESH_ARMS="router router-b"
@@ -266,14 +278,42 @@ case "${1:?step}" in
       cpu-gemma-270m) draft_cost=0.37 ;;
       *) draft_cost=0.20 ;;
     esac
-    FRONDE_PROFILE=$profile FRONDE_SPECULATION__NGRAM_MOD_N_MIN=48 \
+    # The same settings for the load and for the outside check's servers.
+    export FRONDE_PROFILE=$profile FRONDE_SPECULATION__NGRAM_MOD_N_MIN=48 \
       FRONDE_SPECULATION__NGRAM_MOD_N_MAX=64 FRONDE_ROUTER__DRAFT_COST=${LOAD_DRAFT_COST:-$draft_cost} \
       FRONDE_MODES=${LOAD_MODES:-'["baseline", "ngram-simple", "ngram-mod", "cascade"]'} \
-      FRONDE_BACKEND__EXTRA_ARGS=${LOAD_EXTRA:-'[]'} FRONDE_BACKEND__PLAIN_ARGS=${LOAD_PLAIN:-'[]'} \
-      timeout "${LOAD_TIMEOUT_S:-560}" python3 -m fronde bench load --out "$out" ${LOAD_ARGS:-} \
-      >> "$out/console.log" 2>&1 || echo "bench load exited with $?"
+      FRONDE_BACKEND__EXTRA_ARGS=${LOAD_EXTRA:-'[]'} FRONDE_BACKEND__PLAIN_ARGS=${LOAD_PLAIN:-'[]'}
+    plan=()
+    [ -n "${LOAD_WORKLOAD:-}" ] && plan+=(--workload "$workload")
+    [ -n "${LOAD_HISTORY:-}" ] && plan+=(--history "$history")
+    [ -n "${LOAD_WINDOW_S:-}" ] && plan+=(--window-s "$LOAD_WINDOW_S")
+    [ -n "${LOAD_WARMUP_S:-}" ] && plan+=(--warmup-s "$LOAD_WARMUP_S")
+    [ -n "${LOAD_REPS:-}" ] && plan+=(--reps "$LOAD_REPS")
+    for c in ${LOAD_CLIENTS:-}; do plan+=(--clients "$c"); done
+    for a in ${LOAD_ARMS:-}; do plan+=(--arm "$a"); done
+    status=0
+    # shellcheck disable=SC2086  # LOAD_ARGS is a list of options
+    timeout "${LOAD_TIMEOUT_S:-560}" python3 -m fronde bench load --out "$out" "${plan[@]}" \
+      ${LOAD_ARGS:-} >> "$out/console.log" 2>&1 || status=$?
+    [ "$status" = 0 ] || echo "bench load exited with $status"
     grep -v "^requests" "$out/console.log" | tail -30
-    tar czf "$OUT/$name.tgz" --exclude=logs -C /root/fronde-results "$name"
+    if [ "$status" = 0 ] && [ -n "${LOAD_CHECK:-}" ]; then
+      # The outside client (scripts/load_check.py) on the same arms, fresh servers each
+      # (arm, c), until this call's end (LOAD_CALL_S, 585 s of the call's 600); a call
+      # cut short leaves check.jsonl, and the same command again goes on from it.
+      check=()
+      for a in $LOAD_CHECK; do check+=(--arm "$a"); done
+      for c in ${LOAD_CHECK_CLIENTS:-1 8 32}; do check+=(--clients "$c"); done
+      left=$(( ${LOAD_CALL_S:-585} - SECONDS ))
+      if [ "$left" -lt 30 ]; then
+        echo "no time left in this call for the outside check: call the same command again"
+      else
+        timeout "$left" python3 scripts/gpu/outside_check.py "$out" "${check[@]}" \
+          --out "$out/check.jsonl" 2>&1 | tee -a "$out/console.log" \
+          || echo "outside check cut short: call the same command again"
+      fi
+    fi
+    tar czf "$OUT/$name.tgz" --exclude=logs --exclude=outside-logs -C /root/fronde-results "$name"
     ;;
   *) echo "device.sh: unknown step $1" >&2; exit 2 ;;
 esac

@@ -30,6 +30,9 @@ rest is ignored) plus knobs in the manner of llama-swap's ``cmd/fake-model``:
   llama-server does for a token that ends inside a multi-byte character.
 - ``--fake-record PATH``: append every POST as a JSON line ``{"path", "body"}`` to PATH,
   so a test can see which fields reached the backend on each route (streams included).
+- ``--fake-token-log FILE``: append each generated token's wall-clock time (``time.time()``,
+  s) to FILE, one a line: what the server sent, and when, for a client's count to be
+  checked against.
 
 A body field ``fake_backend_error: true`` gets a llama-server-style HTTP 400.
 ``/v1/completions`` with ``prompt`` a list of prompts answers as b11434 does with one
@@ -146,6 +149,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--fake-no-tool-template", action="store_true")
     p.add_argument("--fake-lose-every", type=int, default=None)
     p.add_argument("--fake-record", default=None)
+    p.add_argument("--fake-token-log", default=None)
     p.add_argument("--version", action="store_true")
     args, _unknown = p.parse_known_args(argv)
     return args
@@ -289,6 +293,9 @@ def build_app(args: argparse.Namespace) -> FastAPI:
                     return
                 await asyncio.sleep(1.0 / args.fake_tps)
                 predicted[0] += 1
+                if args.fake_token_log:
+                    with open(args.fake_token_log, "a") as log:  # noqa: ASYNC230 - a test knob
+                        log.write(f"{time.time():.6f}\n")
                 yield words[i % len(words)] + " "
         finally:
             busy[0] -= 1

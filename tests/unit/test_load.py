@@ -296,12 +296,13 @@ def _sample(
     return base | kw
 
 
-def test_rows_count_aggregate_tokens_in_the_steady_window_and_leave_loops_out(
+def test_old_records_count_aggregate_tokens_in_the_steady_window_and_list_loops_apart(
     tmp_path: Path,
 ) -> None:
     samples = [
-        # plain, c = 2: two 1-s requests side by side, then one more: the steady window
-        # is [0, 1] s (first send to last send), the drain after it is left out.
+        # plain, c = 2, records without arrival counts (a run before timed windows): two
+        # 1-s requests side by side, then one more: the steady window is [0, 1] s (first
+        # send to last send), the drain after it is left out.
         _sample("plain", 2, 0, "a", 0.0, 1.0),
         _sample("plain", 2, 0, "b", 0.0, 1.0),
         _sample("plain", 2, 0, "loop", 1.0, 1.0, repetition=0.9),
@@ -315,7 +316,7 @@ def test_rows_count_aggregate_tokens_in_the_steady_window_and_leave_loops_out(
     assert loops == ["loop"]
     rows = {r.arm: r for r in load_rows(samples, loops)}
     plain, router = rows["plain"], rows["router"]
-    assert plain.tok_s == pytest.approx(20.0)  # 20 tokens (the loop left out) ÷ 1 s
+    assert plain.tok_s == pytest.approx(20.0)  # 20 tokens ÷ 1 s (the loop's came after)
     assert plain.in_flight == pytest.approx(2.0) and plain.n == 3 and plain.failed == 0
     assert router.tok_s == pytest.approx(40.0) and router.failed == 1
     assert router.routes == {"load→baseline": 1, "fallback→ngram-mod": 1}
@@ -327,7 +328,8 @@ def test_rows_count_aggregate_tokens_in_the_steady_window_and_leave_loops_out(
     curves = curves_from(list(rows.values()), {Mode.BASELINE: "plain"}, "here")
     assert curves.points == {Mode.BASELINE: ((2, 20.0),)}
     page = load_markdown(list(rows.values()), loops, "t", {"plain": "p"}, curves)
-    assert "| 2 | router | 40 |" in page and "looping in some arm): 1: loop" in page
+    assert "| 2 | router | 40 |" in page and "`w/o loops` in the table): 1: loop" in page
+    assert "| 1.0 † |" in page and "records of a run before timed windows" in page
     assert "`--no-screen` keeps them): 0\n" in page
     page = load_markdown(list(rows.values()), loops, "t", {}, curves, screened=["x-1", "y-2"])
     assert "`--no-screen` keeps them): 2: x-1, y-2" in page

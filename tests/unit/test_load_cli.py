@@ -12,9 +12,15 @@ from pathlib import Path
 from fronde.config import Settings
 
 
-def fronde(args: list[str], env: dict[str, str], cwd: Path) -> None:
+def fronde(args: list[str], env: dict[str, str], cwd: Path) -> str:
+    """``python -m fronde ARGS`` in ``cwd``; its output, after checking it exited 0."""
+    return python(["-m", "fronde", *args], env, cwd)
+
+
+def python(args: list[str], env: dict[str, str], cwd: Path) -> str:
+    """``python ARGS`` in ``cwd``; its output, after checking it exited 0."""
     r = subprocess.run(
-        [sys.executable, "-m", "fronde", *args],
+        [sys.executable, *args],
         env=env,
         cwd=cwd,
         capture_output=True,
@@ -22,6 +28,7 @@ def fronde(args: list[str], env: dict[str, str], cwd: Path) -> None:
         timeout=300,
     )
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    return r.stdout
 
 
 def test_a_load_run_writes_the_page_that_bench_report_writes_again(
@@ -38,6 +45,7 @@ def test_a_load_run_writes_the_page_that_bench_report_writes_again(
     }
     run = tmp_path / "run"
     load = ["bench", "load", "--clients", "1", "--items", "2", "--max-tokens", "8"]
+    load += ["--window-s", "0.5", "--warmup-s", "0.1"]
     fronde([*load, "--slots", "2", "--no-screen", "--out", str(run)], env, tmp_path)
     written = {f: (run / f).read_text() for f in ("load.json", "load.md")}
     meta = json.loads(written["load.json"])["run"]
@@ -47,3 +55,12 @@ def test_a_load_run_writes_the_page_that_bench_report_writes_again(
     fronde(["bench", "report", str(run)], env, tmp_path)
 
     assert {f: (run / f).read_text() for f in written} == written
+    # The requests as sent, for the outside client; and the device's check reads them.
+    sent = json.loads((run / "workload.json").read_text())
+    assert sent["path"] == "/v1/completions" and len(sent["items"]) == 2
+    check = Path(__file__).resolve().parents[2] / "scripts" / "gpu" / "outside_check.py"
+    args = [str(check), str(run), "--arm", "plain", "--clients", "1"]
+    line = python([*args, "--out", str(tmp_path / "check.jsonl")], env, tmp_path)
+    assert line.startswith("plain c=1: outside ") and "bench load " in line
+    [got] = [json.loads(x) for x in (tmp_path / "check.jsonl").read_text().splitlines()]
+    assert got["arm"] == "plain" and got["tok_s"] > 0 and got["window_s"] == 0.5

@@ -76,7 +76,7 @@ def test_the_proxy_control_is_no_static_arm_of_the_verdict() -> None:
     assert session_ratios(apart, [], "fr-plain", "plain") == {}
 
 
-def test_the_page_says_what_the_hop_changes_and_what_routing_adds(tmp_path: Path) -> None:
+def test_the_page_says_what_placement_changes_and_what_routing_adds(tmp_path: Path) -> None:
     store = Store(tmp_path / "records.jsonl")
     store.append(
         {
@@ -96,14 +96,16 @@ def test_the_page_says_what_the_hop_changes_and_what_routing_adds(tmp_path: Path
         store.append({"type": "block", "block": block, "block_id": block, "ok": True})
     report_load(tmp_path)
     page = (tmp_path / "load.md").read_text()
-    assert "## What the proxy itself changes (`fr-plain`)" in page
-    assert "- fr-plain ÷ plain: c=2 1.50×" in page
-    assert "- router-b ÷ fr-plain: c=2 0.80×" in page
+    assert "## Placement and routing (tok/s ratios, same session)" in page
+    placement, routing = page.index("What slot placement gives"), page.index("What routing adds")
+    assert placement < page.index("- fr-plain ÷ plain: c=2 1.50×") < routing
+    assert routing < page.index("- router-b ÷ fr-plain: c=2 0.80×")
+    assert "- router-b ÷ plain: c=2 1.20×" in page
     assert "- `fr-plain`: Fronde in front of the plain server alone" in page
     body = json.loads((tmp_path / "load.json").read_text())
-    assert body["proxy"]["fr-plain ÷ plain"] == pytest.approx({"2": 1.5})
-    # A run without the control has no such section.
-    assert "What the proxy itself changes" not in _page_without(tmp_path, "fr-plain")
+    assert body["ratios"]["placement"]["fr-plain ÷ plain"] == pytest.approx({"2": 1.5})
+    # A run without the control gives no ratio to it.
+    assert "÷ fr-plain" not in _page_without(tmp_path, "fr-plain")
 
 
 def _page_without(folder: Path, arm: str) -> str:

@@ -53,5 +53,6 @@ def test_page_shows_the_window_beside_load() -> None:
     rows = load_rows([*_block(0, [0.0, 0.0, 1.0]), *_block(0, [0.0], c=1)], [])
     page = load_markdown(rows, [], "t", {}, None)
     assert "| load | window s | n |" in page
-    assert "| 2.0 | 1.0 | 3 |" in page  # c = 2: load 2.0, window 1.0 s, 3 requests
+    # c = 2: load 2.0, window 1.0 s (read as records without arrival times are), 3 requests
+    assert "| 2.0 | 1.0 † | 3 |" in page
     assert "| 1.0 | - | 1 |" in page  # c = 1: one request, no window

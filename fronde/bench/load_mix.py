@@ -1,0 +1,72 @@
+"""The load run's workloads, and the file of requests an outside client sends again.
+
+- ``agent``: the agent mix (:func:`agent_mix`), workload A's first-encounter prompts
+  and workload B's agent steps in one seeded shuffle (74 items; the screen leaves out
+  those that loop on a fresh plain server, 52 of gemma's on the H200).
+- ``distinct``: many short chat prompts, none alike
+  (:func:`~fronde.bench.workloads.distinct.distinct_workload`, 1,536).
+
+``workload.json`` (:func:`workload_file`) holds every request body exactly as the
+benchmark sends it to a llama-server, in send order, and the endpoint:
+``scripts/load_check.py`` reads it to measure a server as an outside client.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Literal
+
+from fronde.bench.client import PATHS
+from fronde.bench.workloads import Form, Workload, load_workload
+from fronde.bench.workloads.distinct import DISTINCT_TOKENS, distinct_workload
+
+__all__ = ["WORKLOADS", "WorkloadName", "agent_mix", "default_tokens", "load_mix", "workload_file"]
+
+WorkloadName = Literal["agent", "distinct"]
+"""The load run's workloads (``fronde bench load --workload``)."""
+
+WORKLOADS: tuple[WorkloadName, ...] = ("agent", "distinct")
+
+
+def agent_mix(items: int | None = None, seed: int = 23, skip: Sequence[str] = ()) -> Workload:
+    """Workload A's prompts and workload B's agent steps, shuffled with ``seed``.
+
+    ``skip`` leaves those item ids out (the items the screen found looping); ``items``
+    then keeps the first that many of the shuffled mix (all when None).
+    """
+    mix = [*load_workload("first-encounter").items, *load_workload("agent-sessions").items]
+    random.Random(seed).shuffle(mix)  # noqa: S311 - a reproducible order, not a secret
+    left = set(skip)
+    return Workload("agent-mix", tuple([i for i in mix if i.id not in left][:items]))
+
+
+def load_mix(name: WorkloadName, items: int | None = None, skip: Sequence[str] = ()) -> Workload:
+    """The workload ``name`` (``agent`` or ``distinct``), ``skip`` left out, the first ``items``."""
+    if name == "distinct":
+        left = set(skip)
+        whole = distinct_workload()
+        return Workload(whole.name, tuple([i for i in whole.items if i.id not in left][:items]))
+    return agent_mix(items, skip=skip)
+
+
+def default_tokens(name: WorkloadName) -> int:
+    """The budget of a workload's items that carry none: 64 (agent), 128 (distinct)."""
+    return DISTINCT_TOKENS if name == "distinct" else 64
+
+
+def workload_file(path: Path, workload: Workload, form: Form, max_tokens: int) -> None:
+    """Write ``workload``'s request bodies, as sent to a llama-server, to ``path`` (JSON).
+
+    ``{"name", "path", "items": [{"id", "body"}]}``: ``path`` the endpoint of ``form``
+    (``/v1/chat/completions``), each body streamed with ``stream_options.include_usage``.
+    """
+    body = {
+        "name": workload.name,
+        "path": PATHS[form],
+        "items": [{"id": i.id, "body": i.body(form, max_tokens)} for i in workload.items],
+    }
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(body, ensure_ascii=False, indent=1) + "\n")

@@ -1,0 +1,296 @@
+"""How a block sends its items: each once, or closed-loop clients over a timed window.
+
+:func:`send_each` is the protocol's pass (:mod:`fronde.bench.protocol`): every item
+of the workload once, at most ``c`` in flight, a new connection per request.
+
+:func:`timed_pass` is the load benchmark's (:mod:`fronde.bench.load`): ``c`` clients,
+each sending its next item as soon as its last answer ended (a closed loop) over
+keep-alive connections, as agent tools keep theirs, through the items in order and
+round again, for a warm-up and then a window of fixed length; the answers still
+streaming when it closes are cut off. Every answer's text events are counted before,
+in and after the window, so that the tokens a user received in it can be read
+(:mod:`fronde.bench.load_rows`). With ``pin`` client k
+sends llama-server's ``id_slot`` = k (b11434 ``tools/server/server-context.cpp``,
+``get_available_slot``: a request that names a slot gets it), the placement a server
+could make itself; with ``history`` the server first answers that many short requests
+at once, so that its slots have been used before the clock starts.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+
+from fronde.bench.arms import Target
+from fronde.bench.client import Sample, send
+from fronde.bench.workloads import Form, Item, Workload
+from fronde.errors import FrondeError
+
+__all__ = [
+    "HISTORY_TOKENS",
+    "Timed",
+    "history_item",
+    "keepalive_http",
+    "request_sample",
+    "sample_head",
+    "send_each",
+    "timed_pass",
+    "window_counts",
+]
+
+Emit = Callable[[dict[str, Any]], None]
+"""Takes one sample record."""
+
+Progress = Callable[[str, int], None]
+"""As :data:`fronde.bench.protocol.Progress`: a line (or "") and requests that ended."""
+
+HISTORY_TOKENS = 8
+"""Tokens of each request that gives a server its slot history (``Timed.history``)."""
+
+KEEPALIVE_S = 4.0
+"""How long an idle pooled connection is kept, s: under llama-server's 5 s (cpp-httplib
+``CPPHTTPLIB_KEEPALIVE_TIMEOUT_SECOND``) and uvicorn's 5 s, so that the client drops a
+connection before the server closes it under a request."""
+
+
+@dataclass(frozen=True)
+class Timed:
+    """A timed block: closed-loop clients, a warm-up, then a window of fixed length.
+
+    Attributes:
+        warmup_s: seconds from the clients' start before the window opens; the tokens
+            that arrive then are not counted (the first burst of requests, a fresh
+            server's first steps).
+        window_s: the window's length, s: at least 20 on a GPU, to hold several
+            generations per client at every c.
+        history: requests sent at once (and answered) before the clock starts, one per
+            slot, so that the server's slots have a history (0: fresh servers).
+        once: send each item at most once: when the items run out before the window
+            ends, the window ends at the last request sent (the cell says so).
+    """
+
+    warmup_s: float
+    window_s: float
+    history: int = 0
+    once: bool = False
+
+
+def sample_head(item: Item, order: int, level: str, t_start: float) -> dict[str, Any]:
+    """A sample's item, domain, order, level tag and start (s since ``t_start``)."""
+    rec: dict[str, Any] = {"item": item.id, "domain": item.domain, "order": order}
+    return rec | {"level": level, "t0": round(time.perf_counter() - t_start, 4)}
+
+
+async def request_sample(
+    http: httpx.AsyncClient,
+    target: Target,
+    form: Form,
+    body: dict[str, Any],
+    head: dict[str, Any],
+) -> dict[str, Any]:
+    """Send one request body; its sample record (``ok`` False with the error on a failure)."""
+    try:
+        with target.server() as url:
+            sample = await send(http, url, form, body, target.headers)
+        return {**head, "ok": True, **sample.record()}
+    except (FrondeError, httpx.HTTPError) as exc:
+        return {**head, "ok": False, "error": f"{type(exc).__name__}: {exc}"[:500]}
+
+
+def item_body(
+    target: Target, item: Item, form: Form, max_tokens: int, stream: bool = True
+) -> dict[str, Any]:
+    """``item``'s body for ``target``, streamed with usage or not streamed at all."""
+    body = target.body(item, form, max_tokens) | {"stream": stream}
+    if not stream:
+        body.pop("stream_options", None)
+    return body
+
+
+async def send_each(
+    http: httpx.AsyncClient,
+    target: Target,
+    form: Form,
+    max_tokens: int,
+    workload: Workload,
+    c: int,
+    level: tuple[str, float, bool],
+    emit: Emit,
+    progress: Progress,
+) -> None:
+    """Send every item of ``workload`` once, at most ``c`` in flight; one record per request.
+
+    ``level``: the level's tag, the gap between launches (s) and whether to stream.
+    """
+    tag, gap_s, stream = level
+    gate = asyncio.Semaphore(c)
+    t_start = time.perf_counter()
+
+    async def one(order: int, item: Item) -> None:
+        head = sample_head(item, order, tag, t_start)
+        try:
+            body = item_body(target, item, form, max_tokens, stream)
+            emit(await request_sample(http, target, form, body, head))
+        finally:
+            gate.release()
+        progress("", 1)
+
+    tasks: list[asyncio.Task[None]] = []
+    for order, item in enumerate(workload.items):
+        await gate.acquire()
+        tasks.append(asyncio.create_task(one(order, item)))
+        if gap_s:
+            await asyncio.sleep(gap_s)
+    await asyncio.gather(*tasks)
+
+
+def keepalive_http(connections: int) -> httpx.AsyncClient:
+    """An HTTP client whose connections stay open between requests (agent tools' way).
+
+    Up to ``connections`` idle ones are kept, each for :data:`KEEPALIVE_S`.
+    """
+    return httpx.AsyncClient(
+        timeout=httpx.Timeout(900.0, connect=10.0),
+        limits=httpx.Limits(
+            max_connections=None,
+            max_keepalive_connections=max(1, connections),
+            keepalive_expiry=KEEPALIVE_S,
+        ),
+    )
+
+
+def history_item(k: int) -> Item:
+    """The ``k``-th short request that gives a server slot history (no workload's prompt)."""
+    text = f"Say hello to visitor number {k}."
+    return Item(f"history-{k}", "history", text, ({"role": "user", "content": text},))
+
+
+def window_counts(arrivals: list[float], lo: float, hi: float) -> list[int]:
+    """Text events that arrived before ``lo``, in [lo, hi] and after ``hi`` (perf_counter s)."""
+    before = sum(t < lo for t in arrivals)
+    after = sum(t > hi for t in arrivals)
+    return [before, len(arrivals) - before - after, after]
+
+
+async def _sent(
+    http: httpx.AsyncClient, target: Target, form: Form, body: dict[str, Any], box: list[Sample]
+) -> Sample:
+    """One streamed request into ``box[-1]``; once again if a kept-alive connection was closed.
+
+    A server may close an idle connection just as the pool reuses it, and the request
+    then fails before any byte came back (httpx: "Server disconnected without sending
+    a response"); nothing was generated, so it is sent again once, on a new connection.
+    ``box`` holds the sample being filled, for a caller that cancels the request.
+    """
+    for attempt in (0, 1):
+        box.append(Sample(sent=time.perf_counter()))
+        try:
+            with target.server() as url:
+                return await send(http, url, form, body, target.headers, box[-1])
+        except httpx.RemoteProtocolError as exc:
+            if attempt or "without sending a response" not in str(exc):
+                raise
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+async def timed_pass(
+    target: Target,
+    form: Form,
+    max_tokens: int,
+    workload: Workload,
+    c: int,
+    timed: Timed,
+    *,
+    level: str,
+    pin: bool,
+    emit: Emit,
+) -> None:
+    """``c`` closed-loop clients over ``workload`` for ``timed``'s warm-up and window.
+
+    Client k sends item n (n counted over all clients, the items in order and round
+    again; ``pass`` = n ÷ the number of items) as soon as its last answer ended, until
+    the window closes; then the answers still streaming are cancelled (the server
+    stops their slots), so that no block waits on a long answer's tail that would not
+    count. Such an answer is recorded with ``cut_off``, its tokens its text events (no
+    usage came). With ``pin`` each body names ``id_slot`` = k. Each record carries
+    ``client``, ``pass``, ``win`` (the window, s on the records' ``t0`` clock), ``ev``
+    (text events before, in and after it) and, when the items ran out first
+    (``timed.once``), ``cut``. Records are emitted when the block ends.
+
+    Raises:
+        FrondeError: a history request failed (the block is not measured).
+        httpx.HTTPError: likewise.
+    """
+    items = workload.items
+    if not items:
+        return
+    got: list[tuple[dict[str, Any], Sample | None, str]] = []
+    async with keepalive_http(max(c, timed.history)) as http:
+        if timed.history:
+            bodies = [
+                item_body(target, history_item(k), form, HISTORY_TOKENS)
+                for k in range(timed.history)
+            ]
+            await asyncio.gather(*(_sent(http, target, form, b, []) for b in bodies))
+        t_start = time.perf_counter()
+        lo = t_start + timed.warmup_s
+        hi = lo + timed.window_s
+        cursor = itertools.count()
+
+        async def client(k: int) -> None:
+            while time.perf_counter() < hi:
+                n = next(cursor)
+                if timed.once and n >= len(items):
+                    return
+                item = items[n % len(items)]
+                head = sample_head(item, n, level, t_start) | {"client": k}
+                head["pass"] = n // len(items)
+                body = item_body(target, item, form, max_tokens)
+                body |= {"id_slot": k} if pin else {}
+                box: list[Sample] = []
+                try:
+                    got.append((head, await _sent(http, target, form, body, box), ""))
+                except (FrondeError, httpx.HTTPError) as exc:
+                    got.append((head, None, f"{type(exc).__name__}: {exc}"[:500]))
+                except asyncio.CancelledError:
+                    if box:  # the window closed on it: what arrived counts
+                        got.append((head, box[-1], "cut off"))
+                    raise
+
+        tasks = [asyncio.create_task(client(k)) for k in range(c)]
+        await asyncio.wait(tasks, timeout=max(0.0, hi - time.perf_counter()))
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+    _emit_timed(got, t_start, lo, hi, timed.once, emit)
+
+
+def _emit_timed(
+    got: list[tuple[dict[str, Any], Sample | None, str]],
+    t_start: float,
+    lo: float,
+    hi: float,
+    once: bool,
+    emit: Emit,
+) -> None:
+    """The records of a timed block, in send order (:func:`timed_pass`)."""
+    end, cut = hi, False
+    last = max((t_start + h["t0"] for h, _, _ in got), default=hi)
+    if once and last < hi:
+        end, cut = max(last, lo), True
+    win = [round(lo - t_start, 4), round(end - t_start, 4)]
+    for head, sample, error in sorted(got, key=lambda g: g[0]["t0"]):
+        if sample is None:
+            emit({**head, "ok": False, "error": error, "win": win})
+            continue
+        extra: dict[str, Any] = {"win": win, "ev": window_counts(sample.arrivals, lo, end)}
+        if error:  # cut off: no usage came, each text event is a token
+            sample.tokens = sample.pieces
+            extra["cut_off"] = True
+        emit({**head, "ok": True, **sample.record(), **extra} | ({"cut": True} if cut else {}))

@@ -319,7 +319,7 @@ def batch_cmd(
 
     import httpx
 
-    from fronde.router.dispatch import MAX_BATCH
+    from fronde.request import MAX_BATCH
 
     items: list[Any] = []
     try:
@@ -826,7 +826,7 @@ def _save_floor(settings: Settings, store: Any, out: Path, console: Console) -> 
     """
     from fronde.bench.arms import ARMS
     from fronde.bench.verdict import DRIFT_WARN, table
-    from fronde.router.calibration import FLOORS_FILE, calibration_key, save_floor
+    from fronde.evidence.calibration import FLOORS_FILE, calibration_key, save_floor
 
     a = table(store.samples(), "first-encounter")  # no checks: the report computes them
     forced = {x.name: x.force for x in ARMS if x.reachable and x.name in a.arms}
@@ -1136,7 +1136,7 @@ def bench_load(
     from fronde.bench.protocol import planned_requests, run_plan
     from fronde.bench.serve import run_info
     from fronde.bench.store import Store
-    from fronde.router.calibration import load_key, save_load_curves
+    from fronde.evidence.calibration import load_key, save_load_curves
     from fronde.runtime.local import profile_of
 
     settings = _settings(config)

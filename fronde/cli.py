@@ -318,7 +318,7 @@ def batch_cmd(
 
     import httpx
 
-    from fronde.router.dispatch import MAX_BATCH
+    from fronde.request import MAX_BATCH
 
     items: list[Any] = []
     try:
@@ -825,7 +825,7 @@ def _save_floor(settings: Settings, store: Any, out: Path, console: Console) -> 
     """
     from fronde.bench.arms import ARMS
     from fronde.bench.verdict import DRIFT_WARN, table
-    from fronde.router.calibration import FLOORS_FILE, calibration_key, save_floor
+    from fronde.evidence.calibration import FLOORS_FILE, calibration_key, save_floor
 
     a = table(store.samples(), "first-encounter")  # no checks: the report computes them
     forced = {x.name: x.force for x in ARMS if x.reachable and x.name in a.arms}

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-__all__ = ["Mode", "SpeculationSettings", "mode_args"]
+__all__ = ["FALLBACK_FLOOR", "Mode", "SpeculationSettings", "mode_args"]
 
 
 class Mode(StrEnum):
@@ -26,6 +26,11 @@ class Mode(StrEnum):
     NGRAM_MOD = "ngram-mod"
     CASCADE = "cascade"
     DRAFT = "draft"
+
+
+FALLBACK_FLOOR = Mode.NGRAM_MOD
+"""The starting floor when none was measured (:mod:`fronde.evidence.calibration`): static
+ngram-mod was the best single mode in the verdict of 2026-12-01 (``results/verdict-*-20261201``)."""
 
 
 class SpeculationSettings(BaseModel):

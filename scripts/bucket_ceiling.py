@@ -1,7 +1,7 @@
 """What routing by bucket could give at c = 1, read off a load run's static arms.
 
 The router's predicted rule sends a request to the mode its **bucket** predicts fastest
-(:func:`fronde.router.counterfactual.bucket_of`: the static class and the prompt's
+(:func:`fronde.evidence.counterfactual.bucket_of`: the static class and the prompt's
 self-overlap band). A book that learned each bucket's real best mode perfectly would
 choose, for each bucket, the mode that served its items fastest, and would then meet
 new blocks of the same items. This script reads what that gives off the static arms of
@@ -51,8 +51,8 @@ from fronde.bench.load_sessions import tagged_samples
 from fronde.bench.store import Store
 from fronde.bench.workloads import Form
 from fronde.config import default_models_dir
+from fronde.evidence.counterfactual import bucket_of, self_overlap
 from fronde.router.classify import classify, request_text
-from fronde.router.counterfactual import bucket_of, self_overlap
 from fronde.runtime.models import load_profile
 
 BAND = 0.03

@@ -41,8 +41,8 @@ from fronde.bench.load_report import recorded_run
 from fronde.bench.load_sessions import session_curves
 from fronde.bench.store import Store
 from fronde.config import load_settings
+from fronde.evidence.calibration import load_key, save_load_curves
 from fronde.modes import Mode
-from fronde.router.calibration import load_key, save_load_curves
 
 ROOT = Path(__file__).resolve().parents[1]
 FAKE = ROOT / "tests" / "fakes" / "fake_llama_server.py"
@@ -61,7 +61,7 @@ def save_curves(run: Path, rep: int, env: dict[str, str]) -> str:
     """Save ``run``'s curves (repetition ``rep``'s static arms) for the settings of ``env``.
 
     Each mode's curve from the static arm the run recorded as its calibration; returns
-    the key the curves are saved under (:func:`~fronde.router.calibration.load_key`).
+    the key the curves are saved under (:func:`~fronde.evidence.calibration.load_key`).
     """
     store = Store(run / "records.jsonl")
     _, calibration = recorded_run(run, store)

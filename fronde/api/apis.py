@@ -3,7 +3,7 @@
 ``POST /v1/responses`` (Codex CLI, ``client.responses.create``), ``POST /v1/messages``
 (the ``anthropic`` SDK, Claude Code) and ``POST /infill`` (llama.vim, llama.vscode) are
 routed like chat and passed through as sent to the chosen mode's llama-server
-(:mod:`fronde.router.dispatch.apis` says why and what is measured). Each body is checked
+(:mod:`fronde.request.agent_apis` says why and what is measured). Each body is checked
 here first, so that a client mistake is a 400 naming the field (llama-server b11434
 answers a 500 for a Messages body without ``messages``), and each gets a budget when it
 names none (``server.default_max_tokens``), so that no generation is unbounded. Errors on
@@ -28,7 +28,7 @@ from fronde.api.asgi import answered, render
 from fronde.api.deps import RuntimeDep
 from fronde.api.schema import check_number, read_json_body
 from fronde.errors import InvalidRequestError, NotFoundError
-from fronde.router.dispatch.apis import INFILL, MESSAGES, RESPONSES, Api
+from fronde.request.agent_apis import INFILL, MESSAGES, RESPONSES, Api
 
 __all__ = [
     "COUNT_TOKENS_PATH",

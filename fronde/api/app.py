@@ -1,6 +1,6 @@
 """The app factory: ``create_app(settings)`` builds the FastAPI app around one runtime.
 
-The runtime (:func:`~fronde.router.dispatch.compose.build_runtime`) holds the backends, the
+The runtime (:func:`~fronde.compose.build_runtime`) holds the backends, the
 router and the dispatcher; the app's lifespan runs it. Backends start in the
 background, so ``/health`` can answer 503 while they load; if none comes up at all,
 ``on_fatal`` is called (the CLI then stops the server and exits non-zero). Errors
@@ -30,12 +30,12 @@ from fronde.api.passthrough import NATIVE_GET, NATIVE_POST, native
 from fronde.api.routes import router
 from fronde.api.ui import ui
 from fronde.backends.pool import BackendPool
+from fronde.compose import Runtime, build_pool, build_runtime
 from fronde.config import Settings
 from fronde.errors import BackendUnavailableError, FrondeError, openai_error_body
 from fronde.logging import get_logger
 from fronde.modes import Mode
-from fronde.router.dispatch import Runtime, build_pool, build_runtime
-from fronde.router.dispatch.apis import INFILL, MESSAGES, RESPONSES, error_body_for
+from fronde.request.agent_apis import INFILL, MESSAGES, RESPONSES, error_body_for
 
 __all__ = ["build_pool", "create_app"]
 
@@ -164,7 +164,7 @@ def create_app(
 
     Args:
         settings: the settings tree.
-        pool: a pool to use instead of :func:`~fronde.router.dispatch.compose.build_pool`
+        pool: a pool to use instead of :func:`~fronde.compose.build_pool`
             (tests pass one with a fake llama-server).
         on_fatal: called with a one-line reason when no backend could start.
         on_ready: called once with the modes up when the backends have started and

@@ -17,7 +17,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.types import Receive, Scope, Send
 
 from fronde.logging import get_logger
-from fronde.router.dispatch import Answer, Whole
+from fronde.request import Answer, Whole
 
 __all__ = [
     "CLIENT_GONE_STATUS",

@@ -18,7 +18,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from fronde.errors import AuthenticationError
 from fronde.metrics import Metrics
-from fronde.router.dispatch.apis import error_body_for
+from fronde.request.agent_apis import error_body_for
 
 __all__ = ["GateMiddleware"]
 

@@ -1,7 +1,7 @@
 """The OpenAI-compatible routes: chat and text completions, models, health, batches.
 
 Routes stay thin: read and check the body (:mod:`fronde.api.schema`), hand it to the
-dispatcher (:mod:`fronde.router.dispatch`), render its answer. The decision travels in the
+dispatcher (:mod:`fronde.request`), render its answer. The decision travels in the
 ``x-fronde-mode`` and ``x-fronde-class`` headers of every response.
 """
 
@@ -16,8 +16,8 @@ from fronde.api.asgi import answered, until_disconnect
 from fronde.api.deps import RuntimeDep
 from fronde.api.schema import check_chat, check_completion, read_json_body
 from fronde.errors import FrondeError, InvalidRequestError
-from fronde.router.dispatch import MAX_BATCH, PATHS, BatchItem, run_batch
-from fronde.router.dispatch.prompts import check_prompt
+from fronde.request import MAX_BATCH, PATHS, BatchItem, run_batch
+from fronde.request.prompts import check_prompt
 
 __all__ = ["router"]
 
@@ -38,7 +38,7 @@ async def completions(request: Request, rt: RuntimeDep) -> Response:
     """OpenAI ``POST /v1/completions`` (legacy text completions), streamed or not.
 
     A ``prompt`` list of several prompts gets one choice per prompt, routed as one
-    request (:mod:`fronde.router.dispatch.prompts`).
+    request (:mod:`fronde.request.prompts`).
     """
     body = await read_json_body(request, rt.settings.server.max_body_bytes)
     check_completion(body, rt.settings.server.default_max_tokens)
@@ -106,14 +106,14 @@ def _checked(index: int, item: Any, default_max_tokens: int) -> BatchItem:
 async def post_batch(request: Request, rt: RuntimeDep) -> Response:
     """Route a list of requests first, then run them grouped by mode.
 
-    See :mod:`fronde.router.dispatch.batch`; a client that leaves cancels what is left.
+    See :mod:`fronde.request.batch`; a client that leaves cancels what is left.
 
     Body: ``{"requests": [REQUEST, ...]}``, each an OpenAI chat body (``messages``) or
     text-completion body (``prompt``); ``stream`` is ignored (always off).
 
     Raises:
         InvalidRequestError: the body has no ``requests`` list, or more than
-            :data:`~fronde.router.dispatch.batch.MAX_BATCH` items (HTTP 400). Errors of single
+            :data:`~fronde.request.batch.MAX_BATCH` items (HTTP 400). Errors of single
             items are answered in their own result.
     """
     body = await read_json_body(request, rt.settings.server.max_body_bytes)

@@ -21,7 +21,7 @@ curve is the mode's.
 
 **Order.** Every static block first, each (arm, c) on fresh servers; then the load
 curves (aggregate tok/s against c, per mode) are saved where ``fronde serve`` reads
-them (:mod:`fronde.router.calibration`, ``load.json``); then the router at every c,
+them (:mod:`fronde.evidence.calibration`, ``load.json``); then the router at every c,
 on fresh servers, reading them. The curves are measured on the same prompts the router
 is then judged on (in-sample for one number per mode and c; said on the page).
 

@@ -38,7 +38,7 @@ def quarantine_lines(records: Sequence[dict[str, Any]]) -> list[str]:
 
     Each router block's record keeps ``/fronde/v1/router`` as it ended (``router``);
     a mode's ``collapses`` count the times the collapse rule fired on it
-    (:mod:`fronde.router.measure`), each one (re)starting its quarantine. Lines read
+    (:mod:`fronde.evidence.measure`), each one (re)starting its quarantine. Lines read
     ``router-b, c=32, rep 2: baseline 16`` (repetitions from 1); a block with none
     gives no line. ``records``: a store's records, in file order (a block run again
     counts as its last ok record).

@@ -13,8 +13,8 @@ from typing import Any
 
 from fronde.bench.load import SPREAD, LoadRow, load_rows, looping_items
 from fronde.bench.store import Store, samples_of, sessions
+from fronde.evidence.calibration import LoadCurves
 from fronde.modes import Mode
-from fronde.router.calibration import LoadCurves
 
 __all__ = [
     "arm_ratios",
@@ -101,7 +101,7 @@ def curves_from(rows: Sequence[LoadRow], calibration: dict[Mode, str], source: s
     """Each calibrated mode's load curve: its static arm's tok/s at every c measured.
 
     With :data:`SPREAD` measured, the curves also carry ``plain2 ÷ plain`` at every c
-    both ran (:attr:`~fronde.router.calibration.LoadCurves.spread`).
+    both ran (:attr:`~fronde.evidence.calibration.LoadCurves.spread`).
     """
     points: dict[Mode, tuple[tuple[int, float], ...]] = {}
     for mode, arm in calibration.items():

@@ -4,7 +4,7 @@ The priming workload's completion prompts go to one static llama-server per
 model-free mode (:func:`fronde.bench.atlas.atlas_arms`), through llama-server's own
 ``/completion`` with ``return_tokens``, so each sample holds its output's token ids
 and its real α (``timings``). Three shadow estimates are then replayed from token ids
-(:mod:`fronde.router.shadow`):
+(:mod:`fronde.evidence.ngram_replay`):
 
 - ``own``: over the mode's own output; for ngram-mod with a table mirrored across
   every workload request its server saw, in order. It checks the replay itself (the
@@ -32,7 +32,12 @@ from fronde.bench.protocol import Plan
 from fronde.bench.tables import fitted_table
 from fronde.bench.workloads import Workload, load_workload
 from fronde.config import Settings
-from fronde.router.shadow import NgramModTable, ShadowStats, shadow_ngram_mod, shadow_ngram_simple
+from fronde.evidence.ngram_replay import (
+    NgramModTable,
+    ShadowStats,
+    shadow_ngram_mod,
+    shadow_ngram_simple,
+)
 
 __all__ = ["pearson", "shadow_plan", "shadow_rows", "shadow_table"]
 

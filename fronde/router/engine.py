@@ -5,7 +5,7 @@ in-flight counts; the policy itself is the pure :func:`~fronde.router.policy.pla
 Everything runs on the event loop, so no locking is needed. What it tells the outside
 (metrics) goes through a :class:`RouterEvents` sink and what it shares with other
 replicas through a :class:`StateStore`, both given to its constructor; the dispatcher
-(:mod:`fronde.router.dispatch`) is the only caller of its verbs.
+(:mod:`fronde.request`) is the only caller of its verbs.
 """
 
 from __future__ import annotations
@@ -15,28 +15,24 @@ import itertools
 import time
 from collections import Counter, deque
 from collections.abc import Collection
-from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol
 
-from fronde.config import Settings
+from fronde.evidence.calibration import LoadCurves
+from fronde.evidence.counterfactual import Counterfactual, bucket_of
+from fronde.evidence.measure import MIN_TOKENS, Measurement, Measurements
+from fronde.evidence.savings import Served
 from fronde.logging import get_logger
 from fronde.modes import Mode
 from fronde.router.cache import RouteCache
-from fronde.router.calibration import (
-    Floor,
-    LoadCurves,
-    curve_floor,
-    resolve_floor,
-    resolve_load,
-)
 from fronde.router.classify import RequestClass
-from fronde.router.counterfactual import Counterfactual, bucket_of
-from fronde.router.measure import MIN_TOKENS, MIN_TRUSTED_SAMPLES, Measurement, Measurements
-from fronde.router.policy import Plan, Route, RouterPolicy, choose_floor, plan_route
-from fronde.router.savings import Reference, Served, time_saved
+from fronde.router.decision import NOT_ROUTED, Decision, Status, rounded
+from fronde.router.policy import Route, RouterPolicy, plan_route
+from fronde.router.ports import RouterEvents, StateStore
+from fronde.router.views import RouterViews
 from fronde.timings import Timings
 
 __all__ = ["Decision", "Router", "RouterEvents", "StateStore", "Status"]
+# Decision, Status, RouterEvents and StateStore live in decision.py and ports.py; they are
+# named here too, as the router's public face.
 
 log = get_logger(__name__)
 
@@ -44,144 +40,7 @@ RECENT_KEPT = 200
 """Recent routing decisions kept for ``/fronde/v1/router``."""
 
 
-Status = Literal["waiting", "running", "done", "error", "cancelled"]
-"""A request's state: waiting (for its mode to be resident, or for a decode slot),
-answering, answered, failed (HTTP or in-band error), client gone."""
-
-
-@dataclass
-class Decision:
-    """A planned request and what was measured of it (one row of the recent list).
-
-    Times are ``time.monotonic()`` seconds unless named ``_ms``. ``streamed``
-    counts the events relayed to the client so far (llama-server sends one per
-    token), which gives the live decode tok/s of a running stream. ``class_floor``:
-    for a ``fallback`` route, the class's floor when it was planned (the live page
-    says "floor" when the request went there, "fallback" when a load rule sent it
-    elsewhere).
-    """
-
-    plan: Plan
-    cls: RequestClass
-    key: str
-    started: float
-    rid: str = ""
-    wall: float = field(default_factory=time.time)
-    probe_tok_s: float | None = None
-    floor_tok_s: float | None = None
-    winner: Mode | None = None
-    decode_tok_s: float | None = None
-    alpha: float | None = None
-    tau: float | None = None
-    tokens: int | None = None
-    status: Status = "waiting"
-    error: str | None = None
-    ended: float | None = None
-    queued_ms: float | None = None
-    overhead_ms: float | None = None
-    streamed: int = 0
-    first_event: float | None = None
-    last_event: float | None = None
-    bucket: str = ""
-    predicted: dict[str, float] = field(default_factory=dict[str, float])
-    counterfactual: dict[str, float] = field(default_factory=dict[str, float])
-    measurement: Measurement | None = None
-    class_floor: Mode | None = None
-
-    @property
-    def predicted_tok_s(self) -> float | None:
-        """The decode tok/s predicted for the mode that serves, before generating."""
-        return self.predicted.get(str(self.winner or self.plan.mode))
-
-    def live_tok_s(self) -> float | None:
-        """Events per second since the first one: (streamed − 1) ÷ (last − first), or None."""
-        if self.first_event is None or self.last_event is None or self.streamed < 2:
-            return None
-        span = self.last_event - self.first_event
-        return (self.streamed - 1) / span if span > 0 else None
-
-    def as_dict(self, now: float | None = None) -> dict[str, Any]:
-        """JSON-ready view; ``elapsed_s`` runs until the request ends."""
-        now = time.monotonic() if now is None else now
-        return {
-            "id": self.rid,
-            "at": self.wall,
-            "status": self.status,
-            "error": self.error,
-            "elapsed_s": round((self.ended or now) - self.started, 2),
-            "class": str(self.plan.route),
-            "static_class": str(self.cls),
-            "mode": str(self.winner or self.plan.mode),
-            "probed": str(self.plan.mode) if self.probe_tok_s is not None else None,
-            "probe_tok_s": self.probe_tok_s,
-            "floor": str(self.plan.floor) if self.plan.floor is not None else None,
-            "floor_tok_s": self.floor_tok_s,
-            "class_floor": str(self.class_floor) if self.class_floor is not None else None,
-            "decode_tok_s": self.decode_tok_s,
-            "live_tok_s": self.live_tok_s(),
-            "streamed": self.streamed,
-            "alpha": self.alpha,
-            "tau": self.tau,
-            "tokens": self.tokens,
-            "queued_ms": self.queued_ms,
-            "overhead_ms": self.overhead_ms,
-            "bucket": self.bucket,
-            "predicted_tok_s": self.predicted_tok_s,
-            "predicted": self.predicted,
-            "counterfactual": self.counterfactual,
-        }
-
-
-_NOT_ROUTED = (Route.FORCED, Route.UNSAFE)
-"""Routes left out of the time saved: the client, or a correctness rule, chose the mode."""
-
-
-def _round(value: float | None, digits: int) -> float | None:
-    return None if value is None else round(value, digits)
-
-
-class StateStore(Protocol):
-    """State shared with other replicas (:class:`~fronde.router.shared.SharedState`)."""
-
-    version: int
-    """Bumped when a sync adopted something (the live page polls it)."""
-
-    def route_chosen(self, key: str, mode: Mode, ttl_s: float) -> None:
-        """The cache learnt ``key`` → ``mode``: share it for ``ttl_s`` seconds."""
-        ...
-
-    def measured(self, mode: Mode, cls: str, m: Measurement) -> None:
-        """Fold one generation into the shared EMAs."""
-        ...
-
-    def quarantined(self, mode: Mode, seconds: float) -> None:
-        """``mode`` collapsed here: quarantine it everywhere for ``seconds``."""
-        ...
-
-    async def lookup_route(self, key: str) -> None:
-        """On a local cache miss, take ``key``'s mode from the shared cache if known."""
-        ...
-
-    def snapshot(self) -> dict[str, Any]:
-        """JSON-ready view for ``/fronde/v1/router``."""
-        ...
-
-
-class RouterEvents(Protocol):
-    """Where the router reports what happened (:class:`~fronde.metrics.Metrics` listens)."""
-
-    def generation(self, mode: Mode, timings: Timings, collapsed: bool) -> None:
-        """A generation on ``mode`` was recorded; ``collapsed``: it quarantined the mode."""
-        ...
-
-    def finished(
-        self, overhead_ms: float | None, probed: str | None, probe_won: bool | None
-    ) -> None:
-        """A request ended: Fronde's own time, the probed mode, whether the probe won."""
-        ...
-
-
-class Router:
+class Router(RouterViews):
     """Routing state: measurements, cache, in-flight counts, recent decisions.
 
     Args:
@@ -196,7 +55,7 @@ class Router:
         swap_residency: with swap residency, waiting for residency serializes, so the
             load rule must not.
         floor_why: where ``policy.floor`` came from, for ``/fronde/v1/router``.
-        counterfactual: the counterfactual book (:mod:`fronde.router.counterfactual`),
+        counterfactual: the counterfactual book (:mod:`fronde.evidence.counterfactual`),
             or None to route without it.
         load_curves: measured load curves for the ``measured`` load rule, or None.
         load_why: where ``load_curves`` came from, for ``/fronde/v1/router``.
@@ -247,7 +106,7 @@ class Router:
         self.swap_residency = swap_residency
         self._version = 0
         self._ids = itertools.count(1)
-        # Routed requests per static class, for the time saved (fronde.router.savings).
+        # Routed requests per static class, for the time saved (fronde.evidence.savings).
         self.served: dict[str, Served] = {}
         self.last_of_class: dict[str, Decision] = {}
         self._ready: frozenset[Mode] = frozenset()  # the ready modes of the last plan
@@ -256,81 +115,6 @@ class Router:
     def version(self) -> int:
         """Grows on every change a viewer would see (``/fronde/v1/events`` polls it)."""
         return self._version + (self.store.version if self.store is not None else 0)
-
-    @classmethod
-    def from_settings(
-        cls,
-        settings: Settings,
-        *,
-        measurements: Measurements | None = None,
-        cache: RouteCache | None = None,
-        store: StateStore | None = None,
-        events: RouterEvents | None = None,
-        floor: Floor | None = None,
-    ) -> Router:
-        """Build a router with the policy, EMA and cache settings of ``settings``.
-
-        ``measurements`` and ``cache`` are built from the settings unless given (a
-        :class:`StateStore` is built over them first); ``floor`` is resolved from
-        them (:func:`~fronde.router.calibration.resolve_floor`) unless given; under the
-        ``measured`` load rule with curves and ``router.floor = "auto"``, the curves'
-        best mode alone may replace it (:func:`~fronde.router.calibration.curve_floor`).
-        """
-        r = settings.router
-        start = floor if floor is not None else resolve_floor(settings)
-        rule = settings.effective_load_rule()
-        curves, load_why = resolve_load(settings) if rule == "measured" else (None, "")
-        if floor is None and r.floor == "auto" and curves is not None:
-            start = curve_floor(start, curves, settings.modes, r.load_band)
-        policy = RouterPolicy(
-            probe_tokens=r.probe_tokens,
-            margin=r.margin,
-            aggressive=tuple(r.aggressive),
-            floor_candidates=tuple(r.floor_candidates),
-            edit_mode=r.edit_mode,
-            load_rule=rule,
-            floor=start.mode,
-            probe=r.probe,
-            probe_min_tokens=r.probe_min_tokens,
-            predict=r.predict,
-            predict_band=r.predict_band,
-            load_band=r.load_band,
-            load_placement=r.load_placement,
-        )
-        book = Counterfactual(
-            settings.speculation,
-            settings.modes,
-            draft_cost=r.draft_cost,
-            ema_alpha=r.ema_alpha,
-            band=r.predict_band,
-            own_baseline_step=bool(settings.backend.plain_args),
-        )
-        log.info("router.floor", floor=str(start.mode), why=start.why, probe=r.probe)
-        measurements = measurements if measurements is not None else measurements_from(settings)
-        log.info(
-            "router.collapse",
-            judged=measurements.alone,
-            why="one generation at a time"
-            if measurements.alone
-            else "parallel decodes: a request's speed is its batch's",
-        )
-        if rule == "measured":
-            threshold = curves.threshold() if curves is not None else None
-            log.info("router.load", rule=rule, why=load_why, plain_from=threshold)
-        return cls(
-            policy,
-            measurements,
-            cache if cache is not None else cache_from(settings),
-            slots=settings.backend.parallel,
-            max_parallel_decodes=settings.effective_max_parallel_decodes(),
-            store=store,
-            events=events,
-            swap_residency=settings.residency == "swap",
-            floor_why=start.why,
-            counterfactual=book,
-            load_curves=curves,
-            load_why=load_why,
-        )
 
     async def recall(self, key: str) -> None:
         """Before planning: another replica may have routed ``key`` (a shared-cache lookup)."""
@@ -361,7 +145,7 @@ class Router:
 
         ``budget`` is the request's token budget (None: open), for the probe policy;
         ``overlap`` its prompt's self-overlap
-        (:func:`~fronde.router.counterfactual.self_overlap`), for its bucket;
+        (:func:`~fronde.evidence.counterfactual.self_overlap`), for its bucket;
         ``arriving_self``: this request is counted in :attr:`arriving` (the plan reads
         the others).
         """
@@ -452,14 +236,14 @@ class Router:
             static_class=row["static_class"],
             mode=row["mode"],
             probe=None if probed is None else ("won" if won else "lost"),
-            probe_tok_s=_round(row["probe_tok_s"], 1),
-            floor_tok_s=_round(row["floor_tok_s"], 1),
-            decode_tok_s=_round(row["decode_tok_s"], 1),
-            alpha=_round(row["alpha"], 3),
-            tau=_round(row["tau"], 2),
+            probe_tok_s=rounded(row["probe_tok_s"], 1),
+            floor_tok_s=rounded(row["floor_tok_s"], 1),
+            decode_tok_s=rounded(row["decode_tok_s"], 1),
+            alpha=rounded(row["alpha"], 3),
+            tau=rounded(row["tau"], 2),
             tokens=row["tokens"],
-            overhead_ms=_round(row["overhead_ms"], 3),
-            queued_ms=_round(row["queued_ms"], 1),
+            overhead_ms=rounded(row["overhead_ms"], 3),
+            queued_ms=rounded(row["queued_ms"], 1),
             predicted_tok_s=row["predicted_tok_s"],
             elapsed_s=row["elapsed_s"],
             error=error,
@@ -467,7 +251,7 @@ class Router:
         if self.events is not None:
             self.events.finished(decision.overhead_ms, probed, won)
         served = self.served.get(str(decision.cls))
-        routed = decision.plan.route not in _NOT_ROUTED
+        routed = decision.plan.route not in NOT_ROUTED
         if routed and served is not None and decision.measurement is not None and status == "done":
             served.answered(row["mode"])
 
@@ -491,7 +275,7 @@ class Router:
         m = Measurement.of(timings)
         now = time.monotonic() if now is None else now
         feeds = decision.plan.route is not Route.FORCED
-        if decision.plan.route not in _NOT_ROUTED and m.decode_ms > 0:
+        if decision.plan.route not in NOT_ROUTED and m.decode_ms > 0:
             # Every segment's time counts, a collapsed one too: it was spent.
             served = self.served.setdefault(str(decision.cls), Served())
             served.add(str(mode), m.tokens, m.decode_ms / 1000.0)
@@ -584,144 +368,3 @@ class Router:
         beats = floor is None or decision.decode_tok_s >= self.policy.margin * floor
         self.remember(decision.key, mode if beats else plan.floor, decision.started)
         self._version += 1
-
-    def class_floor(self, cls: str, now: float) -> tuple[Mode, str]:
-        """The floor of class ``cls`` now, and why, as :func:`plan_route` would pick it.
-
-        Over the ready modes of the last plan, less the quarantined (and, with
-        ``probe = "always"``, those on probation; all of the last plan's ready modes
-        when that leaves none); the policy's floor before any plan.
-        """
-        ms = self.measurements
-        policy = self.policy
-        ready = self._ready or frozenset({policy.floor})
-        out = {m for m in Mode if ms.quarantined(m, now)}
-        if policy.probe == "always":  # as in plan(): probation only waits for a probe there
-            out |= {m for m in Mode if ms.on_probation(m, now)}
-        usable = [m for m in Mode if m in ready and m not in out] or [m for m in Mode if m in ready]
-        floor = choose_floor(cls, usable, lambda m, c: ms.trusted_speed(m, c, now), policy)
-        if floor == policy.floor:
-            return floor, self.floor_why
-        if policy.floor not in usable:
-            return floor, f"{policy.floor}, the starting floor, is not usable now"
-        return floor, f"measured ≥ {policy.margin}× {policy.floor} in this class"
-
-    def _reference(self, mode: Mode, cls: str, now: float) -> Reference:
-        speed = self.measurements.trusted_speed(mode, cls, now)
-        if speed is not None:
-            return Reference(str(mode), speed)
-        fresh = self.measurements.summary(mode, cls, now).fresh
-        why = f"{mode} has {fresh} of {MIN_TRUSTED_SAMPLES} fresh samples in class {cls}"
-        return Reference(str(mode), None, why)
-
-    def classes_snapshot(self, now: float) -> tuple[dict[str, Any], dict[str, Any]]:
-        """Per class the floor, the mode chosen and the evidence; and the time saved.
-
-        Returns:
-            ``(classes, saved)``: ``classes`` maps each static class seen to
-            ``{"floor", "floor_why", "last": {id, route, mode, class_floor}, "served":
-            Served.as_dict(), "measured": {mode: SpeedSummary.as_dict()},
-            "predicted": {bucket: {"samples", "decode_tok_s": {mode: tok/s}}},
-            "saved": {"floor": s, "baseline": s}}`` (seconds or None); ``saved`` maps
-            ``floor`` and ``baseline`` to :meth:`Saving.as_dict`
-            (:func:`~fronde.router.savings.time_saved`).
-        """
-        ms = self.measurements
-        names = sorted(set(ms.classes()) | set(self.served) | set(self.last_of_class))
-        buckets: dict[str, Any] = (
-            self.counterfactual.snapshot()["buckets"] if self.counterfactual is not None else {}
-        )
-        floors = {c: self.class_floor(c, now) for c in names}
-        refs = {
-            "floor": {c: self._reference(floors[c][0], c, now) for c in names},
-            "baseline": {c: self._reference(Mode.BASELINE, c, now) for c in names},
-        }
-        saved = {k: time_saved(self.served, r) for k, r in refs.items()}
-        classes: dict[str, Any] = {}
-        for c in names:
-            last = self.last_of_class.get(c)
-            classes[c] = {
-                "floor": str(floors[c][0]),
-                "floor_why": floors[c][1],
-                "last": None
-                if last is None
-                else {
-                    "id": last.rid,
-                    "route": str(last.plan.route),
-                    "mode": str(last.winner or last.plan.mode),
-                    "class_floor": str(last.class_floor) if last.class_floor else None,
-                },
-                "served": self.served.get(c, Served()).as_dict(),
-                "measured": {
-                    str(m): ms.summary(m, c, now).as_dict()
-                    for m in Mode
-                    if ms.summary(m, c, now).state != "unmeasured"
-                },
-                "predicted": {
-                    b: {"samples": v["samples"], "decode_tok_s": v["decode_tok_s"]}
-                    for b, v in buckets.items()
-                    if b.split("|")[0] == c
-                },
-                "saved": {k: s.by_class.get(c) for k, s in saved.items()},
-            }
-        return classes, {k: s.as_dict() for k, s in saved.items()}
-
-    def snapshot(self, now: float | None = None) -> dict[str, Any]:
-        """JSON-ready state for ``GET /fronde/v1/router``.
-
-        ``classes`` and ``saved``: see :meth:`classes_snapshot`.
-        """
-        now = time.monotonic() if now is None else now
-        classes, saved = self.classes_snapshot(now)
-        return {
-            "policy": {
-                "probe_tokens": self.policy.probe_tokens,
-                "margin": self.policy.margin,
-                "aggressive": [str(m) for m in self.policy.aggressive],
-                "floor_candidates": [str(m) for m in self.policy.floor_candidates],
-                "edit_mode": str(self.policy.edit_mode),
-                "load_rule": self.policy.load_rule,
-                "floor": str(self.policy.floor),
-                "floor_why": self.floor_why,
-                "probe": self.policy.probe,
-                "probe_min_tokens": self.policy.probe_min_tokens,
-                "predict": self.policy.predict,
-                "predict_band": self.policy.predict_band,
-                "load_band": self.policy.load_band,
-                "load_placement": self.policy.load_placement,
-                "slots": self.slots,
-                "collapses_judged": self.measurements.alone,
-            },
-            "load": {
-                "rule": self.policy.load_rule,
-                "why": self.load_why,
-                "curves": self.load_curves.as_dict() if self.load_curves is not None else None,
-            },
-            "counterfactual": (
-                self.counterfactual.snapshot() if self.counterfactual is not None else None
-            ),
-            "modes": self.measurements.snapshot(now),
-            "in_flight": {str(m): n for m, n in self.in_flight.items() if n},
-            "cache": {"entries": len(self.cache), "max_entries": self.cache.max_entries},
-            "recent": [d.as_dict(now) for d in list(self.recent)[-20:]],
-            "shared": self.store.snapshot() if self.store is not None else None,
-            "classes": classes,
-            "saved": saved,
-        }
-
-
-def measurements_from(settings: Settings) -> Measurements:
-    """The EMA and quarantine book ``settings.router`` describes.
-
-    Collapses are judged only where one generation decodes at a time (a decode gate
-    of 1: :meth:`~fronde.config.Settings.effective_max_parallel_decodes`); with
-    parallel slots a request's speed is the batch's (:mod:`fronde.router.measure`).
-    """
-    r = settings.router
-    alone = settings.effective_max_parallel_decodes() == 1
-    return Measurements(r.ema_alpha, r.collapse, r.quarantine_s, r.draft_cost, alone=alone)
-
-
-def cache_from(settings: Settings) -> RouteCache:
-    """The prompt-hash cache ``settings.router`` describes."""
-    return RouteCache(settings.router.cache_max_entries, settings.router.cache_ttl_s)

@@ -5,7 +5,7 @@ The ``measured`` rule (:mod:`fronde.router.policy`; the default with parallel sl
 requests are in flight or arriving, it places it by the **load curves**: the aggregate
 decode tok/s of each mode's server alone against the requests in flight, measured per
 machine, model and slot count by ``fronde bench load``
-(:class:`~fronde.router.calibration.LoadCurves`). The load a placement reads is the
+(:class:`~fronde.evidence.calibration.LoadCurves`). The load a placement reads is the
 requests in flight, the requests received and not yet in flight (``arriving``: clients
 that start at once are each placed for the load they make together; on the H200, gemma
 at c = 32, counting only those planned before sent 22 of 100 requests to ngram-mod's

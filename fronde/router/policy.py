@@ -10,14 +10,14 @@ Order of rules (the first that applies wins):
 3. **edit**: a large code/JSON block plus an edit verb → the edit mode (ngram-mod),
    with no probe.
 4. **cache**: this exact request was routed before → the same mode.
-4½. **predicted**: the counterfactual book (:mod:`fronde.router.counterfactual`) has
+4½. **predicted**: the counterfactual book (:mod:`fronde.evidence.counterfactual`) has
    a predicted speed-up over baseline for every usable replayable mode in this
    request's bucket (class × prompt self-overlap) → the best of them, or the floor
    when the floor's prediction is within ``predict_band`` of the best: ties go to the
    floor, whose server keeps the n-gram memory of every request it served. With
    parallel slots (a GPU) a mode must also beat the floor by the book's own median
    error on that mode's predictions, once it has a few
-   (:meth:`~fronde.router.counterfactual.Counterfactual.mode_errors`). The EDIT
+   (:meth:`~fronde.evidence.counterfactual.Counterfactual.mode_errors`). The EDIT
    class takes this rule before its own once its bucket has evidence, so its mode
    comes from what edits measured, not from the constant ``edit_mode``.
 5. **probe**: generate the first ``probe_tokens`` on the aggressive candidate and
@@ -35,14 +35,14 @@ Order of rules (the first that applies wins):
 
 The **floor** of a class starts at ``floor`` (the policy's measured best static
 mode: ``fronde bench verdict`` finds it per machine and profile, see
-:mod:`fronde.router.calibration`; ngram-mod when none was measured), never at
+:mod:`fronde.evidence.calibration`; ngram-mod when none was measured), never at
 baseline by assumption: in the verdicts of 2026-12-01 a speculative configuration
 beat plain decoding on every machine and profile. Another floor candidate replaces
 it for a class once this class's EMA has it at ≥ ``margin`` × the floor's; a tie
 stays with the starting floor, whose server keeps the n-gram memory of every request
 it served. With measured load curves (the ``measured`` rule) the starting floor is the
 mode whose curve is highest at one request in flight, unless the verdict's floor is
-within ``load_band`` of it (:func:`~fronde.router.calibration.curve_floor`): the curves
+within ``load_band`` of it (:func:`~fronde.evidence.calibration.curve_floor`): the curves
 were measured with the slots and flags being served. When the floor mode is not
 running, baseline starts, then the first usable mode.
 
@@ -76,7 +76,7 @@ from enum import StrEnum
 from typing import Literal
 
 from fronde.config import ROUTER_DEFAULTS, ProbePolicy
-from fronde.modes import Mode
+from fronde.modes import FALLBACK_FLOOR, Mode
 from fronde.router.classify import RequestClass
 from fronde.router.placement import Load, LoadModel, Placement, place
 
@@ -108,10 +108,6 @@ router; ``router.margin``)."""
 
 LoadRule = Literal["serialize", "spread", "measured", "off"]
 """How concurrent requests are placed (see the module docstring)."""
-
-
-FALLBACK_FLOOR = Mode.NGRAM_MOD
-"""The starting floor when none was measured (:mod:`fronde.router.calibration`)."""
 
 
 class Route(StrEnum):
@@ -223,7 +219,7 @@ def choose_predicted(
         band: another mode is picked only where its speed-up is above the floor's ×
             (1 + band).
         errors: mode → the book's median error on that mode's own predictions
-            (:meth:`~fronde.router.counterfactual.Counterfactual.mode_errors`; the
+            (:meth:`~fronde.evidence.counterfactual.Counterfactual.mode_errors`; the
             router passes it with parallel slots only): such a mode must be above the
             floor's × (1 + the larger of band and its error). None or empty: the band
             alone.

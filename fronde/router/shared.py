@@ -10,7 +10,7 @@ share, in one Redis:
 - the EMAs: one hash ``{ns}:ema`` with a field per EMA (``speed|mode``,
   ``alpha|mode``, ``tau|mode``, ``class|mode|cls``) and its sample count
   (``...#n``), updated atomically by a Lua script with the same formula as
-  :class:`~fronde.router.measure.Ema`; every ``sync_s`` each replica adopts them;
+  :class:`~fronde.evidence.measure.Ema`; every ``sync_s`` each replica adopts them;
 - quarantines: ``{ns}:quarantine:{mode}`` with the quarantine's remaining time as
   its expiry.
 
@@ -35,10 +35,10 @@ from redis.backoff import NoBackoff
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError
 
+from fronde.evidence.measure import Measurement, Measurements
 from fronde.logging import get_logger
 from fronde.modes import Mode
 from fronde.router.cache import RouteCache
-from fronde.router.measure import Measurement, Measurements
 
 __all__ = ["REDIS_TIMEOUT_S", "SharedState"]
 
@@ -48,7 +48,7 @@ REDIS_TIMEOUT_S = 0.25
 """Connect and command timeout, seconds: a slow Redis must not slow requests down."""
 
 # KEYS[1]: the EMA hash; ARGV: field, x, weight. Returns the new value as a string.
-# The same formula as fronde.router.measure.Ema: value ← w·x + (1 − w)·value.
+# The same formula as fronde.evidence.measure.Ema: value ← w·x + (1 − w)·value.
 _EMA_LUA = """
 local old = redis.call('HGET', KEYS[1], ARGV[1])
 local x, w = tonumber(ARGV[2]), tonumber(ARGV[3])

@@ -14,7 +14,7 @@ here, beside the two ends:
   (:func:`~fronde.backends.client.make_http_client`'s transport);
 - ``fbody``: the benchmark's client with the body Fronde sends upstream (its ``stop``
   strings taken for Fronde to apply, ``timings_per_token`` asked;
-  :meth:`~fronde.router.dispatch.relay.OwnedStops.take`);
+  :meth:`~fronde.request.relay.OwnedStops.take`);
 - ``hop``: through Fronde (the load benchmark's ``fr-plain`` arm);
 - ``other`` (with ``--partner``): the benchmark's client on the partner's server alone;
 - ``race`` (with ``--partner``): both servers fresh, every request sent to both at once,
@@ -69,7 +69,7 @@ from fronde.bench.verdict import bootstrap, geomean
 from fronde.config import load_settings
 from fronde.errors import FrondeError
 from fronde.modes import Mode
-from fronde.router.dispatch.relay import OwnedStops
+from fronde.request.relay import OwnedStops
 from fronde.runtime.local import profile_of
 
 VARIANTS = ("direct", "keepalive", "aiohttp", "fbody", "hop", "other", "race")

@@ -1,4 +1,4 @@
-"""What a :class:`~fronde.router.dispatch.splice.Splice` asks of a pool: a backend's URL."""
+"""What a :class:`~fronde.request.splice.Splice` asks of a pool: a backend's URL."""
 
 from __future__ import annotations
 

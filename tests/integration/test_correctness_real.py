@@ -20,11 +20,11 @@ import pytest
 
 from fronde.backends.client import BackendClient
 from fronde.modes import Mode
+from fronde.request.admission import Admission
+from fronde.request.native import finish_reason
+from fronde.request.splice import Splice
 from fronde.router.classify import RequestClass
-from fronde.router.dispatch.admission import Admission
-from fronde.router.dispatch.splice import Splice
 from fronde.router.engine import Decision, Router
-from fronde.router.native import finish_reason
 from fronde.router.policy import Plan, Route, RouterPolicy
 
 from ..fakes.static_pool import static_pool

@@ -8,8 +8,8 @@ import time
 import pytest
 
 from fronde.modes import Mode
+from fronde.request.admission import Admission, Arrival
 from fronde.router.classify import RequestClass
-from fronde.router.dispatch.admission import Admission, Arrival
 from fronde.router.engine import Router
 
 pytestmark = pytest.mark.anyio

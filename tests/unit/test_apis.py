@@ -20,7 +20,7 @@ from fastapi.testclient import TestClient
 
 from fronde.config import ServerSettings
 from fronde.modes import Mode
-from fronde.router.dispatch.apis import (
+from fronde.request.agent_apis import (
     ResponsesIndexer,
     StopSequenceReason,
     infill_view,

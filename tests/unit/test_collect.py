@@ -7,7 +7,7 @@ import json
 from collections.abc import AsyncIterator
 from typing import Any
 
-from fronde.router.dispatch.collect import collect
+from fronde.request.collect import collect
 
 TIMINGS = {"prompt_n": 31, "prompt_ms": 149.3, "predicted_n": 3, "predicted_ms": 26.2}
 # The tail of a b11434 stream with include_usage (seen with curl): the finish chunk, then

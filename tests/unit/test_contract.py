@@ -230,7 +230,7 @@ def test_sampling_fields_reach_the_backend_and_client_headers_do_not(plain: Test
     for name, value in fields.items():
         if name != "stop":
             assert got["body"][name] == value, name
-    # Stop strings are applied by Fronde over the stream it asks for (fronde.router.dispatch.relay).
+    # Stop strings are applied by Fronde over the stream it asks for (fronde.request.relay).
     assert "stop" not in got["body"] and got["body"]["stream"] is True
     assert r.json()["choices"][0]["finish_reason"] in ("stop", "length")
     sent = {k.lower() for k in got["headers"]}

@@ -9,20 +9,20 @@ from typing import Any
 import httpx
 import pytest
 
-from fronde.modes import Mode, SpeculationSettings
-from fronde.router.classify import RequestClass
-from fronde.router.counterfactual import (
+from fronde import compose
+from fronde.evidence.counterfactual import (
     MIN_BUCKET_SAMPLES,
     MIN_MODE_ERRORS,
     Counterfactual,
     bucket_of,
     self_overlap,
 )
-from fronde.router.dispatch import compose
+from fronde.evidence.measure import Measurement
+from fronde.evidence.ngram_replay import NgramModTable, shadow_ngram_mod
+from fronde.modes import Mode, SpeculationSettings
+from fronde.router.classify import RequestClass
 from fronde.router.engine import Router
-from fronde.router.measure import Measurement
 from fronde.router.policy import Route, RouterPolicy, choose_predicted, plan_route
-from fronde.router.shadow import NgramModTable, shadow_ngram_mod
 
 from .test_api import serve, wait_healthy
 

@@ -21,7 +21,7 @@ from fastapi.testclient import TestClient
 
 from fronde.config import load_settings
 from fronde.modes import Mode
-from fronde.router.native import HANDOVER_BLOCKERS, SEGMENT_OWNED
+from fronde.request.native import HANDOVER_BLOCKERS, SEGMENT_OWNED
 
 from .test_contract import MODES, ORIGINAL_ROUTER
 
@@ -107,7 +107,7 @@ OWNED = frozenset(
         "stop",
     }
 )
-"""Fields Fronde sets on a probe segment itself (:data:`~fronde.router.native.SEGMENT_OWNED`;
+"""Fields Fronde sets on a probe segment itself (:data:`~fronde.request.native.SEGMENT_OWNED`;
 ``stop`` it matches over the whole answer, tested in test_correctness.py)."""
 
 GENERATIONS = ("/completion", "/v1/chat/completions", "/v1/completions")

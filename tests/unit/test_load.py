@@ -40,14 +40,15 @@ from fronde.bench.load_sessions import curves_from, session_curves, session_spre
 from fronde.bench.store import Store
 from fronde.config import Settings, load_settings
 from fronde.errors import FrondeError
-from fronde.modes import Mode
-from fronde.router.calibration import (
+from fronde.evidence.calibration import (
     LoadCurves,
     load_curves,
     load_key,
     resolve_load,
     save_load_curves,
 )
+from fronde.modes import Mode
+from fronde.router.building import build_router
 from fronde.router.classify import RequestClass
 from fronde.router.engine import Router
 from fronde.router.policy import Plan, Route, RouterPolicy, plan_route
@@ -130,7 +131,7 @@ def test_serve_reads_the_curves_for_its_build_model_and_slots(
     save_load_curves(gpu.cache_dir, load_key(gpu), CURVES)
     curves, why = resolve_load(gpu)
     assert curves == CURVES and load_key(gpu) in why
-    router = Router.from_settings(gpu)
+    router = build_router(gpu)
     assert router.policy.load_rule == "measured" and router.load_curves == CURVES
     snap = router.snapshot(0.0)
     assert snap["load"]["curves"]["threshold"] == 4 and snap["policy"]["slots"] == 8
@@ -581,8 +582,8 @@ async def test_replays_do_not_wait_for_idleness_with_slots_and_never_pile_up() -
     import asyncio
 
     from fronde.backends.client import BackendClient
-    from fronde.router.counterfactual import Counterfactual
-    from fronde.router.dispatch.hindsight import MAX_PENDING, Hindsight
+    from fronde.evidence.counterfactual import Counterfactual
+    from fronde.request.hindsight import MAX_PENDING, Hindsight
     from fronde.router.engine import Decision
 
     settings = load_settings()
@@ -857,7 +858,7 @@ def test_the_load_curves_best_mode_alone_becomes_the_floor_where_it_is_clearly_b
         "run-folder",
     )
     save_load_curves(gpu.cache_dir, load_key(gpu), h200)
-    router = Router.from_settings(gpu)
+    router = build_router(gpu)
     assert router.policy.floor is Mode.BASELINE
     assert "load curves' best alone (344 tok/s against ngram-mod 300" in router.floor_why
     decision = router.plan(RequestClass.GENERAL, "k", ready=set(gpu.modes), now=0.0, budget=64)
@@ -865,10 +866,10 @@ def test_the_load_curves_best_mode_alone_becomes_the_floor_where_it_is_clearly_b
     # Within load_band (5 %) of the best, the floor stays where it was.
     near = LoadCurves({Mode.BASELINE: ((1, 310.0),), Mode.NGRAM_MOD: ((1, 300.0),)})
     save_load_curves(gpu.cache_dir, load_key(gpu), near)
-    assert Router.from_settings(gpu).policy.floor is Mode.NGRAM_MOD
+    assert build_router(gpu).policy.floor is Mode.NGRAM_MOD
     # A floor the user set is theirs.
     save_load_curves(gpu.cache_dir, load_key(gpu), h200)
     named = gpu.model_copy(update={"router": gpu.router.model_copy(update={"floor": Mode.CASCADE})})
-    assert Router.from_settings(named).policy.floor is Mode.CASCADE
+    assert build_router(named).policy.floor is Mode.CASCADE
     # One request at a time (the CPU's serialize rule) reads no curves: unchanged.
-    assert Router.from_settings(settings).policy.floor is Mode.NGRAM_MOD
+    assert build_router(settings).policy.floor is Mode.NGRAM_MOD

@@ -21,11 +21,11 @@ import pytest
 from fronde.backends.client import BackendClient, UpstreamStream
 from fronde.backends.pool import BackendPool
 from fronde.config import load_settings
+from fronde.evidence.calibration import LoadCurves
 from fronde.modes import Mode
-from fronde.router.calibration import LoadCurves
+from fronde.request import Dispatcher
+from fronde.request.reply import Streamed
 from fronde.router.classify import RequestClass
-from fronde.router.dispatch import Dispatcher
-from fronde.router.dispatch.answer import Streamed
 from fronde.router.engine import Router
 from fronde.router.policy import Plan, Route, RouterPolicy, plan_route
 

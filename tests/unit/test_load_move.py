@@ -13,8 +13,8 @@ from __future__ import annotations
 
 from functools import partial
 
+from fronde.evidence.calibration import LoadCurves
 from fronde.modes import Mode
-from fronde.router.calibration import LoadCurves
 from fronde.router.classify import RequestClass
 from fronde.router.placement import MOVE_FLOOR, Placement
 from fronde.router.policy import Plan, Route, RouterPolicy, plan_route

@@ -6,7 +6,7 @@ from typing import Any
 
 from fastapi.testclient import TestClient
 
-from fronde.router.dispatch.prediction import prediction_counts, prediction_text
+from fronde.request.predicted_outputs import prediction_counts, prediction_text
 
 
 def test_the_prediction_text_is_a_string_or_its_text_parts() -> None:

@@ -19,8 +19,8 @@ import pytest
 from fastapi.testclient import TestClient
 
 from fronde.backends.client import UpstreamStream
-from fronde.router.dispatch.collect import collect
-from fronde.router.dispatch.relay import OwnedStops, relay_sse
+from fronde.request.collect import collect
+from fronde.request.relay import OwnedStops, relay_sse
 
 from .test_contract import ORIGINAL_ROUTER, sse_events
 

@@ -12,7 +12,7 @@ import httpx
 import pytest
 
 from fronde.backends.client import UpstreamStream
-from fronde.router.dispatch.relay import OwnedStops, relay_sse
+from fronde.request.relay import OwnedStops, relay_sse
 from fronde.timings import Timings
 
 from .test_timings import per_token

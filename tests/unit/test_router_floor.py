@@ -1,5 +1,5 @@
 """The router's starting floor, its probe policy, the step-rate collapse rule, the
-measured floor (fronde.router.calibration) and the cascade mode, with numbers."""
+measured floor (fronde.evidence.calibration) and the cascade mode, with numbers."""
 
 from __future__ import annotations
 
@@ -12,9 +12,8 @@ from pydantic import ValidationError
 
 from fronde.config import RouterSettings, Settings, load_settings
 from fronde.errors import ConfigError
-from fronde.modes import Mode, SpeculationSettings, mode_args
-from fronde.router import calibration
-from fronde.router.calibration import (
+from fronde.evidence import calibration
+from fronde.evidence.calibration import (
     FALLBACK_FLOOR,
     FLOORS_FILE,
     Floor,
@@ -23,9 +22,11 @@ from fronde.router.calibration import (
     resolve_floor,
     save_floor,
 )
+from fronde.evidence.measure import Measurement, Measurements
+from fronde.modes import Mode, SpeculationSettings, mode_args
+from fronde.router.building import build_router
 from fronde.router.classify import RequestClass
 from fronde.router.engine import Router
-from fronde.router.measure import Measurement, Measurements
 from fronde.router.policy import (
     Plan,
     Route,
@@ -262,7 +263,7 @@ def test_with_parallel_slots_a_batched_request_is_no_collapse() -> None:
 
 def test_collapses_are_judged_only_behind_a_decode_gate_of_one() -> None:
     from fronde.config import BackendSettings
-    from fronde.router.engine import measurements_from
+    from fronde.router.building import measurements_from
 
     assert measurements_from(Settings()).alone  # CPU default: one slot, the gate
     slots = Settings(backend=BackendSettings(parallel=32))
@@ -287,7 +288,7 @@ def test_the_step_rate_weighs_drafts_by_draft_cost() -> None:
     assert m.step_rate(1.0) == pytest.approx((28 + 110) / seconds)
     assert Measurement(64, 40.0, drafted=10, accepted=5).step_rate() == 40.0  # no decode_ms
     # draft_cost reaches the EMA book from the settings.
-    from fronde.router.engine import measurements_from
+    from fronde.router.building import measurements_from
 
     assert measurements_from(Settings(router=RouterSettings(draft_cost=0.025))).draft_cost == 0.025
 
@@ -346,7 +347,7 @@ def test_resolve_floor_auto_takes_the_measured_floor_else_ngram_mod(
     floor = resolve_floor(settings)
     assert floor.mode is Mode.CASCADE and key in floor.why and "fastest" in floor.why
     # The router starts every class there and says why.
-    r = Router.from_settings(settings)
+    r = build_router(settings)
     assert r.policy.floor is Mode.CASCADE
     assert r.snapshot(now=0.0)["policy"]["floor_why"] == floor.why
 
@@ -375,7 +376,7 @@ def test_calibration_key_names_build_model_and_cpus(tmp_path: Path, fake_binary:
 def test_router_settings_reach_the_policy() -> None:
     router = RouterSettings(floor=Mode.CASCADE, probe="never", probe_min_tokens=9)
     settings = Settings(router=router)
-    r = Router.from_settings(settings)
+    r = build_router(settings)
     assert (r.policy.floor, r.policy.probe, r.policy.probe_min_tokens) == (Mode.CASCADE, "never", 9)
     assert r.floor_why == "cascade: set by router.floor"
     with pytest.raises(ValidationError):

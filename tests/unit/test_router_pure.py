@@ -6,10 +6,10 @@ from functools import partial
 
 import pytest
 
+from fronde.evidence.measure import STALE_S, Measurement, Measurements, measurement_from_timings
 from fronde.modes import Mode
 from fronde.router.cache import RouteCache, cache_key
 from fronde.router.classify import RequestClass, classify
-from fronde.router.measure import STALE_S, Measurement, Measurements, measurement_from_timings
 from fronde.router.policy import (
     LoadRule,
     Plan,

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import pytest
 
+from fronde.evidence.measure import STALE_S, Measurement, Measurements, speed_summary
+from fronde.evidence.savings import Reference, Served, time_saved
 from fronde.modes import Mode
 from fronde.router.classify import RequestClass
 from fronde.router.engine import Router
-from fronde.router.measure import STALE_S, Measurement, Measurements, speed_summary
 from fronde.router.policy import Route, RouterPolicy
-from fronde.router.savings import Reference, Served, time_saved
 from fronde.timings import Timings
 
 ALL = list(Mode)

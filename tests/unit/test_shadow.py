@@ -8,7 +8,7 @@ import pytest
 
 from fronde.bench.shadow import pearson, shadow_rows
 from fronde.bench.workloads import Item, Workload
-from fronde.router.shadow import (
+from fronde.evidence.ngram_replay import (
     NgramModTable,
     ngram_simple_drafter,
     replay,

@@ -24,11 +24,11 @@ from hypothesis import strategies as st
 from fronde.backends.client import BackendClient
 from fronde.backends.process import free_port
 from fronde.modes import Mode
+from fronde.request.admission import Admission
+from fronde.request.native import finish_reason
+from fronde.request.splice import Splice
 from fronde.router.classify import RequestClass
-from fronde.router.dispatch.admission import Admission
-from fronde.router.dispatch.splice import Splice
 from fronde.router.engine import Decision, Router
-from fronde.router.native import finish_reason
 from fronde.router.policy import Plan, Route, RouterPolicy
 
 from ..fakes.fake_llama_server import next_token, piece, tokenize
@@ -165,7 +165,7 @@ def test_probe_path_text_equals_one_backend_run(
 
 
 def stop_told_by_start(gen: str, stops: list[str], text: str, ref_text: str) -> bool:
-    """The splice's known limit (:mod:`fronde.router.stops`): an event that carries two
+    """The splice's known limit (:mod:`fronde.request.stops`): an event that carries two
     tokens' text (a lost id) in which two stop strings complete, one in each token.
 
     One backend stops on the string completed first (``ref_text`` ends before it); the

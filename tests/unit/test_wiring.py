@@ -18,7 +18,7 @@ from fronde.bench.serve import running_serve, settled
 from fronde.config import load_settings
 from fronde.errors import BackendUnavailableError
 from fronde.modes import Mode
-from fronde.router.dispatch import Dispatcher, run_batch
+from fronde.request import Dispatcher, run_batch
 from fronde.router.engine import Router
 
 REPO_MODELS = Path(__file__).resolve().parents[2] / "models"

@@ -11,7 +11,7 @@ backend for a finished answer (vLLM's launcher notes the same rule).
 start of a stop string, and when the budget runs out in a stream it never sends it
 (the non-streamed answer keeps it). So for a streamed request with ``stop`` Fronde
 sends the request without ``stop`` and matches the strings itself
-(:class:`~fronde.router.stops.StopMatcher`, llama-server's rule): text is released as
+(:class:`~fronde.request.stops.StopMatcher`, llama-server's rule): text is released as
 it is decided, a match ends the answer (``finish_reason: "stop"``, the upstream
 closed, which stops its generation), and held text is released at the end. The
 streamed text then equals the non-streamed one. ``timings_per_token`` is asked for so
@@ -21,7 +21,7 @@ drafts that were never sent.
 
 **Several choices.** A text completion that lists several prompts is one stream of
 several choices; stop strings, timings and usage are kept per choice
-(:mod:`fronde.router.dispatch.choices`), and the ``data: null`` events llama-server
+(:mod:`fronde.request.choices`), and the ``data: null`` events llama-server
 sends between the prompts are dropped.
 """
 
@@ -38,8 +38,8 @@ import anyio
 from fronde.backends.client import UpstreamStream
 from fronde.errors import BackendStreamError, openai_error_body
 from fronde.logging import get_logger
-from fronde.router.dispatch.apis import Api
-from fronde.router.dispatch.choices import ChoiceBook, OwnedStops, choice_index
+from fronde.request.agent_apis import Api
+from fronde.request.choices import ChoiceBook, OwnedStops, choice_index
 
 __all__ = [
     "DONE_LINE",
@@ -160,7 +160,7 @@ class _Relay:
         after_null, self.dropped_null = self.dropped_null, False
         if line == "data: null":
             # A prompt's "begin" result when several share a request (see
-            # fronde.router.dispatch.choices); the blank line that ends it goes too.
+            # fronde.request.choices); the blank line that ends it goes too.
             self.dropped_null = True
             return [], False
         if after_null and not line:
@@ -252,7 +252,7 @@ async def relay_sse(
 
 
 class EventRelay:
-    """Relay the event stream of another API (:mod:`fronde.router.dispatch.apis`).
+    """Relay the event stream of another API (:mod:`fronde.request.agent_apis`).
 
     Lines go to the client as they arrive, unchanged but for what the API's mender
     adds (Responses: the indices llama-server leaves out; Messages: the stop reason).

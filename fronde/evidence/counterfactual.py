@@ -2,7 +2,7 @@
 
 A probe measures one candidate on 48 tokens and pays a hand-over; this book measures
 every n-gram mode on every answer, at no decoding cost. Once a request is answered the
-proxy has its prompt's and its answer's token ids; :mod:`fronde.router.shadow` replays
+proxy has its prompt's and its answer's token ids; :mod:`fronde.evidence.ngram_replay` replays
 what baseline, ngram-simple, ngram-mod and the cascade would have drafted and accepted
 on them, and the verify-cost model turns the counts into decode time:
 
@@ -11,7 +11,7 @@ on them, and the verify-cost model turns the counts into decode time:
 - ``step_ms``: the time of one target pass on *this* request, from the mode that ran,
   ``decode_ms ÷ (passes + c × drafted)`` with its real counts (llama-server
   ``timings``); it carries the machine's load and the context length of the moment.
-- ``c`` = ``router.draft_cost`` (:data:`~fronde.router.measure.DRAFT_COST`): a target
+- ``c`` = ``router.draft_cost`` (:data:`~fronde.evidence.measure.DRAFT_COST`): a target
   pass over k drafted tokens costs ``1 + c·k`` plain passes (llama-bench).
 - ``passes_m``, ``drafted_m``: the replay's counts for mode ``m``. ngram-mod and the
   cascade replay against a **mirror** of their server's table, fed with every request
@@ -61,15 +61,15 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from fronde.modes import Mode, SpeculationSettings
-from fronde.router.measure import DRAFT_COST, EMA_ALPHA, MIN_TOKENS, Ema, Measurement
-from fronde.router.shadow import (
+from fronde.evidence.measure import DRAFT_COST, EMA_ALPHA, MIN_TOKENS, Ema, Measurement
+from fronde.evidence.ngram_replay import (
     NgramModTable,
     ShadowStats,
     shadow_cascade,
     shadow_ngram_mod,
     shadow_ngram_simple,
 )
+from fronde.modes import Mode, SpeculationSettings
 
 __all__ = [
     "MIN_BUCKET_SAMPLES",
@@ -216,7 +216,7 @@ class Counterfactual:
 
         Returns:
             The pass, ms, or None when ``m`` is shorter than
-            :data:`~fronde.router.measure.MIN_TOKENS`, has no decode time, or no pass.
+            :data:`~fronde.evidence.measure.MIN_TOKENS`, has no decode time, or no pass.
         """
         work = self._measured_work(m)
         if m.tokens < MIN_TOKENS or m.decode_ms <= 0 or work <= 0:
@@ -303,7 +303,7 @@ class Counterfactual:
 
         Returns:
             The observation, or None when the request is too short to measure
-            (:data:`~fronde.router.measure.MIN_TOKENS`), lacks a decode time, or its
+            (:data:`~fronde.evidence.measure.MIN_TOKENS`), lacks a decode time, or its
             mode is not replayed.
         """
         if served not in stats or m.tokens < MIN_TOKENS or m.decode_ms <= 0:

@@ -30,7 +30,7 @@ from typing import Any, cast
 
 from fronde.backends.client import BackendClient
 from fronde.errors import BackendError, InvalidRequestError
-from fronde.router.dispatch.apis import Api
+from fronde.request.agent_apis import Api
 
 __all__ = ["ToolChoiceUnsupportedError", "ToolTemplate", "honour_tool_choice"]
 

@@ -42,7 +42,7 @@ from dataclasses import dataclass
 from typing import Any, cast
 
 from fronde.errors import openai_error_body
-from fronde.router.native import Kind
+from fronde.request.native import Kind
 
 __all__ = [
     "INFILL",

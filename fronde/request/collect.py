@@ -6,7 +6,7 @@ and keeps generating a non-streamed one to the end (measured on gemma: a 400-tok
 answer whose client left after 1.5 s still held the slot 4 s later; a stream freed
 it in 0.07 s). So a client that leaves frees its slot on every route, and the stop
 strings, usage and timings come through the same relay as a stream's
-(:func:`~fronde.router.dispatch.relay.relay_sse`).
+(:func:`~fronde.request.relay.relay_sse`).
 
 :func:`collect` folds the relayed chunks into OpenAI's non-streamed shape: the
 ``content`` (and ``reasoning_content``) pieces joined, tool-call deltas merged by
@@ -16,7 +16,7 @@ index (the first carries ``id``, ``type`` and ``function.name``; the rest append
 (``timings`` among them: the last choice's to end). Each choice is folded apart, by its
 ``index``: a text completion with several prompts has one choice per prompt, in the
 order of the prompts, and its usage chunk sums them
-(:mod:`fronde.router.dispatch.choices`). Source: OpenAI API reference, "The chat
+(:mod:`fronde.request.choices`). Source: OpenAI API reference, "The chat
 completion chunk object" and "The chat completion object".
 """
 
@@ -28,9 +28,9 @@ from typing import Any, cast
 
 from fronde.backends.client import BackendClient
 from fronde.errors import BackendConnectionError
-from fronde.router.dispatch.choices import OwnedStops, choice_index
-from fronde.router.dispatch.relay import DONE_LINE, relay_sse
-from fronde.router.native import Kind
+from fronde.request.choices import OwnedStops, choice_index
+from fronde.request.native import Kind
+from fronde.request.relay import DONE_LINE, relay_sse
 
 __all__ = ["answer_whole", "collect"]
 
@@ -128,7 +128,7 @@ async def collect(lines: AsyncIterator[bytes], kind: Kind) -> dict[str, Any]:
     """Fold relayed SSE lines into one non-streamed OpenAI answer.
 
     Args:
-        lines: what :func:`~fronde.router.dispatch.relay.relay_sse` yields (normalized: one
+        lines: what :func:`~fronde.request.relay.relay_sse` yields (normalized: one
             ``[DONE]``, a usage chunk when asked for, an error event on failure).
         kind: ``chat`` or ``text``.
 

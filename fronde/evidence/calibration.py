@@ -32,8 +32,7 @@ from typing import Any, cast
 
 from fronde.config import Settings
 from fronde.errors import FrondeError
-from fronde.modes import Mode
-from fronde.router.policy import FALLBACK_FLOOR
+from fronde.modes import FALLBACK_FLOOR, Mode
 from fronde.runtime.install import find_llama_binary
 from fronde.runtime.local import profile_of
 

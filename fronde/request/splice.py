@@ -24,7 +24,7 @@ over the same token ids; a hand-over neither loses nor invents text:
   is continued from its text tokenized again: the text stays whole, though its ids
   may be split differently from the model's own.
 - ``stop`` strings are matched by Fronde alone, over the whole answer
-  (:class:`~fronde.router.stops.StopMatcher`, llama-server's own rule): a string that
+  (:class:`~fronde.request.stops.StopMatcher`, llama-server's own rule): a string that
   begins in one segment and ends in the next is found, and text held back as a
   partial match when a segment hits its ``n_predict`` is kept. Segments are sent
   without ``stop`` (llama-server would match within one segment only, and drop the
@@ -38,7 +38,7 @@ over the same token ids; a hand-over neither loses nor invents text:
 Known limits: a character whose bytes are split between two segments reads U+FFFD
 (a stream never sends the bytes of an unfinished character at its end); two stop strings
 completed by the two tokens of one such event are told apart by where they start, not by
-which completed first (:mod:`fronde.router.stops`).
+which completed first (:mod:`fronde.request.stops`).
 """
 
 from __future__ import annotations
@@ -53,11 +53,11 @@ from fronde.backends.client import BackendClient
 from fronde.backends.pool import BackendPool
 from fronde.errors import BackendConnectionError, BackendStreamError, InvalidRequestError
 from fronde.modes import Mode
-from fronde.router.dispatch.admission import Admission
+from fronde.request.admission import Admission
+from fronde.request.native import Kind, max_new_tokens, segment_params
+from fronde.request.stops import StopMatcher
 from fronde.router.engine import Decision, Router
-from fronde.router.native import Kind, max_new_tokens, segment_params
 from fronde.router.policy import Route, hand_over_pays
-from fronde.router.stops import StopMatcher
 from fronde.timings import Timings, TimingsTrail
 
 __all__ = [

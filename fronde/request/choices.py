@@ -1,6 +1,6 @@
 """The choices of one relayed stream, each with its own stop strings, timings and usage.
 
-A text completion that lists several prompts (:mod:`fronde.router.dispatch.prompts`)
+A text completion that lists several prompts (:mod:`fronde.request.prompts`)
 is one llama-server b11434 request answered as one stream of several choices
 (``handle_completions_impl`` in ``tools/server/server-context.cpp``): every chunk
 carries one choice, whose ``index`` is its prompt's position; each prompt's last chunk
@@ -13,7 +13,7 @@ the first may turn into the response's headers: the others reach the stream as
 raises ``AttributeError``). The relay drops those.
 
 So whatever is kept per answer is kept per choice here: the stop strings Fronde
-applies (:class:`OwnedStops`, one :class:`~fronde.router.stops.StopMatcher` per
+applies (:class:`OwnedStops`, one :class:`~fronde.request.stops.StopMatcher` per
 choice, so a stop string never spans two prompts' texts) and the timings and usage
 (:class:`ChoiceBook`), whose sum is the one usage chunk a client that asked for
 ``stream_options.include_usage`` gets.
@@ -24,8 +24,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any, cast
 
-from fronde.router.dispatch.prompts import prompt_count
-from fronde.router.stops import StopMatcher
+from fronde.request.prompts import prompt_count
+from fronde.request.stops import StopMatcher
 from fronde.timings import Timings, TimingsTrail
 
 __all__ = ["ChoiceBook", "OwnedStops", "choice_index", "summed_usage"]
@@ -101,9 +101,9 @@ class ChoiceBook:
 
 
 class OwnedStops:
-    """Stop strings Fronde applies to a relayed stream (see :mod:`~fronde.router.dispatch.relay`).
+    """Stop strings Fronde applies to a relayed stream (see :mod:`~fronde.request.relay`).
 
-    One :class:`~fronde.router.stops.StopMatcher` per choice.
+    One :class:`~fronde.request.stops.StopMatcher` per choice.
 
     Args:
         stops: the request's stop strings.

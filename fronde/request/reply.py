@@ -41,4 +41,4 @@ class Streamed:
 
 
 Answer = Whole | Streamed
-"""What :class:`~fronde.router.dispatch.dispatcher.Dispatcher` returns for one request."""
+"""What :class:`~fronde.request.dispatcher.Dispatcher` returns for one request."""

@@ -3,7 +3,7 @@
 For each OpenAI request the API layer has parsed and checked, :meth:`Dispatcher.answer`
 classifies it, plans it with the router, waits for its mode to be resident (swap
 residency) and for a decode slot, then either passes it to one mode's backend or
-probes and continues (:mod:`fronde.router.dispatch.splice`); a backend that fails before any
+probes and continues (:mod:`fronde.request.splice`); a backend that fails before any
 byte was sent is retried on another mode. The request's :class:`Admission` is the one
 writer of its status, and is released when the answer ends: the end of the JSON, the
 stream's last byte, an error, or the client leaving (the API cancels the work).
@@ -34,30 +34,14 @@ from fronde.errors import (
     ContextLengthError,
     FrondeError,
 )
+from fronde.evidence.counterfactual import self_overlap
 from fronde.logging import get_logger
 from fronde.modes import Mode
-from fronde.router.cache import cache_key
-from fronde.router.choice import forced_mode, parse_mode
-from fronde.router.classify import RequestClass, classify, request_text, unsafe_fields
-from fronde.router.counterfactual import self_overlap
-from fronde.router.dispatch.admission import Admission, Arrival
-from fronde.router.dispatch.answer import Answer, Streamed, Whole
-from fronde.router.dispatch.apis import Api
-from fronde.router.dispatch.collect import answer_whole
-from fronde.router.dispatch.hindsight import Hindsight, text_of
-from fronde.router.dispatch.prediction import FEEDS_POOL, feed_pool, prediction_text, with_counts
-from fronde.router.dispatch.relay import (
-    DONE_LINE,
-    EventRelay,
-    OwnedStops,
-    relay_sse,
-    sse_error_event,
-    with_keepalive,
-)
-from fronde.router.dispatch.splice import Splice
-from fronde.router.dispatch.tools import ToolTemplate, honour_tool_choice
-from fronde.router.engine import Decision, Router, Status
-from fronde.router.native import (
+from fronde.request.admission import Admission, Arrival
+from fronde.request.agent_apis import Api
+from fronde.request.collect import answer_whole
+from fronde.request.hindsight import Hindsight, text_of
+from fronde.request.native import (
     Kind,
     chunk,
     finish_reason,
@@ -67,6 +51,22 @@ from fronde.router.native import (
     splice_safe,
     usage,
 )
+from fronde.request.predicted_outputs import FEEDS_POOL, feed_pool, prediction_text, with_counts
+from fronde.request.relay import (
+    DONE_LINE,
+    EventRelay,
+    OwnedStops,
+    relay_sse,
+    sse_error_event,
+    with_keepalive,
+)
+from fronde.request.reply import Answer, Streamed, Whole
+from fronde.request.splice import Splice
+from fronde.request.tools import ToolTemplate, honour_tool_choice
+from fronde.router.cache import cache_key
+from fronde.router.choice import forced_mode, parse_mode
+from fronde.router.classify import RequestClass, classify, request_text, unsafe_fields
+from fronde.router.engine import Decision, Router, Status
 from fronde.router.policy import Route
 from fronde.timings import Timings
 
@@ -93,7 +93,7 @@ def _probe_eligible(kind: Kind, body: dict[str, Any]) -> bool:
 
     The probe path renders and tokenizes the prompt, so it needs a string prompt, and a
     grammar, a schema or tools cannot cross a hand-over
-    (:data:`~fronde.router.native.HANDOVER_BLOCKERS`).
+    (:data:`~fronde.request.native.HANDOVER_BLOCKERS`).
     """
     return (kind == "chat" or isinstance(body.get("prompt"), str)) and splice_safe(body)
 
@@ -176,7 +176,7 @@ class Dispatcher:
             body: the request body (checked by the API's schema).
             mode_header: the client's ``x-fronde-mode`` header, if any.
             api: None for OpenAI chat and text completions; else the other API the body
-                speaks (:mod:`fronde.router.dispatch.apis`): routed on its chat view,
+                speaks (:mod:`fronde.request.agent_apis`): routed on its chat view,
                 passed through as sent.
 
         Raises:
@@ -428,7 +428,7 @@ class Dispatcher:
         """Pass the request through to ``mode``'s OpenAI endpoint, recording its timings.
 
         A ``prediction`` (Predicted Outputs) is fed first into the pool of a mode that
-        keeps one (:mod:`fronde.router.dispatch.prediction`); a whole answer then gets
+        keeps one (:mod:`fronde.request.predicted_outputs`); a whole answer then gets
         OpenAI's accepted and rejected prediction token counts.
         """
         decision = cast("Decision", adm.decision)
@@ -446,7 +446,7 @@ class Dispatcher:
             self.router.settle_whole_probe(decision, mode)
 
         if not body.get("stream", False):
-            # Streamed upstream all the same (fronde.router.dispatch.collect): cancellable.
+            # Streamed upstream all the same (fronde.request.collect): cancellable.
             with adm.generating(mode):
                 data = await answer_whole(
                     self.client, url, PATHS[kind], body, str(mode), on_timings
@@ -458,7 +458,7 @@ class Dispatcher:
             return Whole(data, headers)
         stack = AsyncExitStack()
         stack.callback(adm.count(mode))
-        # Stop strings in a stream are Fronde's (see fronde.router.dispatch.relay): llama-server
+        # Stop strings in a stream are Fronde's (see fronde.request.relay): llama-server
         # would drop the text it held back for a partial match at the budget.
         upstream_body, stops = OwnedStops.take(body, chat=kind == "chat")
         # Open the upstream before answering: a failure before the first byte is
@@ -504,7 +504,7 @@ class Dispatcher:
     ) -> Answer:
         """Pass another API's request as sent to ``mode``'s endpoint for it.
 
-        Its timings, where the API carries them (:mod:`fronde.router.dispatch.apis`),
+        Its timings, where the API carries them (:mod:`fronde.request.agent_apis`),
         feed the router as a chat request's do. A stream is relayed line by line and
         ends with the API's own error event if the backend breaks; a client that
         leaves closes the upstream connection, which frees the slot.
@@ -553,7 +553,7 @@ class Dispatcher:
     async def _probe(
         self, adm: Admission, kind: Kind, body: dict[str, Any], headers: dict[str, str]
     ) -> Answer:
-        """Probe-and-continue (:mod:`fronde.router.dispatch.splice`), in OpenAI's shape.
+        """Probe-and-continue (:mod:`fronde.request.splice`), in OpenAI's shape.
 
         The probe segment runs before the answer starts, so a refusal (a prompt over
         the context: 400 ``context_length_exceeded``) or a failed backend is still a

@@ -39,7 +39,7 @@ SEGMENT_OWNED = frozenset(
         "n_predict",
         "max_tokens",
         "max_completion_tokens",
-        # Fronde matches stop strings over the whole answer (fronde.router.stops)
+        # Fronde matches stop strings over the whole answer (fronde.request.stops)
         "stop",
         # the shape of each segment's stream, which Fronde reads
         "stream",

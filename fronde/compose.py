@@ -24,13 +24,14 @@ from fronde.backends.pool import BackendPool, PoolPlan
 from fronde.backends.swap import SwapScheduler
 from fronde.config import Settings
 from fronde.errors import BackendError, ConfigError
+from fronde.evidence.measure import measurement_from_timings
 from fronde.logging import get_logger
 from fronde.metrics import Metrics, merge_backend_metrics
 from fronde.modes import Mode
+from fronde.request.dispatcher import Dispatcher
+from fronde.router.building import build_router, cache_from, measurements_from
 from fronde.router.choice import MODEL_PREFIX
-from fronde.router.dispatch.dispatcher import Dispatcher
-from fronde.router.engine import Router, cache_from, measurements_from
-from fronde.router.measure import measurement_from_timings
+from fronde.router.engine import Router
 from fronde.router.shared import SharedState
 from fronde.runtime.install import find_llama_binary
 from fronde.runtime.local import profile_of
@@ -241,7 +242,7 @@ class Runtime:
         one GPU take turns, which would time the sharing), continues each of
         :data:`STEP_PROMPTS` greedily for :data:`STEP_TOKENS` tokens without the
         prompt cache, ignoring EOS; the second generation's ``timings`` give its pass
-        (:meth:`~fronde.router.counterfactual.Counterfactual.seed_step`). A backend
+        (:meth:`~fronde.evidence.counterfactual.Counterfactual.seed_step`). A backend
         that fails or takes over :data:`STEP_TIMEOUT_S` is logged and left untimed
         (its ratio stays 1). The texts reach ngram-mod's pool on the server but not
         Fronde's mirror of it (a drift of two short texts, which the online
@@ -387,7 +388,7 @@ def build_runtime(
     if settings.shared.redis_url:
         sh = settings.shared
         store = SharedState(sh.redis_url, measurements, cache, sh.namespace, sh.sync_s)
-    router = Router.from_settings(
+    router = build_router(
         settings, measurements=measurements, cache=cache, store=store, events=metrics
     )
     late.router, late.swap = router, swap

@@ -22,14 +22,14 @@ from fronde.backends.swap import Lease
 from fronde.errors import FrondeError
 from fronde.logging import get_logger
 from fronde.modes import Mode
+from fronde.request.admission import Admission
+from fronde.request.collect import answer_whole
+from fronde.request.dispatcher import PATHS, Dispatcher
+from fronde.request.native import Kind, max_new_tokens
+from fronde.request.tools import honour_tool_choice
 from fronde.router.cache import cache_key
 from fronde.router.choice import forced_mode
-from fronde.router.dispatch.admission import Admission
-from fronde.router.dispatch.collect import answer_whole
-from fronde.router.dispatch.dispatcher import PATHS, Dispatcher
-from fronde.router.dispatch.tools import honour_tool_choice
 from fronde.router.engine import Decision
-from fronde.router.native import Kind, max_new_tokens
 from fronde.router.policy import Route
 from fronde.timings import Timings
 

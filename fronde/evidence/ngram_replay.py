@@ -34,7 +34,7 @@ The server side (``tools/server/server-context.cpp``): a draft is cut to
 sampled token.
 
 α = accepted ÷ drafted; τ = generated tokens ÷ target passes, as
-:mod:`fronde.router.measure` defines them from ``timings``.
+:mod:`fronde.evidence.measure` defines them from ``timings``.
 """
 
 from __future__ import annotations

@@ -15,7 +15,7 @@ whatever the noise between its requests. Two references are shown: the class's
 **floor** (what Fronde serves when it has nothing to probe) and **baseline** (one
 plain llama-server). ``v`` is the router's trusted speed of ``R`` in the class, the
 median of its fresh samples
-(:meth:`~fronde.router.measure.Measurements.trusted_speed`), at the time of asking;
+(:meth:`~fronde.evidence.measure.Measurements.trusted_speed`), at the time of asking;
 a class that needs ``v`` and has none is left out and named, never estimated.
 
 What is counted: decode time only (prefill excluded; so is a probe's hand-over

@@ -1,6 +1,6 @@
 """``fronde bench load`` as a run: the screen, the bracketed plans, the curves saved.
 
-The command (:func:`fronde.cli.bench_load`) reads its options into
+The command (:func:`fronde.bench.commands_load.bench_load`) reads its options into
 :class:`LoadOptions`; :func:`run_load` does the rest and leaves the records, the
 ``workload.json`` an outside client sends again, and the curves ``fronde serve``
 reads. The page is written after it by ``fronde bench report``'s own code.

@@ -283,7 +283,7 @@ def test_version_names_fronde_and_the_pinned_llama_cpp_build() -> None:
 
 def test_bench_help_maps_each_question_to_its_command_and_time() -> None:
     """`fronde bench --help` says which question each benchmark answers and how long it takes."""
-    from fronde.cli import BENCH_MAP, bench_app
+    from fronde.bench.commands import BENCH_MAP, bench_app
 
     names = [c.name or "" for c in bench_app.registered_commands]
     assert names == list(BENCH_MAP)  # every command in the map, in its order

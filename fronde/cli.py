@@ -17,7 +17,7 @@ import typer
 import uvicorn
 from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeElapsedColumn
 
-from fronde.bench.commands import bench_app
+from fronde.bench.commands import BENCH_EXTRA, bench_app
 from fronde.cli_batch import batch_cmd
 from fronde.cli_help import fronde_typer
 from fronde.cli_options import ConfigOpt, console, err, settings_from
@@ -359,7 +359,10 @@ def models_fetch(
 
 
 def main() -> None:
-    """Console-script entry point: run the CLI, turning Fronde errors into one line."""
+    """Console-script entry point: run the CLI, turning Fronde errors into one line.
+
+    So is a benchmark run without the ``bench`` extra installed.
+    """
     try:
         app()
     except FrondeError as exc:
@@ -372,3 +375,15 @@ def main() -> None:
         sys.exit(1)
     except KeyboardInterrupt:
         sys.exit(130)
+    except ModuleNotFoundError as exc:
+        # An install for serving alone (`pip install .`) lacks the benchmarks' extra.
+        if exc.name not in BENCH_EXTRA:
+            raise
+        err.print(
+            f"fronde: error: {exc.name} is missing: the benchmarks need the bench extra "
+            "(pip install 'fronde[bench]')",
+            markup=False,
+            highlight=False,
+            soft_wrap=True,
+        )
+        sys.exit(1)

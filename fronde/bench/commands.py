@@ -20,7 +20,14 @@ from fronde.bench.commands_report import bench_report
 from fronde.bench.commands_verdict import bench_verdict
 from fronde.cli_help import fronde_typer
 
-__all__ = ["BENCH_MAP", "bench_app"]
+__all__ = ["BENCH_EXTRA", "BENCH_MAP", "bench_app"]
+
+BENCH_EXTRA = frozenset({"numpy", "matplotlib", "jsonschema"})
+"""The packages of the ``bench`` extra (``pip install 'fronde[bench]'``), by import name.
+
+Only the benchmarks import them (an import-linter contract keeps serving free of
+them), so an install for serving alone lacks them and ``fronde bench`` says so.
+"""
 
 bench_app = fronde_typer(
     "Benchmarks on one harness: each command answers the question next to it, in the"

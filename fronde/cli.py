@@ -21,7 +21,8 @@ from fronde.bench.commands import BENCH_EXTRA, bench_app
 from fronde.cli_batch import batch_cmd
 from fronde.cli_help import fronde_typer
 from fronde.cli_options import ConfigOpt, console, err, settings_from
-from fronde.config import ServerSettings, Settings
+from fronde.config import Settings
+from fronde.config_sections import ServerSettings
 from fronde.errors import FrondeError
 from fronde.logging import configure_logging
 from fronde.modes import Mode

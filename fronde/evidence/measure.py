@@ -57,7 +57,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from fronde.config import ROUTER_DEFAULTS
+from fronde.config_sections import ROUTER_DEFAULTS
 from fronde.modes import Mode
 from fronde.timings import Timings
 

@@ -75,7 +75,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Literal
 
-from fronde.config import ROUTER_DEFAULTS, ProbePolicy
+from fronde.config_sections import ROUTER_DEFAULTS, ProbePolicy
 from fronde.modes import FALLBACK_FLOOR, Mode
 from fronde.router.classify import RequestClass
 from fronde.router.placement import Load, LoadModel, Placement, place

@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from fronde.config import RouterSettings, Settings, load_settings
+from fronde.config import Settings, load_settings
+from fronde.config_sections import RouterSettings
 from fronde.errors import ConfigError
 from fronde.evidence import calibration
 from fronde.evidence.calibration import (
@@ -262,7 +263,7 @@ def test_with_parallel_slots_a_batched_request_is_no_collapse() -> None:
 
 
 def test_collapses_are_judged_only_behind_a_decode_gate_of_one() -> None:
-    from fronde.config import BackendSettings
+    from fronde.config_sections import BackendSettings
     from fronde.router.building import measurements_from
 
     assert measurements_from(Settings()).alone  # CPU default: one slot, the gate

@@ -24,8 +24,9 @@ from fronde.logging import get_logger
 from fronde.modes import Mode
 from fronde.request.admission import Admission
 from fronde.request.collect import answer_whole
-from fronde.request.dispatcher import PATHS, Dispatcher
+from fronde.request.dispatcher import Dispatcher
 from fronde.request.native import Kind, max_new_tokens
+from fronde.request.sender import PATHS
 from fronde.request.tools import honour_tool_choice
 from fronde.router.cache import cache_key
 from fronde.router.choice import forced_mode

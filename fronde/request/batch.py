@@ -31,7 +31,7 @@ from fronde.request.tools import honour_tool_choice
 from fronde.router.cache import cache_key
 from fronde.router.choice import forced_mode
 from fronde.router.engine import Decision
-from fronde.router.policy import Route
+from fronde.router.plan import Route
 from fronde.timings import Timings
 
 __all__ = ["MAX_BATCH", "BatchItem", "run_batch"]

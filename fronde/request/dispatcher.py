@@ -47,7 +47,7 @@ from fronde.router.cache import cache_key
 from fronde.router.choice import forced_mode, parse_mode
 from fronde.router.classify import RequestClass, classify, request_text, unsafe_fields
 from fronde.router.engine import Decision, Router
-from fronde.router.policy import Route
+from fronde.router.plan import Route
 
 __all__ = ["Dispatcher"]
 

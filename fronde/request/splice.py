@@ -55,7 +55,8 @@ from fronde.request.native import Kind, max_new_tokens, segment_params
 from fronde.request.segment import Segment, assistant_prefill, prompt_ids, segment_stream
 from fronde.request.stops import StopMatcher
 from fronde.router.engine import Decision, Router
-from fronde.router.policy import Route, hand_over_pays
+from fronde.router.plan import Route
+from fronde.router.policy import hand_over_pays
 from fronde.timings import Timings
 
 __all__ = ["Splice"]

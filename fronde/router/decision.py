@@ -15,7 +15,7 @@ from typing import Any, Literal
 from fronde.evidence.measure import Measurement
 from fronde.modes import Mode
 from fronde.router.classify import RequestClass
-from fronde.router.policy import Plan, Route
+from fronde.router.plan import Plan, Route
 
 __all__ = ["NOT_ROUTED", "Decision", "Status", "rounded"]
 

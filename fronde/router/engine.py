@@ -25,7 +25,8 @@ from fronde.modes import Mode
 from fronde.router.cache import RouteCache
 from fronde.router.classify import RequestClass
 from fronde.router.decision import NOT_ROUTED, Decision, Status, rounded
-from fronde.router.policy import Route, RouterPolicy, plan_route
+from fronde.router.plan import Route, RouterPolicy
+from fronde.router.policy import plan_route
 from fronde.router.ports import RouterEvents, StateStore
 from fronde.router.views import RouterViews
 from fronde.timings import Timings

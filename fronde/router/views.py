@@ -17,7 +17,8 @@ from fronde.evidence.savings import Reference, Served, time_saved
 from fronde.modes import Mode
 from fronde.router.cache import RouteCache
 from fronde.router.decision import Decision
-from fronde.router.policy import RouterPolicy, choose_floor
+from fronde.router.plan import RouterPolicy
+from fronde.router.policy import choose_floor
 from fronde.router.ports import StateStore
 
 __all__ = ["RouterViews"]

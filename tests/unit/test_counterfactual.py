@@ -22,7 +22,8 @@ from fronde.evidence.ngram_replay import NgramModTable, shadow_ngram_mod
 from fronde.modes import Mode, SpeculationSettings
 from fronde.router.classify import RequestClass
 from fronde.router.engine import Router
-from fronde.router.policy import Route, RouterPolicy, choose_predicted, plan_route
+from fronde.router.plan import Route, RouterPolicy
+from fronde.router.policy import choose_predicted, plan_route
 
 from .test_api import serve, wait_healthy
 

@@ -28,15 +28,8 @@ from fronde.modes import Mode, SpeculationSettings, mode_args
 from fronde.router.building import build_router
 from fronde.router.classify import RequestClass
 from fronde.router.engine import Router
-from fronde.router.policy import (
-    Plan,
-    Route,
-    RouterPolicy,
-    SpeedFn,
-    choose_floor,
-    plan_route,
-    probe_allowed,
-)
+from fronde.router.plan import Plan, Route, RouterPolicy, SpeedFn
+from fronde.router.policy import choose_floor, plan_route, probe_allowed
 from fronde.timings import Timings
 
 ROOT = Path(__file__).resolve().parents[2]

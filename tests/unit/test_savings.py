@@ -9,7 +9,7 @@ from fronde.evidence.savings import Reference, Served, time_saved
 from fronde.modes import Mode
 from fronde.router.classify import RequestClass
 from fronde.router.engine import Router
-from fronde.router.policy import Route, RouterPolicy
+from fronde.router.plan import Route, RouterPolicy
 from fronde.timings import Timings
 
 ALL = list(Mode)

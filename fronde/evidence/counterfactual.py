@@ -61,7 +61,7 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from fronde.evidence.measure import DRAFT_COST, EMA_ALPHA, MIN_TOKENS, Ema, Measurement
+from fronde.evidence.measurement import DRAFT_COST, EMA_ALPHA, MIN_TOKENS, Ema, Measurement
 from fronde.evidence.ngram_replay import (
     NgramModTable,
     ShadowStats,

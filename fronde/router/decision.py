@@ -12,7 +12,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from fronde.evidence.measure import Measurement
+from fronde.evidence.measurement import Measurement
 from fronde.modes import Mode
 from fronde.router.classify import RequestClass
 from fronde.router.plan import Plan, Route

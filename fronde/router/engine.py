@@ -18,7 +18,8 @@ from collections.abc import Collection
 
 from fronde.evidence.calibration import LoadCurves
 from fronde.evidence.counterfactual import Counterfactual, bucket_of
-from fronde.evidence.measure import MIN_TOKENS, Measurement, Measurements
+from fronde.evidence.measure import Measurements
+from fronde.evidence.measurement import MIN_TOKENS, Measurement
 from fronde.evidence.savings import Served
 from fronde.logging import get_logger
 from fronde.modes import Mode

@@ -17,7 +17,7 @@ from fronde.evidence.counterfactual import (
     bucket_of,
     self_overlap,
 )
-from fronde.evidence.measure import Measurement
+from fronde.evidence.measurement import Measurement
 from fronde.evidence.ngram_replay import NgramModTable, shadow_ngram_mod
 from fronde.modes import Mode, SpeculationSettings
 from fronde.router.classify import RequestClass

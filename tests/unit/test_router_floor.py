@@ -23,7 +23,8 @@ from fronde.evidence.calibration import (
     resolve_floor,
     save_floor,
 )
-from fronde.evidence.measure import Measurement, Measurements
+from fronde.evidence.measure import Measurements
+from fronde.evidence.measurement import Measurement
 from fronde.modes import Mode, SpeculationSettings, mode_args
 from fronde.router.building import build_router
 from fronde.router.classify import RequestClass

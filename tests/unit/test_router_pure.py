@@ -6,7 +6,8 @@ from functools import partial
 
 import pytest
 
-from fronde.evidence.measure import STALE_S, Measurement, Measurements, measurement_from_timings
+from fronde.evidence.measure import Measurements
+from fronde.evidence.measurement import STALE_S, Measurement, measurement_from_timings
 from fronde.modes import Mode
 from fronde.router.cache import RouteCache, cache_key
 from fronde.router.classify import RequestClass, classify

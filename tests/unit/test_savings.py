@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from fronde.evidence.measure import STALE_S, Measurement, Measurements, speed_summary
+from fronde.evidence.measure import Measurements
+from fronde.evidence.measurement import STALE_S, Measurement, speed_summary
 from fronde.evidence.savings import Reference, Served, time_saved
 from fronde.modes import Mode
 from fronde.router.classify import RequestClass

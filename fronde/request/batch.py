@@ -18,7 +18,7 @@ from __future__ import annotations
 import time
 from typing import Any, cast
 
-from fronde.backends.swap import Lease
+from fronde.backends.swap_ports import Lease
 from fronde.errors import FrondeError
 from fronde.logging import get_logger
 from fronde.modes import Mode

@@ -294,7 +294,7 @@ class Dispatcher:
 
         The lease goes back when ``adm`` is released. Past ``swap.max_wait_s`` the
         scheduler grants another resident mode (``x-fronde-swap-fallback`` names the
-        one asked for) or raises :class:`~fronde.backends.swap.SwapWaitError` (503).
+        one asked for) or raises :class:`~fronde.backends.swap_ports.SwapWaitError` (503).
         """
         decision = cast("Decision", adm.decision)
         plan = decision.plan

@@ -32,7 +32,7 @@ from fronde.errors import (
     ContextLengthError,
     FrondeError,
 )
-from fronde.evidence.counterfactual import self_overlap
+from fronde.evidence.bucket import self_overlap
 from fronde.logging import get_logger
 from fronde.modes import Mode
 from fronde.request.admission import Admission, Arrival

@@ -16,8 +16,9 @@ import time
 from collections import Counter, deque
 from collections.abc import Collection
 
+from fronde.evidence.bucket import bucket_of
 from fronde.evidence.calibration import LoadCurves
-from fronde.evidence.counterfactual import Counterfactual, bucket_of
+from fronde.evidence.counterfactual import Counterfactual
 from fronde.evidence.measure import Measurements
 from fronde.evidence.measurement import MIN_TOKENS, Measurement
 from fronde.evidence.savings import Served

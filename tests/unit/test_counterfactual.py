@@ -10,13 +10,8 @@ import httpx
 import pytest
 
 from fronde import compose
-from fronde.evidence.counterfactual import (
-    MIN_BUCKET_SAMPLES,
-    MIN_MODE_ERRORS,
-    Counterfactual,
-    bucket_of,
-    self_overlap,
-)
+from fronde.evidence.bucket import bucket_of, self_overlap
+from fronde.evidence.counterfactual import MIN_BUCKET_SAMPLES, MIN_MODE_ERRORS, Counterfactual
 from fronde.evidence.measurement import Measurement
 from fronde.evidence.ngram_replay import NgramModTable, shadow_ngram_mod
 from fronde.modes import Mode, SpeculationSettings

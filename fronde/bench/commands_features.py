@@ -56,7 +56,8 @@ def bench_structured(
     """Does speculation keep JSON, schemas, grammars, tool calls and logprobs valid?"""
     from fronde.bench.progress import bench_console, bench_progress
     from fronde.bench.serve import running_serve
-    from fronde.bench.structured import FEATURES, PROMPTS, cells, matrix_markdown, run_matrix
+    from fronde.bench.structured import cells, matrix_markdown, run_matrix
+    from fronde.bench.structured_features import FEATURES, PROMPTS
 
     settings = settings_from(config)
     console = bench_console()

@@ -273,9 +273,10 @@ def run_experiment(
     """Run an experiment's plan into ``out/records.jsonl`` (resumable); print its table."""
     import asyncio
 
+    from fronde.bench.blocks import run_plan
     from fronde.bench.experiments import latency_table
     from fronde.bench.progress import bench_console, bench_progress
-    from fronde.bench.protocol import planned_requests, run_plan
+    from fronde.bench.protocol import planned_requests
     from fronde.bench.serve import run_info
     from fronde.bench.store import Store
 

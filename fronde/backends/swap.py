@@ -31,14 +31,14 @@ import contextlib
 import time
 from collections import Counter, deque
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol
+from typing import Any, Literal
 
-from fronde.errors import BackendStartError, BackendUnavailableError, ModeUnavailableError
+from fronde.backends.swap_ports import Lease, SwapPool, SwapWaitError, Waiter
+from fronde.errors import BackendStartError, ModeUnavailableError
 from fronde.logging import get_logger
 from fronde.modes import Mode
 
-__all__ = ["FAILED_RETRY_S", "Lease", "SwapPool", "SwapScheduler", "SwapWaitError"]
+__all__ = ["FAILED_RETRY_S", "SwapScheduler"]
 
 log = get_logger(__name__)
 
@@ -47,57 +47,6 @@ FAILED_RETRY_S = 30.0
 
 HISTORY_KEPT = 50
 """Swaps kept for ``/fronde/v1/router``."""
-
-
-class SwapWaitError(BackendUnavailableError):
-    """A request waited ``max_wait_s`` for its mode and no fallback was allowed (HTTP 503)."""
-
-    code = "mode_not_resident"
-
-
-class SwapPool(Protocol):
-    """What the scheduler needs from the pool (:class:`~fronde.backends.pool.BackendPool`)."""
-
-    def is_ready(self, mode: Mode) -> bool:
-        """True when ``mode``'s llama-server answers."""
-        ...
-
-    async def start_mode(self, mode: Mode) -> None:
-        """Start ``mode``'s llama-server and supervise it; raise BackendStartError."""
-        ...
-
-    async def stop_mode(self, mode: Mode) -> None:
-        """Stop ``mode``'s llama-server (SIGTERM, grace, SIGKILL, reap)."""
-        ...
-
-
-@dataclass(eq=False)
-class Lease:
-    """Permission to use ``mode``'s backend until :meth:`SwapScheduler.release`.
-
-    Attributes:
-        mode: the mode granted (resident until released).
-        asked: the mode the request asked for; differs from ``mode`` on a fallback.
-        waited_s: time from the request's arrival to the grant, seconds.
-    """
-
-    mode: Mode
-    asked: Mode
-    waited_s: float
-    released: bool = False
-
-    @property
-    def fallback(self) -> bool:
-        """True when the request is served by another mode than it asked for."""
-        return self.mode is not self.asked
-
-
-@dataclass(eq=False)
-class _Waiter:
-    mode: Mode
-    arrived: float
-    future: asyncio.Future[Lease] = field(repr=False)
-    may_fall_back: bool = True
 
 
 class SwapScheduler:
@@ -143,7 +92,7 @@ class SwapScheduler:
         self.resident: list[Mode] = []
         self.draining: set[Mode] = set()
         self.epoch_started: dict[Mode, float] = {}
-        self.queues: dict[Mode, deque[_Waiter]] = {m: deque() for m in self.modes}
+        self.queues: dict[Mode, deque[Waiter]] = {m: deque() for m in self.modes}
         self.active: Counter[Mode] = Counter()
         self.failed_until: dict[Mode, float] = {}
         self.swaps = 0
@@ -179,7 +128,7 @@ class SwapScheduler:
         if mode not in self.queues:
             raise ModeUnavailableError(f"mode {mode} is not available in this pool", param="model")
         future: asyncio.Future[Lease] = asyncio.get_running_loop().create_future()
-        waiter = _Waiter(mode, self.clock(), future, fallback)
+        waiter = Waiter(mode, self.clock(), future, fallback)
         self.queues[mode].append(waiter)
         self._wake.set()
         try:
@@ -260,7 +209,7 @@ class SwapScheduler:
     def _open(self, mode: Mode) -> bool:
         return mode in self.resident and mode not in self.draining and self.pool.is_ready(mode)
 
-    def _grant(self, waiter: _Waiter, mode: Mode, now: float) -> None:
+    def _grant(self, waiter: Waiter, mode: Mode, now: float) -> None:
         self.active[mode] += 1
         waiter.future.set_result(Lease(mode, waiter.mode, now - waiter.arrived))
 
@@ -289,7 +238,7 @@ class SwapScheduler:
             self.queues[head.mode].popleft()
             self._grant(head, head.mode, now)
 
-    def _oldest(self) -> _Waiter | None:
+    def _oldest(self) -> Waiter | None:
         heads = [q[0] for q in self.queues.values() if q]
         return min(heads, key=lambda w: w.arrived) if heads else None
 
@@ -297,7 +246,7 @@ class SwapScheduler:
         """Fall back or refuse every waiter past the wait bound or whose mode failed."""
         for mode, queue in self.queues.items():
             failed = self.failed_until.get(mode, 0.0) > now
-            keep: deque[_Waiter] = deque()
+            keep: deque[Waiter] = deque()
             for w in queue:
                 if w.future.done():
                     continue

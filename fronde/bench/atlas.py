@@ -21,8 +21,9 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from fronde.bench.arms import Arm
+from fronde.bench.blocks import run_plan
 from fronde.bench.breakeven import VerifyCosts, break_even_alpha, write_break_even_map
-from fronde.bench.protocol import Plan, Progress, Status, run_plan
+from fronde.bench.protocol import Plan, Progress, Status
 from fronde.bench.report import Report
 from fronde.bench.serve import run_info
 from fronde.bench.store import Store

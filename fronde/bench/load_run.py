@@ -1,6 +1,6 @@
 """``fronde bench load`` as a run: the screen, the bracketed plans, the curves saved.
 
-The command (:func:`fronde.cli.bench_load`) reads its options into
+The command (:func:`fronde.bench.commands_load.bench_load`) reads its options into
 :class:`LoadOptions`; :func:`run_load` does the rest and leaves the records, the
 ``workload.json`` an outside client sends again, and the curves ``fronde serve``
 reads. The page is written after it by ``fronde bench report``'s own code.
@@ -15,11 +15,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from fronde.bench.blocks import run_plan
 from fronde.bench.load import bracketed, load_setup, looping_items
 from fronde.bench.load_mix import WorkloadName, workload_file
 from fronde.bench.passes import Timed
 from fronde.bench.progress import BenchProgress
-from fronde.bench.protocol import Level, Plan, planned_requests, run_plan
+from fronde.bench.protocol import Level, Plan, planned_requests
 from fronde.bench.serve import run_info
 from fronde.bench.store import Store
 from fronde.bench.workloads import Form

@@ -22,7 +22,8 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Generator, Iterable
+from contextlib import contextmanager
 from types import TracebackType
 
 from rich.console import Console, RenderableType
@@ -37,8 +38,9 @@ from rich.progress import (
 from rich.text import Text
 
 from fronde.bench.protocol import RESUMED
+from fronde.logging import configure_logging
 
-__all__ = ["PLAIN_EVERY_S", "BenchProgress"]
+__all__ = ["PLAIN_EVERY_S", "BenchProgress", "bench_console", "bench_progress"]
 
 PLAIN_EVERY_S = 30.0
 """Off a terminal, the longest time between two printed progress lines, seconds."""
@@ -157,3 +159,27 @@ class BenchProgress:
         self._last_print = now
         for renderable in self._bar.get_renderables():
             self._console.print(renderable, highlight=False)
+
+
+def bench_console() -> Console:
+    """A console for benchmark tables: 80 columns when writing to a file or pipe.
+
+    The tables are laid out for an 80-column terminal; at 160 a piped run drew them
+    wider and broke the long "looping" lists mid-word.
+    """
+    probe = Console()
+    return probe if probe.is_terminal else Console(width=80)
+
+
+@contextmanager
+def bench_progress(
+    console: Console, total: int, unit: str = "requests"
+) -> Generator[BenchProgress]:
+    """The benchmark's progress display over ``total`` units (:class:`BenchProgress`).
+
+    Yields the display: call it as ``advance(line, n)``, and ``advance.status(what)``
+    when what runs changes. The benchmark's own servers log at warning and above only.
+    """
+    configure_logging(level="warning")
+    with BenchProgress(console, total, unit) as progress:
+        yield progress

@@ -41,7 +41,7 @@ on them, and the verify-cost model turns the counts into decode time:
 
 Each request then gives every replayable mode a sample of its speed-up over baseline,
 ``decode_ms(baseline) ÷ decode_ms(m)``, folded into an EMA per **bucket**: the static
-class and the prompt's self-overlap (:func:`self_overlap`). Before a request is
+class and the prompt's self-overlap (:mod:`fronde.evidence.bucket`). Before a request is
 generated, :meth:`Counterfactual.predict` reads its bucket; the policy
 (:func:`~fronde.router.policy.plan_route`) takes the best prediction and, within
 ``band``, the floor, whose server keeps its n-gram memory whole. The prediction made
@@ -54,14 +54,13 @@ Pure bookkeeping, no I/O; the dispatcher fetches the token ids and calls
 
 from __future__ import annotations
 
-import re
 import statistics
 from collections import deque
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from fronde.evidence.measure import DRAFT_COST, EMA_ALPHA, MIN_TOKENS, Ema, Measurement
+from fronde.evidence.measurement import DRAFT_COST, EMA_ALPHA, MIN_TOKENS, Ema, Measurement
 from fronde.evidence.ngram_replay import (
     NgramModTable,
     ShadowStats,
@@ -76,8 +75,6 @@ __all__ = [
     "REPLAYABLE",
     "Counterfactual",
     "Observation",
-    "bucket_of",
-    "self_overlap",
 ]
 
 REPLAYABLE = (Mode.BASELINE, Mode.NGRAM_SIMPLE, Mode.NGRAM_MOD, Mode.CASCADE)
@@ -87,12 +84,6 @@ MIN_BUCKET_SAMPLES = 2
 """Requests a bucket needs before its predictions are used."""
 
 
-OVERLAP_N = 4
-"""Word n-gram length of :func:`self_overlap`."""
-
-OVERLAP_EDGES = (0.05, 0.25)
-"""Self-overlap bucket edges: below 5 % (fresh text), below 25 %, above (copy-heavy)."""
-
 ERRORS_KEPT = 200
 """Recent prediction errors kept for their median."""
 
@@ -101,36 +92,6 @@ MIN_MODE_ERRORS = 5
 
 :meth:`Counterfactual.mode_errors`; with fewer, the median would be one or two answers'.
 """
-
-_WORD = re.compile(r"\S+")
-
-
-def self_overlap(text: str, n: int = OVERLAP_N) -> float:
-    """The share of ``text``'s word ``n``-grams that already occurred earlier in it.
-
-    A cheap, token-free stand-in for what an n-gram drafter can copy from the prompt
-    (0.0: nothing repeats; a prompt holding a file and an instruction to re-emit it
-    scores high). 0.0 for fewer than ``n + 1`` words.
-    """
-    words = _WORD.findall(text)
-    if len(words) <= n:
-        return 0.0
-    seen: set[tuple[str, ...]] = set()
-    repeated = 0
-    for i in range(len(words) - n + 1):
-        gram = tuple(words[i : i + n])
-        if gram in seen:
-            repeated += 1
-        else:
-            seen.add(gram)
-    return repeated / (len(words) - n + 1)
-
-
-def bucket_of(cls: str, overlap: float) -> str:
-    """The bucket key of a request: ``"<class>|<overlap band>"`` (bands: low, mid, high)."""
-    low, mid = OVERLAP_EDGES
-    band = "low" if overlap < low else "mid" if overlap < mid else "high"
-    return f"{cls}|{band}"
 
 
 @dataclass(frozen=True)
@@ -294,7 +255,7 @@ class Counterfactual:
         """Turn one request's replay into counterfactual speeds and fold them in.
 
         Args:
-            bucket: the request's bucket (:func:`bucket_of`).
+            bucket: the request's bucket (:func:`~fronde.evidence.bucket.bucket_of`).
             served: the mode that ran.
             m: its measurement (real counts and decode time).
             stats: :meth:`replay`'s result for the same request.

@@ -11,8 +11,9 @@ answer) to render. :mod:`fronde.compose` is the composition root that builds it.
 """
 
 from fronde.request.batch import MAX_BATCH, BatchItem, run_batch
-from fronde.request.dispatcher import PATHS, Dispatcher
+from fronde.request.dispatcher import Dispatcher
 from fronde.request.reply import Answer, Streamed, Whole
+from fronde.request.sender import PATHS
 
 __all__ = [
     "MAX_BATCH",

@@ -18,19 +18,20 @@ from __future__ import annotations
 import time
 from typing import Any, cast
 
-from fronde.backends.swap import Lease
+from fronde.backends.swap_ports import Lease
 from fronde.errors import FrondeError
 from fronde.logging import get_logger
 from fronde.modes import Mode
 from fronde.request.admission import Admission
 from fronde.request.collect import answer_whole
-from fronde.request.dispatcher import PATHS, Dispatcher
+from fronde.request.dispatcher import Dispatcher
 from fronde.request.native import Kind, max_new_tokens
+from fronde.request.sender import PATHS
 from fronde.request.tools import honour_tool_choice
 from fronde.router.cache import cache_key
 from fronde.router.choice import forced_mode
 from fronde.router.engine import Decision
-from fronde.router.policy import Route
+from fronde.router.plan import Route
 from fronde.timings import Timings
 
 __all__ = ["MAX_BATCH", "BatchItem", "run_batch"]

@@ -5,7 +5,7 @@ needs the prompt's and the answer's token ids, which an OpenAI answer does not c
 (llama-server b11434 returns ``tokens`` only on its native endpoint, and only in the
 partial chunks of a stream). So once an answer has ended, the prompt is rendered and
 tokenized on the backend that served it (as the probe does,
-:func:`~fronde.request.splice.prompt_ids`) and the answer's text tokenized
+:func:`~fronde.request.segment.prompt_ids`) and the answer's text tokenized
 without special tokens; a re-tokenized answer can differ from the sampled ids at a
 few boundaries, which the book's calibration absorbs.
 
@@ -38,7 +38,7 @@ from fronde.logging import get_logger
 from fronde.modes import Mode
 from fronde.request.collect import collect
 from fronde.request.native import Kind, max_new_tokens
-from fronde.request.splice import prompt_ids
+from fronde.request.segment import prompt_ids
 from fronde.router.engine import Decision, Router
 
 __all__ = ["DELAY_S", "IDLE_WAIT_S", "MAX_PENDING", "Hindsight", "answer_text", "text_of"]

@@ -237,7 +237,7 @@ async def relay_sse(
             if over and stops is not None:
                 # Fronde's stop string ended the answer while llama-server generates on:
                 # stop it before the client reads the end (the request then leaves the
-                # load, Dispatcher._tracked).
+                # load, Sender._tracked).
                 await upstream.aclose()
             if out:
                 yield b"".join(out)

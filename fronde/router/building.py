@@ -12,7 +12,7 @@ from fronde.evidence.measure import Measurements
 from fronde.logging import get_logger
 from fronde.router.cache import RouteCache
 from fronde.router.engine import Router
-from fronde.router.policy import RouterPolicy
+from fronde.router.plan import RouterPolicy
 from fronde.router.ports import RouterEvents, StateStore
 
 __all__ = ["build_router", "cache_from", "measurements_from"]

@@ -25,7 +25,7 @@ import re
 from enum import StrEnum
 from typing import Any
 
-from fronde.config import ROUTER_DEFAULTS
+from fronde.config_sections import ROUTER_DEFAULTS
 
 __all__ = [
     "EDIT_BLOCK_CHARS",

@@ -12,10 +12,10 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from fronde.evidence.measure import Measurement
+from fronde.evidence.measurement import Measurement
 from fronde.modes import Mode
 from fronde.router.classify import RequestClass
-from fronde.router.policy import Plan, Route
+from fronde.router.plan import Plan, Route
 
 __all__ = ["NOT_ROUTED", "Decision", "Status", "rounded"]
 

@@ -16,16 +16,19 @@ import time
 from collections import Counter, deque
 from collections.abc import Collection
 
+from fronde.evidence.bucket import bucket_of
 from fronde.evidence.calibration import LoadCurves
-from fronde.evidence.counterfactual import Counterfactual, bucket_of
-from fronde.evidence.measure import MIN_TOKENS, Measurement, Measurements
+from fronde.evidence.counterfactual import Counterfactual
+from fronde.evidence.measure import Measurements
+from fronde.evidence.measurement import MIN_TOKENS, Measurement
 from fronde.evidence.savings import Served
 from fronde.logging import get_logger
 from fronde.modes import Mode
 from fronde.router.cache import RouteCache
 from fronde.router.classify import RequestClass
 from fronde.router.decision import NOT_ROUTED, Decision, Status, rounded
-from fronde.router.policy import Route, RouterPolicy, plan_route
+from fronde.router.plan import Route, RouterPolicy
+from fronde.router.policy import plan_route
 from fronde.router.ports import RouterEvents, StateStore
 from fronde.router.views import RouterViews
 from fronde.timings import Timings

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any, Protocol
 
-from fronde.evidence.measure import Measurement
+from fronde.evidence.measurement import Measurement
 from fronde.modes import Mode
 from fronde.timings import Timings
 

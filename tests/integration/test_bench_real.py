@@ -13,7 +13,8 @@ import pytest
 from rich.console import Console
 
 from fronde.bench.arms import arms_named
-from fronde.bench.protocol import RESUMED, Plan, run_plan
+from fronde.bench.blocks import run_plan
+from fronde.bench.protocol import RESUMED, Plan
 from fronde.bench.report import build_report
 from fronde.bench.store import Store
 from fronde.bench.workloads import Workload, load_workload

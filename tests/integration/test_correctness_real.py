@@ -25,7 +25,7 @@ from fronde.request.native import finish_reason
 from fronde.request.splice import Splice
 from fronde.router.classify import RequestClass
 from fronde.router.engine import Decision, Router
-from fronde.router.policy import Plan, Route, RouterPolicy
+from fronde.router.plan import Plan, Route, RouterPolicy
 
 from ..fakes.static_pool import static_pool
 from .conftest import ORIGINAL_POLICY, Serve, start_serve

@@ -25,7 +25,7 @@ from fronde.backends.client import BackendClient
 from fronde.backends.process import free_port
 from fronde.config import load_settings
 from fronde.modes import Mode
-from fronde.request.splice import Segment, prompt_ids, segment_stream
+from fronde.request.segment import Segment, prompt_ids, segment_stream
 from fronde.runtime.models import load_profile
 
 from ..procs import alive, wait_dead

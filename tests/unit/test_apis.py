@@ -18,7 +18,7 @@ import openai
 import pytest
 from fastapi.testclient import TestClient
 
-from fronde.config import ServerSettings
+from fronde.config_sections import ServerSettings
 from fronde.modes import Mode
 from fronde.request.agent_apis import (
     ResponsesIndexer,

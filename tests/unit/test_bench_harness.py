@@ -889,7 +889,7 @@ def test_the_answer_names_what_failed_per_routed_arm_and_what_passed() -> None:
 
 
 def test_verdict_writes_where_reproduce_sh_did_and_bench_report_looks() -> None:
-    from fronde.cli import verdict_folder
+    from fronde.bench.commands_verdict import verdict_folder
 
     folder = verdict_folder("cpu-gemma-270m", now=0.0)
     assert folder == Path("runs/verdict-cpu-gemma-270m-19700101T000000Z")

@@ -24,6 +24,7 @@ import typer
 from typer.testing import CliRunner
 
 from fronde.backends.process import free_port
+from fronde.bench.commands import BENCH_EXTRA
 from fronde.cli import app, ready_line
 from fronde.modes import Mode
 from fronde.runtime.models import load_profile
@@ -283,7 +284,7 @@ def test_version_names_fronde_and_the_pinned_llama_cpp_build() -> None:
 
 def test_bench_help_maps_each_question_to_its_command_and_time() -> None:
     """`fronde bench --help` says which question each benchmark answers and how long it takes."""
-    from fronde.cli import BENCH_MAP, bench_app
+    from fronde.bench.commands import BENCH_MAP, bench_app
 
     names = [c.name or "" for c in bench_app.registered_commands]
     assert names == list(BENCH_MAP)  # every command in the map, in its order
@@ -310,3 +311,37 @@ def test_bench_verdict_help_names_the_folder_it_writes_by_default() -> None:
     assert r.returncode == 0, r.stderr
     flat = re.sub(r"-\s+", "-", " ".join(r.stdout.split()))  # click wraps after a hyphen
     assert "[default: runs/verdict-PROFILE-UTCTIME, new each run]" in flat
+
+
+def test_a_benchmark_without_the_bench_extra_says_how_to_install_it(tmp_path: Path) -> None:
+    # As if only `pip install .` had run: the bench extra's packages cannot be imported.
+    blocked = "; ".join(f"sys.modules[{name!r}] = None" for name in sorted(BENCH_EXTRA))
+    code = (
+        f"import sys; {blocked}; sys.argv = ['fronde', 'bench', 'report', {str(tmp_path)!r}]; "
+        "from fronde.cli import main; main()"
+    )
+    r = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert r.returncode == 1
+    [line] = r.stderr.strip().splitlines()
+    assert line.startswith("fronde: error: ")
+    assert line.endswith(
+        "is missing: the benchmarks need the bench extra (pip install 'fronde[bench]')"
+    )
+    r = fronde("--help")  # serving's commands still load without it
+    assert r.returncode == 0
+
+
+def test_the_bench_extra_is_what_only_the_benchmarks_import() -> None:
+    import tomllib
+
+    pyproject = tomllib.loads((Path(__file__).resolve().parents[2] / "pyproject.toml").read_text())
+    bench = pyproject["project"]["optional-dependencies"]["bench"]
+    names = {re.split(r"[<>=;\[ ]", req, maxsplit=1)[0] for req in bench}
+    assert names == BENCH_EXTRA
+    serving = {
+        re.split(r"[<>=;\[ ]", req, maxsplit=1)[0] for req in pyproject["project"]["dependencies"]
+    }
+    assert not names & serving
+    assert "fronde[bench]" in pyproject["project"]["optional-dependencies"]["dev"]

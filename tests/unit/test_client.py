@@ -13,7 +13,7 @@ import pytest
 
 from fronde.backends.client import TRANSPORT_ERRORS, BackendClient, make_http_client
 from fronde.backends.process import free_port
-from fronde.config import UpstreamSettings
+from fronde.config_sections import UpstreamSettings
 from fronde.errors import (
     BackendConnectionError,
     BackendHTTPError,

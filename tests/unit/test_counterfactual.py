@@ -10,19 +10,15 @@ import httpx
 import pytest
 
 from fronde import compose
-from fronde.evidence.counterfactual import (
-    MIN_BUCKET_SAMPLES,
-    MIN_MODE_ERRORS,
-    Counterfactual,
-    bucket_of,
-    self_overlap,
-)
-from fronde.evidence.measure import Measurement
+from fronde.evidence.bucket import bucket_of, self_overlap
+from fronde.evidence.counterfactual import MIN_BUCKET_SAMPLES, MIN_MODE_ERRORS, Counterfactual
+from fronde.evidence.measurement import Measurement
 from fronde.evidence.ngram_replay import NgramModTable, shadow_ngram_mod
 from fronde.modes import Mode, SpeculationSettings
 from fronde.router.classify import RequestClass
 from fronde.router.engine import Router
-from fronde.router.policy import Route, RouterPolicy, choose_predicted, plan_route
+from fronde.router.plan import Route, RouterPolicy
+from fronde.router.policy import choose_predicted, plan_route
 
 from .test_api import serve, wait_healthy
 

@@ -21,7 +21,7 @@ from playwright.sync_api import Browser, expect
 from fronde.modes import Mode
 from fronde.router.classify import RequestClass
 from fronde.router.engine import Router
-from fronde.router.policy import Route
+from fronde.router.plan import Route
 
 from .test_contract import chat, make_client, ready, real_serve, sse_events
 

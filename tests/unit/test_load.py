@@ -51,7 +51,8 @@ from fronde.modes import Mode
 from fronde.router.building import build_router
 from fronde.router.classify import RequestClass
 from fronde.router.engine import Router
-from fronde.router.policy import Plan, Route, RouterPolicy, plan_route
+from fronde.router.plan import Plan, Route, RouterPolicy
+from fronde.router.policy import plan_route
 
 ALL = set(Mode) - {Mode.DRAFT}
 

@@ -27,7 +27,8 @@ from fronde.request import Dispatcher
 from fronde.request.reply import Streamed
 from fronde.router.classify import RequestClass
 from fronde.router.engine import Router
-from fronde.router.policy import Plan, Route, RouterPolicy, plan_route
+from fronde.router.plan import Plan, Route, RouterPolicy
+from fronde.router.policy import plan_route
 
 # Speculation serves more at a low load, plain decoding from load 3 on (a GPU's shape).
 CURVES = LoadCurves(

@@ -17,7 +17,8 @@ from fronde.evidence.calibration import LoadCurves
 from fronde.modes import Mode
 from fronde.router.classify import RequestClass
 from fronde.router.placement import MOVE_FLOOR, Placement
-from fronde.router.policy import Plan, Route, RouterPolicy, plan_route
+from fronde.router.plan import Plan, Route, RouterPolicy
+from fronde.router.policy import plan_route
 
 ALL = set(Mode) - {Mode.DRAFT}  # no draft model
 

@@ -15,7 +15,7 @@ NIGHT = ROOT / "results" / "load-gpu-h200-cpu-gemma-270m-20261203-c32b"
 
 
 def _block(key: str, collapses: dict[str, int], ok: bool = True) -> dict[str, Any]:
-    """A block record as ``fronde bench load`` writes one (protocol.run_plan)."""
+    """A block record as ``fronde bench load`` writes one (blocks.run_plan)."""
     modes = {m: {"collapses": n, "step_rate_ema": 50.0} for m, n in collapses.items()}
     _, arm, rep, *_ = key.split("|")
     head: dict[str, Any] = {"type": "block", "block": key, "arm": arm, "rep": int(rep), "ok": ok}

@@ -117,7 +117,7 @@ class _Generating(_Reads):
 
 
 def test_a_stop_string_closes_the_upstream_before_the_client_reads_the_end() -> None:
-    # The request leaves the load when its [DONE] passes (Dispatcher._tracked): by then
+    # The request leaves the load when its [DONE] passes (Sender._tracked): by then
     # llama-server must have been told to stop, not generate on for nobody.
     body = _Generating([_event("one "), _event("END"), _event("more "), _event("and more ")])
     upstream = UpstreamStream(httpx.Response(200, stream=body), "http://x")

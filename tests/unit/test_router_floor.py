@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from fronde.config import RouterSettings, Settings, load_settings
+from fronde.config import Settings, load_settings
+from fronde.config_sections import RouterSettings
 from fronde.errors import ConfigError
 from fronde.evidence import calibration
 from fronde.evidence.calibration import (
@@ -22,20 +23,14 @@ from fronde.evidence.calibration import (
     resolve_floor,
     save_floor,
 )
-from fronde.evidence.measure import Measurement, Measurements
+from fronde.evidence.measure import Measurements
+from fronde.evidence.measurement import Measurement
 from fronde.modes import Mode, SpeculationSettings, mode_args
 from fronde.router.building import build_router
 from fronde.router.classify import RequestClass
 from fronde.router.engine import Router
-from fronde.router.policy import (
-    Plan,
-    Route,
-    RouterPolicy,
-    SpeedFn,
-    choose_floor,
-    plan_route,
-    probe_allowed,
-)
+from fronde.router.plan import Plan, Route, RouterPolicy, SpeedFn
+from fronde.router.policy import choose_floor, plan_route, probe_allowed
 from fronde.timings import Timings
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -262,7 +257,7 @@ def test_with_parallel_slots_a_batched_request_is_no_collapse() -> None:
 
 
 def test_collapses_are_judged_only_behind_a_decode_gate_of_one() -> None:
-    from fronde.config import BackendSettings
+    from fronde.config_sections import BackendSettings
     from fronde.router.building import measurements_from
 
     assert measurements_from(Settings()).alone  # CPU default: one slot, the gate

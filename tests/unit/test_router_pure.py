@@ -6,19 +6,13 @@ from functools import partial
 
 import pytest
 
-from fronde.evidence.measure import STALE_S, Measurement, Measurements, measurement_from_timings
+from fronde.evidence.measure import Measurements
+from fronde.evidence.measurement import STALE_S, Measurement, measurement_from_timings
 from fronde.modes import Mode
 from fronde.router.cache import RouteCache, cache_key
 from fronde.router.classify import RequestClass, classify
-from fronde.router.policy import (
-    LoadRule,
-    Plan,
-    Route,
-    RouterPolicy,
-    SpeedFn,
-    choose_floor,
-    plan_route,
-)
+from fronde.router.plan import LoadRule, Plan, Route, RouterPolicy, SpeedFn
+from fronde.router.policy import choose_floor, plan_route
 from fronde.timings import Timings
 
 CODE = "```python\n" + "def f(x):\n    return x + 1\n" * 40 + "```"  # ~1 000 chars

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from fronde.evidence.measure import STALE_S, Measurement, Measurements, speed_summary
+from fronde.evidence.measure import Measurements
+from fronde.evidence.measurement import STALE_S, Measurement, speed_summary
 from fronde.evidence.savings import Reference, Served, time_saved
 from fronde.modes import Mode
 from fronde.router.classify import RequestClass
 from fronde.router.engine import Router
-from fronde.router.policy import Route, RouterPolicy
+from fronde.router.plan import Route, RouterPolicy
 from fronde.timings import Timings
 
 ALL = list(Mode)

@@ -29,7 +29,7 @@ from fronde.request.native import finish_reason
 from fronde.request.splice import Splice
 from fronde.router.classify import RequestClass
 from fronde.router.engine import Decision, Router
-from fronde.router.policy import Plan, Route, RouterPolicy
+from fronde.router.plan import Plan, Route, RouterPolicy
 
 from ..fakes.fake_llama_server import next_token, piece, tokenize
 from ..fakes.static_pool import static_pool

@@ -5,7 +5,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from fronde.bench.structured import FEATURES, SCHEMA, Sample, cells, judge, matrix_markdown
+from fronde.bench.structured import Sample, cells, matrix_markdown
+from fronde.bench.structured_features import FEATURES, SCHEMA, judge
 
 BY_NAME = {f.name: f for f in FEATURES}
 

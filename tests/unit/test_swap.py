@@ -17,7 +17,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fronde.backends.swap import Lease, SwapScheduler, SwapWaitError
+from fronde.backends.swap import SwapScheduler
+from fronde.backends.swap_ports import Lease, SwapWaitError
 from fronde.errors import BackendStartError, ModeUnavailableError
 from fronde.modes import Mode
 

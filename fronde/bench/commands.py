@@ -1,0 +1,85 @@
+"""``fronde bench``: the benchmark commands, one typer sub-app that :mod:`fronde.cli` adds.
+
+Each command answers one question (:data:`BENCH_MAP`) and lives in a module of its
+noun: the verdict (:mod:`~fronde.bench.commands_verdict`), its report
+(:mod:`~fronde.bench.commands_report`), the load run (:mod:`~fronde.bench.commands_load`),
+the experiments on the harness (:mod:`~fronde.bench.commands_experiments`) and the
+feature questions (:mod:`~fronde.bench.commands_features`). Those modules import the
+harness inside each command, so ``fronde --help`` loads neither it nor matplotlib.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from fronde.bench.commands_experiments import bench_atlas, bench_overhead, bench_shadow, bench_swap
+from fronde.bench.commands_features import bench_prediction, bench_structured, bench_tools
+from fronde.bench.commands_load import bench_load
+from fronde.bench.commands_report import bench_report
+from fronde.bench.commands_verdict import bench_verdict
+from fronde.cli_help import fronde_typer
+
+__all__ = ["BENCH_EXTRA", "BENCH_MAP", "bench_app"]
+
+BENCH_EXTRA = frozenset({"numpy", "matplotlib", "jsonschema"})
+"""The packages of the ``bench`` extra (``pip install 'fronde[bench]'``), by import name.
+
+Only the benchmarks import them (an import-linter contract keeps serving free of
+them), so an install for serving alone lacks them and ``fronde bench`` says so.
+"""
+
+bench_app = fronde_typer(
+    "Benchmarks on one harness: each command answers the question next to it, in the"
+    " time measured on 2 CPU cores (at its defaults, unless options are named).\n\n"
+    "Start with verdict, the main job (./reproduce.sh runs it). Each command writes its"
+    " records under runs/ and shows how many requests are done, the time spent and the"
+    " time left."
+)
+_MAIN_PANEL = "Is Fronde faster? The main job"
+_OTHER_PANEL = "Other questions"
+BENCH_MAP = {
+    "verdict": "Is Fronde faster than the one llama-server you would run instead?"
+    " 2 cores: ~30 min, --quick ~10 min",
+    "report": "Print a verdict or load run's tables and answer again; redraw its charts (seconds)",
+    "overhead": "What does the proxy cost? 2 cores: 1 min with --requests 20 --reps 1"
+    " (the defaults: not timed)",
+    "atlas": "Where does speculation pay? 2 cores: ~40 min (timed before it moved onto"
+    " the harness)",
+    "load": "With many agents at once, is Fronde faster than one llama-server? For a GPU;"
+    " 2 cores: 4 min with --clients 1 --clients 4 --items 8 --max-tokens 16",
+    "tools": "What does routing tool-bearing requests give an agent? 2 cores: its 48"
+    " requests 230 s (SmolLM2), start-ups not timed",
+    "structured": "Does speculation keep JSON, schemas, grammars, tool calls and logprobs"
+    " valid? 2 cores: 90 s (SmolLM2)",
+    "prediction": "Does a Predicted Output pay? 2 cores: its 32 requests 70 s (SmolLM2),"
+    " start-ups not timed",
+    "swap": "With one server resident, do epochs beat a swap per mode change? 2 cores:"
+    " 12 s with --requests 6 --reps 1 --max-tokens 8 (the defaults: not timed)",
+    "shadow": "Does shadow acceptance track the real α? 2 cores: 34 s with --max-tokens 64"
+    " (the default 256: not timed)",
+}
+"""`fronde bench --help`'s map: each benchmark's question and its time on 2 CPU cores.
+
+Measured on the 2-core Xeon of the README's figures (its sections give the runs);
+the order is the list's: the main question first.
+"""
+
+_COMMANDS: dict[str, tuple[Callable[..., Any], str]] = {
+    "verdict": (bench_verdict, _MAIN_PANEL),
+    "report": (bench_report, _MAIN_PANEL),
+    "overhead": (bench_overhead, _OTHER_PANEL),
+    "atlas": (bench_atlas, _OTHER_PANEL),
+    "load": (bench_load, _OTHER_PANEL),
+    "tools": (bench_tools, _OTHER_PANEL),
+    "structured": (bench_structured, _OTHER_PANEL),
+    "prediction": (bench_prediction, _OTHER_PANEL),
+    "swap": (bench_swap, _OTHER_PANEL),
+    "shadow": (bench_shadow, _OTHER_PANEL),
+}
+"""Each command's function and its panel in ``fronde bench --help``."""
+
+# In BENCH_MAP's order (typer lists commands as registered).
+for _name in BENCH_MAP:
+    _command, _panel = _COMMANDS[_name]
+    bench_app.command(_name, short_help=BENCH_MAP[_name], rich_help_panel=_panel)(_command)

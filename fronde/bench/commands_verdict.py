@@ -1,0 +1,277 @@
+"""``fronde bench verdict``: is Fronde faster than the one llama-server you would run?
+
+The main job (``./reproduce.sh`` runs it): workload A (first encounter) and workload B
+(agent sessions) on fresh servers for every arm, then the tables, the verdict and the
+answer (:func:`fronde.bench.commands_report.show_report`), and this machine's floor
+saved for ``fronde serve``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+
+from fronde.cli_options import ConfigOpt, settings_from
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from fronde.bench.protocol import Plan
+    from fronde.bench.store import Store
+    from fronde.bench.workloads import Workload
+    from fronde.config import Settings
+    from fronde.runtime.models import Profile
+
+__all__ = ["SESSION_ARMS", "bench_verdict", "verdict_folder"]
+
+SESSION_ARMS = {
+    False: ("base", "default", "cascade", "router"),
+    True: ("default", "router"),
+}
+"""Workload B's default arms (full, quick): a session takes minutes per arm on a CPU
+(SmolLM2-135M on 2 cores: 2 minutes for one 8-step session)."""
+
+
+def verdict_folder(profile: str, now: float | None = None) -> Path:
+    """Where a verdict run writes when given no ``--out``: ``runs/verdict-PROFILE-UTCTIME``.
+
+    The name ``reproduce.sh`` always gave its runs (``date -u +%Y%m%dT%H%M%SZ``), and
+    what ``fronde bench report`` finds with no folder named (the newest
+    ``runs/verdict*``). A profile name's other characters than letters, digits, ``.``,
+    ``_`` and ``-`` become ``-`` (a GGUF served with --model is ``local:NAME``).
+    """
+    import re
+    import time
+
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(now))
+    return Path("runs") / f"verdict-{re.sub(r'[^A-Za-z0-9._-]', '-', profile)}-{stamp}"
+
+
+def _times(n: int, noun: str) -> str:
+    """``1 rep``, ``2 reps``: a count and its noun, plural from 2 on."""
+    return f"{n} {noun}{'s' * (n != 1)}"
+
+
+def bench_verdict(
+    config: ConfigOpt = None,
+    out: Annotated[
+        Path | None,
+        typer.Option(
+            help="folder for records.jsonl, the charts, summary.md; a run resumes with the"
+            " same --out [default: runs/verdict-PROFILE-UTCTIME, new each run]"
+        ),
+    ] = None,
+    quick: Annotated[
+        bool,
+        typer.Option(help="2 prompts per domain, 48 tokens, one session (CPU: ~10 min)"),
+    ] = False,
+    reps: Annotated[int, typer.Option(help="workload A: repetitions", min=1)] = 2,
+    session_reps: Annotated[int, typer.Option(help="workload B: repetitions", min=1)] = 1,
+    max_tokens: Annotated[
+        int | None,
+        typer.Option(help="tokens per request [default: 64, quick 48]", min=4),
+    ] = None,
+    per_domain: Annotated[
+        int | None,
+        typer.Option(help="workload A: prompts per domain (0: none) [default: 4, quick 2]", min=0),
+    ] = None,
+    sessions: Annotated[
+        int | None,
+        typer.Option(help="workload B: sessions (0: none) [default: all, quick 1]", min=0),
+    ] = None,
+    arm: Annotated[
+        list[str] | None,
+        typer.Option("--arm", help="workload A's arms (repeatable) [default: all but mod12]"),
+    ] = None,
+    session_arm: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--session-arm",
+            help="workload B's arms (repeatable) [default: base default cascade router;"
+            " quick: default router]",
+        ),
+    ] = None,
+    interleave: Annotated[
+        bool,
+        typer.Option(
+            help="workload A: all arms of a repetition up at once, each prompt sent to every "
+            "arm in turn (--no-interleave: one arm after the other)"
+        ),
+    ] = True,
+) -> None:
+    """Is Fronde faster than the one llama-server you would run instead? Every arm fresh.
+
+    Then the tables, the verdict and a short answer; ./reproduce.sh runs this.
+    Resumes: blocks already in OUT/records.jsonl are skipped.
+    Exit status 0 PASS, 2 FAIL.
+    """
+    from fronde.runtime.local import profile_of
+
+    settings = settings_from(config)
+    profile = profile_of(settings)
+    out = out or verdict_folder(profile.name)
+    first, session = _workloads(quick, per_domain, sessions)
+    plan = _verdict_plan(
+        profile,
+        (first, session),
+        (arm, session_arm),
+        quick,
+        (reps, session_reps),
+        max_tokens,
+        interleave,
+    )
+    _run_verdict(settings, config, plan, out, profile.name, (len(first.items), len(session.items)))
+
+
+def _workloads(
+    quick: bool, per_domain: int | None, sessions: int | None
+) -> tuple[Workload, Workload]:
+    """Workload A (first encounter) and B (agent sessions) as the options cut them."""
+    from fronde.bench.workloads import load_workload
+
+    first = load_workload("first-encounter").first(
+        per_domain if per_domain is not None else (2 if quick else 4)
+    )
+    n_sessions = 1 if quick and sessions is None else sessions
+    session = (
+        load_workload("agent-sessions").groups(n_sessions) if n_sessions != 0 else first.first(0)
+    )
+    return first, session
+
+
+def _verdict_plan(
+    profile: Profile,
+    workloads: tuple[Workload, Workload],
+    arms: tuple[list[str] | None, list[str] | None],
+    quick: bool,
+    reps: tuple[int, int],
+    max_tokens: int | None,
+    interleave: bool,
+) -> Plan:
+    """The verdict's plan: workloads A and B (those with items), their arms, repetitions.
+
+    Args:
+        profile: the profile served (its prompt form; a draft model adds the draft arms).
+        workloads: workload A and workload B.
+        arms: ``--arm`` and ``--session-arm`` (None: the defaults).
+        quick: ``--quick`` (B's default arms, 48 tokens).
+        reps: A's and B's repetitions.
+        max_tokens: ``--max-tokens``, or None for the default (64, quick 48).
+        interleave: ``--interleave``: workload A's arms of a repetition side by side.
+    """
+    from fronde.bench.arms import arms_named
+    from fronde.bench.protocol import Plan
+    from fronde.bench.workloads import load_workload
+
+    has_draft = profile.draft is not None
+    arm, session_arm = arms
+    return Plan(
+        workloads=tuple(w for w in workloads if w.items),
+        arms=tuple(arms_named(arm or (), draft=has_draft)),
+        session_arms=tuple(arms_named(session_arm or SESSION_ARMS[quick], draft=has_draft)),
+        reps=reps[0],
+        session_reps=reps[1],
+        form=profile.prompt_form,
+        max_tokens=max_tokens or (48 if quick else 64),
+        priming=load_workload("priming"),
+        interleave=interleave,
+    )
+
+
+def _begin(store: Store, plan: Plan, settings: Settings, profile: str) -> None:
+    """Open ``store`` for ``plan``: the run's record, and the identity a resume must match."""
+    from fronde.bench.serve import run_info
+    from fronde.runtime.install import find_llama_binary, llama_build_info
+
+    build = llama_build_info(find_llama_binary(settings.cache_dir, settings.llama_server))
+    info = run_info()
+    identity = {"machine": info["machine"], "build": build, "profile": profile}
+    identity |= {"form": plan.form, "max_tokens": plan.max_tokens}
+    arms = {
+        "arms": [a.name for a in plan.arms],
+        "session_arms": [a.name for a in plan.session_arms],
+    }
+    reps = {"reps": plan.reps, "session_reps": plan.session_reps}
+    run = {**info, **arms, **reps, "interleave": plan.interleave}
+    store.begin(run, identity)
+
+
+def _run_verdict(
+    settings: Settings,
+    config: Path | None,
+    plan: Plan,
+    out: Path,
+    profile: str,
+    sizes: tuple[int, int],
+) -> None:
+    """Run ``plan`` into ``out`` (resuming), save the floor, print the report.
+
+    Args:
+        settings: the settings read.
+        config: the ``--config`` file, which the servers get too.
+        plan: the verdict's plan (:func:`_verdict_plan`).
+        out: the run's folder.
+        profile: the profile's name.
+        sizes: workload A's prompts and workload B's steps, as printed.
+
+    Raises:
+        typer.Exit: with status 2 when the verdict is FAIL.
+    """
+    import asyncio
+
+    from fronde.bench.blocks import run_plan
+    from fronde.bench.commands_report import show_report
+    from fronde.bench.progress import bench_console, bench_progress
+    from fronde.bench.protocol import planned_requests
+    from fronde.bench.store import Store
+
+    store = Store(out / "records.jsonl")
+    _begin(store, plan, settings, profile)
+    console = bench_console()
+    console.print(
+        f"{profile} ({plan.form}): A {sizes[0]} prompts × {len(plan.arms)} arms × "
+        f"{_times(plan.reps, 'rep')}, {plan.max_tokens} tokens; B {sizes[1]} steps × "
+        f"{len(plan.session_arms)} arms × {_times(plan.session_reps, 'rep')} "
+        f"→ {store.path}",
+        markup=False,
+        highlight=False,
+    )
+    with bench_progress(console, planned_requests(plan)) as advance:
+        asyncio.run(run_plan(plan, settings, config, store, out / "logs", advance, advance.status))
+    _save_floor(settings, store, out, console)
+    show_report(out, console)
+
+
+def _save_floor(settings: Settings, store: Store, out: Path, console: Console) -> None:
+    """Save the fastest forced Fronde mode of workload A as this machine's floor.
+
+    Nothing is saved from a run whose forced arms drifted beyond ±10 % between
+    repetitions (the machine's speed changed: a trial run beside a test suite measured
+    baseline fastest at a drift of 0.22), nor from a run with one repetition.
+    """
+    from fronde.bench.arms import ARMS
+    from fronde.bench.verdict import DRIFT_WARN, table
+    from fronde.evidence.calibration import FLOORS_FILE, calibration_key, save_floor
+
+    a = table(store.samples(), "first-encounter")  # no checks: the report computes them
+    forced = {x.name: x.force for x in ARMS if x.reachable and x.name in a.arms}
+    rates = {m: a.total(name) for name, m in forced.items() if m is not None and a.items}
+    if not rates:
+        return
+    drifted = [n for n in forced if len(a.reps) < 2 or abs(a.drift(n) - 1.0) > DRIFT_WARN]
+    if drifted:
+        console.print(
+            f"floor: not saved (repetitions disagree or too few: {', '.join(drifted)})",
+            markup=False,
+            highlight=False,
+        )
+        return
+    best = save_floor(settings.cache_dir, calibration_key(settings), rates, str(out))
+    console.print(
+        f"floor: {best} is the fastest Fronde mode here; `fronde serve` starts from it "
+        f"(saved in {settings.cache_dir / FLOORS_FILE})",
+        markup=False,
+        highlight=False,
+    )

@@ -66,7 +66,7 @@ ArmOpt = Annotated[
         "--arm",
         help="arms to run, NAME or NAME@1,8,32 for its own c (repeatable): plain, "
         "pinned, plain-nobs or plain-bs, default, cascade, plain2, s-simple, fr-plain, "
-        "router, router-b, router-t [default: all but plain-nobs/plain-bs]",
+        "router, router-b, router-t [default: all but plain-nobs and plain-bs]",
     ),
 ]
 SlotsOpt = Annotated[

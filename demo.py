@@ -51,8 +51,8 @@ from rich.table import Table
 from rich.text import Text
 
 from fronde.backends.process import die_with_parent, free_port
-from fronde.bench.client import Sample, repetition_score, stream
 from fronde.bench.serve import nvidia_smi_query, settled
+from fronde.bench.timed_client import Sample, repetition_score, stream
 from fronde.bench.verdict import LOOP_SCORE
 from fronde.bench.workloads import Item, load_workload
 from fronde.config import Settings, load_settings

@@ -18,7 +18,6 @@ from typing import Any
 import httpx
 
 from fronde.bench.arms import Arm, Target, started
-from fronde.bench.client import bench_http, send
 from fronde.bench.passes import item_body, request_sample, sample_head, send_each, timed_pass
 from fronde.bench.protocol import (
     RESUMED,
@@ -31,6 +30,7 @@ from fronde.bench.protocol import (
     schedule,
 )
 from fronde.bench.store import Store
+from fronde.bench.timed_client import bench_http, send
 from fronde.bench.workloads import Workload
 from fronde.config import Settings
 from fronde.errors import FrondeError

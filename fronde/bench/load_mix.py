@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Literal
 
-from fronde.bench.client import PATHS
+from fronde.bench.timed_client import PATHS
 from fronde.bench.workloads import Form, Workload, load_workload
 from fronde.bench.workloads.distinct import DISTINCT_TOKENS, distinct_workload
 

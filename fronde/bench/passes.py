@@ -28,7 +28,7 @@ from typing import Any
 import httpx
 
 from fronde.bench.arms import Target
-from fronde.bench.client import Sample, send
+from fronde.bench.timed_client import Sample, send
 from fronde.bench.workloads import Form, Item, Workload
 from fronde.errors import FrondeError
 

@@ -5,7 +5,7 @@ A file holds three record types, each with ``schema`` = :data:`SCHEMA`:
 - ``run``: written when a run starts or resumes: machine, llama-server build,
   commit and dirty flag, the plan (profile, form, repetitions, budget);
 - ``sample``: one request of one block (``block``, ``block_id``, ``item``,
-  ``domain``, ``order`` and :meth:`fronde.bench.client.Sample.record`), or its
+  ``domain``, ``order`` and :meth:`fronde.bench.timed_client.Sample.record`), or its
   failure (``ok`` false, ``error``);
 - ``block``: a block (one arm × repetition × workload on fresh servers) ended:
   ``ok``, or why not.

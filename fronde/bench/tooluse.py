@@ -22,8 +22,8 @@ from typing import Any
 
 import httpx
 
-from fronde.bench.client import repetition_score, router_row
 from fronde.bench.tables import Grid
+from fronde.bench.timed_client import repetition_score, router_row
 from fronde.bench.verdict import LOOP_SCORE
 from fronde.bench.workloads import load_workload
 

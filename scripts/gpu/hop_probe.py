@@ -6,7 +6,7 @@ A diagnostic for the load benchmark (``fronde bench load``): on the H200 (gemma,
 49 tok/s. The hop differs from the benchmark's client in three ways, each a variant
 here, beside the two ends:
 
-- ``direct``: the benchmark's client (:func:`~fronde.bench.client.bench_http`: httpx's
+- ``direct``: the benchmark's client (:func:`~fronde.bench.timed_client.bench_http`: httpx's
   own transport, a new connection per request), the item's body as the plain arm sends it;
 - ``keepalive``: the same client with pooled keep-alive connections (the ``openai`` SDK's
   default);
@@ -62,9 +62,9 @@ from httpx_aiohttp import AiohttpTransport
 
 from fronde.backends.client import KEEPALIVE_S
 from fronde.bench.arms import ARMS, Arm, Target, started, static_argv
-from fronde.bench.client import Sample, bench_http, send
 from fronde.bench.load import PROXY, agent_mix, load_rows, looping_items, spec_of
 from fronde.bench.protocol import WARM_ITEM
+from fronde.bench.timed_client import Sample, bench_http, send
 from fronde.bench.verdict import bootstrap, geomean
 from fronde.config import load_settings
 from fronde.errors import FrondeError
@@ -79,7 +79,7 @@ PAIRED = ("other", "race")
 """The variants that need ``--partner``: a run without one leaves them out."""
 
 TIMEOUT = httpx.Timeout(900.0, connect=10.0)
-"""The benchmark client's timeouts (:func:`~fronde.bench.client.bench_http`)."""
+"""The benchmark client's timeouts (:func:`~fronde.bench.timed_client.bench_http`)."""
 
 
 def _client(variant: str, c: int) -> httpx.AsyncClient:
@@ -151,7 +151,7 @@ async def race(
     told apart by when their last event came.
 
     Args:
-        http: the client (:func:`~fronde.bench.client.bench_http`).
+        http: the client (:func:`~fronde.bench.timed_client.bench_http`).
         targets: the servers, each started fresh for the block.
         form: ``completion`` or ``chat`` (which endpoint).
         body: the request, streamed.

@@ -23,12 +23,12 @@ from pathlib import Path
 from typing import Any
 
 from fronde.bench.arms import started
-from fronde.bench.client import bench_http, send
 from fronde.bench.load import load_setup
 from fronde.bench.load_report import recorded_run
 from fronde.bench.passes import Timed
 from fronde.bench.protocol import WARM_ITEM
 from fronde.bench.store import Store
+from fronde.bench.timed_client import bench_http, send
 from fronde.config import load_settings
 from fronde.logging import configure_logging
 from fronde.runtime.local import profile_of

@@ -20,11 +20,11 @@ from rich.console import Console
 from fronde.bench import arms as arms_module
 from fronde.bench.arms import Arm, started
 from fronde.bench.blocks import run_plan
-from fronde.bench.client import send
 from fronde.bench.experiments import latency_table, overhead_plan, swap_plan
 from fronde.bench.protocol import Level, Plan
 from fronde.bench.serve import RunningServe
 from fronde.bench.store import Store
+from fronde.bench.timed_client import send
 from fronde.bench.workloads import Item, Workload
 from fronde.config import Settings, load_settings
 

@@ -20,10 +20,10 @@ import pytest
 from rich.console import Console
 
 from fronde.bench.arms import Arm
-from fronde.bench.client import repetition_score, send
 from fronde.bench.protocol import Plan, planned_requests, schedule
 from fronde.bench.report import Report
 from fronde.bench.store import SCHEMA, Store, machine_class, sessions
+from fronde.bench.timed_client import repetition_score, send
 from fronde.bench.verdict import Check, bootstrap, checks, geomean, table
 from fronde.bench.workloads import Item, Workload, load_workload
 from fronde.errors import FrondeError

@@ -241,7 +241,8 @@ case "${1:?step}" in
     # ("1 8 32"), LOAD_ARMS ("plain pinned default@1,8,32 …": --arm each), LOAD_REPS; set
     # none of them and the step runs `fronde bench load`'s defaults with LOAD_ARGS alone.
     # LOAD_CHECK ("plain pinned router-b") then runs the outside client on those arms at
-    # LOAD_CHECK_CLIENTS ("1 8 32") once the load has finished: check.jsonl in the folder.
+    # LOAD_CHECK_CLIENTS ("1 8 32"), LOAD_CHECK_REPS rounds of them (1), once the load has
+    # finished: check.jsonl in the folder.
     workload=${LOAD_WORKLOAD:-agent}
     history=${LOAD_HISTORY:-fresh}
     gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1 \
@@ -304,6 +305,7 @@ case "${1:?step}" in
       check=()
       for a in $LOAD_CHECK; do check+=(--arm "$a"); done
       for c in ${LOAD_CHECK_CLIENTS:-1 8 32}; do check+=(--clients "$c"); done
+      check+=(--reps "${LOAD_CHECK_REPS:-1}")
       left=$(( ${LOAD_CALL_S:-585} - SECONDS ))
       if [ "$left" -lt 30 ]; then
         echo "no time left in this call for the outside check: call the same command again"

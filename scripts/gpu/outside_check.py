@@ -4,12 +4,15 @@ For each named arm and c: the arm on fresh servers, as the benchmark starts it (
 argv, slots and context; a router arm reads the load curves the run saved on this
 machine), warmed with the same 4-token request, its slot history given when the run
 gave one; then `scripts/load_check.py` (which imports nothing from Fronde) measures it
-with the run's window and warm-up, `--pin` for the pinned arm. Each figure is printed
-beside the run's own: its median, lowest and highest repetition. Records, one JSON
-object a line, go to --out; a second call with the same --out skips the pairs done.
+with the run's window and warm-up, `--pin` for the pinned arm. --reps rounds, each round
+every arm at every c in turn, so that the repetitions bracket one another as the run's
+do. Each figure is printed beside the run's own: its median, lowest and highest
+repetition; once every round is in, a line per (arm, c) says whether the two ranges
+overlap. Records, one JSON object a line, go to --out; a second call with the same --out
+skips the (arm, c, round) done.
 
     python scripts/gpu/outside_check.py results/<run> --arm plain --arm pinned \
-        --arm router-b --clients 1 --clients 8 --clients 32 --out $OUT/check.jsonl
+        --arm router-b --clients 1 --clients 8 --clients 32 --reps 2 --out $OUT/check.jsonl
 """
 
 from __future__ import annotations
@@ -42,16 +45,27 @@ spread of one arm's blocks in one lease (H200, 2026-12-04: up to ±15 % on 1.7-s
 windows; a 20-s window holds more)."""
 
 
-def agree(outside: float, row: dict[str, Any] | None) -> str:
-    """``within`` the run's [lowest, highest] repetition (±10 % of a lone one), else how far."""
-    if row is None or not row["tok_s"]:
-        return "-"
-    lo, hi = row["tok_s_lo"], row["tok_s_hi"]
+def run_range(row: dict[str, Any]) -> tuple[float, float]:
+    """The run's [lowest, highest] repetition of a load.json row (±10 % of a lone one)."""
     if row["reps"] < 2:
-        lo, hi = row["tok_s"] * (1 - ONE_REP_TOLERANCE), row["tok_s"] * (1 + ONE_REP_TOLERANCE)
-    if lo <= outside <= hi:
-        return f"within [{lo:.0f}, {hi:.0f}]"
-    return f"{outside / row['tok_s']:.2f}× the median, outside [{lo:.0f}, {hi:.0f}]"
+        return row["tok_s"] * (1 - ONE_REP_TOLERANCE), row["tok_s"] * (1 + ONE_REP_TOLERANCE)
+    return row["tok_s_lo"], row["tok_s_hi"]
+
+
+def agree(outside: list[float], row: dict[str, Any] | None) -> str:
+    """Whether the outside figures' range meets the run's (:func:`run_range`), else how far.
+
+    Two ranges of repetitions that overlap agree "within their repetition spread"; a
+    lone outside figure must lie inside the run's range.
+    """
+    if row is None or not row["tok_s"] or not outside:
+        return "-"
+    lo, hi = run_range(row)
+    mine = f"[{min(outside):.0f}, {max(outside):.0f}]" if len(outside) > 1 else f"{outside[0]:.0f}"
+    if min(outside) <= hi and max(outside) >= lo:
+        return f"{mine} meets [{lo:.0f}, {hi:.0f}]: agree"
+    mid = sorted(outside)[len(outside) // 2]
+    return f"{mine}, {mid / row['tok_s']:.2f}× the median, misses [{lo:.0f}, {hi:.0f}]"
 
 
 async def check_one(
@@ -80,6 +94,7 @@ def main() -> int:
     ap.add_argument("run", type=Path, help="a `fronde bench load` folder (this machine's)")
     ap.add_argument("--arm", action="append", required=True, help="plain, pinned, router-b, …")
     ap.add_argument("--clients", type=int, action="append", required=True)
+    ap.add_argument("--reps", type=int, default=1, help="rounds of every (arm, c)")
     ap.add_argument("--out", type=Path, required=True, help="JSONL of the outside figures")
     args = ap.parse_args()
     configure_logging(level="warning")
@@ -98,27 +113,33 @@ def main() -> int:
     arms = {a.name: a for p in (setup.static, setup.router) for a in p.arms}
     rows = {(r["arm"], r["c"]): r for r in json.loads((args.run / "load.json").read_text())["rows"]}
     logs = args.out.parent / "outside-logs"
-    done: set[tuple[str, int]] = set()
+    seen: list[dict[str, Any]] = []
     if args.out.exists():  # a call cut short: the next one goes on from its records
-        done = {
-            (r["arm"], r["clients"]) for r in map(json.loads, args.out.read_text().splitlines())
-        }
+        seen = [json.loads(line) for line in args.out.read_text().splitlines()]
+    done = {(r["arm"], r["clients"], r.get("round", 0)) for r in seen}
+    for k in range(args.reps):
+        for name in args.arm:
+            for c in args.clients:
+                if (name, c, k) in done:
+                    continue
+                got = asyncio.run(
+                    check_one(arms[name], setup.settings, form, c, identity, args.run, logs)
+                )
+                row = rows.get((name, c))
+                got |= {"arm": name, "round": k, "run": str(args.run)}
+                got |= {"harness": row and row["tok_s"]}
+                seen.append(got)
+                with args.out.open("a") as fh:
+                    fh.write(json.dumps(got) + "\n")
+                print(f"{name} c={c} round {k}: outside {got['tok_s']:.0f} tok/s", flush=True)
     for name in args.arm:
         for c in args.clients:
-            if (name, c) in done:
-                continue
-            got = asyncio.run(
-                check_one(arms[name], setup.settings, form, c, identity, args.run, logs)
-            )
             row = rows.get((name, c))
-            got |= {"arm": name, "run": str(args.run), "harness": row and row["tok_s"]}
-            with args.out.open("a") as fh:
-                fh.write(json.dumps(got) + "\n")
+            outside = [r["tok_s"] for r in seen if (r["arm"], r["clients"]) == (name, c)]
             mine = (
                 f"{row['tok_s']:.0f} [{row['tok_s_lo']:.0f}, {row['tok_s_hi']:.0f}]" if row else "-"
             )
-            print(f"{name} c={c}: outside {got['tok_s']:.0f} tok/s, bench load {mine}: "
-                  f"{agree(got['tok_s'], row)}", flush=True)  # fmt: skip
+            print(f"{name} c={c}: outside {agree(outside, row)} (bench load {mine})", flush=True)
     return 0
 
 

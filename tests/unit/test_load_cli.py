@@ -59,8 +59,10 @@ def test_a_load_run_writes_the_page_that_bench_report_writes_again(
     sent = json.loads((run / "workload.json").read_text())
     assert sent["path"] == "/v1/completions" and len(sent["items"]) == 2
     check = Path(__file__).resolve().parents[2] / "scripts" / "gpu" / "outside_check.py"
-    args = [str(check), str(run), "--arm", "plain", "--clients", "1"]
-    line = python([*args, "--out", str(tmp_path / "check.jsonl")], env, tmp_path)
-    assert line.startswith("plain c=1: outside ") and "bench load " in line
-    [got] = [json.loads(x) for x in (tmp_path / "check.jsonl").read_text().splitlines()]
-    assert got["arm"] == "plain" and got["tok_s"] > 0 and got["window_s"] == 0.5
+    args = [str(check), str(run), "--arm", "plain", "--clients", "1", "--reps", "2"]
+    out = python([*args, "--out", str(tmp_path / "check.jsonl")], env, tmp_path).splitlines()
+    assert [x.split(":")[0] for x in out[:2]] == ["plain c=1 round 0", "plain c=1 round 1"]
+    assert out[-1].startswith("plain c=1: outside [") and "bench load " in out[-1]
+    got = [json.loads(x) for x in (tmp_path / "check.jsonl").read_text().splitlines()]
+    assert [(g["arm"], g["round"]) for g in got] == [("plain", 0), ("plain", 1)]
+    assert all(g["tok_s"] > 0 and g["window_s"] == 0.5 for g in got)

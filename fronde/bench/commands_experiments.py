@@ -21,7 +21,14 @@ from fronde.errors import FrondeError
 if TYPE_CHECKING:
     from fronde.config import Settings
 
-__all__ = ["bench_atlas", "bench_overhead", "bench_shadow", "bench_swap", "run_experiment"]
+__all__ = [
+    "bench_atlas",
+    "bench_overhead",
+    "bench_shadow",
+    "bench_swap",
+    "run_experiment",
+    "run_plans",
+]
 
 
 def bench_swap(
@@ -262,6 +269,41 @@ def _variants(
     return variants
 
 
+def run_plans(
+    plans: Sequence[Any],
+    settings: Settings,
+    config: Path | None,
+    out: Path,
+    identity: dict[str, Any],
+) -> Any:
+    """Run ``plans`` into ``out/records.jsonl`` (resumable) under the progress display.
+
+    ``identity``: what a resumed run must share besides the machine (:meth:`Store.begin`).
+    Returns the :class:`~fronde.bench.store.Store`.
+    """
+    import asyncio
+
+    from fronde.bench.blocks import run_plan
+    from fronde.bench.progress import bench_console, bench_progress
+    from fronde.bench.protocol import planned_requests
+    from fronde.bench.serve import run_info
+    from fronde.bench.store import Store
+
+    store = Store(out / "records.jsonl")
+    info = run_info()
+    arms = list(dict.fromkeys(a.name for p in plans for a in p.arms))
+    store.begin({**info, "arms": arms}, {"machine": info["machine"], **identity})
+    total = sum(planned_requests(p) for p in plans)
+    with bench_progress(bench_console(), total) as advance:
+
+        async def run_all() -> None:
+            for plan in plans:
+                await run_plan(plan, settings, config, store, out / "logs", advance, advance.status)
+
+        asyncio.run(run_all())
+    return store
+
+
 def run_experiment(
     plan: Any,
     settings: Settings,
@@ -271,24 +313,11 @@ def run_experiment(
     identity: dict[str, Any],
 ) -> list[dict[str, Any]]:
     """Run an experiment's plan into ``out/records.jsonl`` (resumable); print its table."""
-    import asyncio
-
-    from fronde.bench.blocks import run_plan
     from fronde.bench.experiments import latency_table
-    from fronde.bench.progress import bench_console, bench_progress
-    from fronde.bench.protocol import planned_requests
-    from fronde.bench.serve import run_info
-    from fronde.bench.store import Store
+    from fronde.bench.progress import bench_console
 
-    store = Store(out / "records.jsonl")
-    info = run_info()
-    store.begin(
-        {**info, "arms": [a.name for a in plan.arms]},
-        {"machine": info["machine"], **identity},
-    )
+    store = run_plans([plan], settings, config, out, identity)
     console = bench_console()
-    with bench_progress(console, planned_requests(plan)) as advance:
-        asyncio.run(run_plan(plan, settings, config, store, out / "logs", advance, advance.status))
     console.print(latency_table(store.samples(), title))
     console.print(f"records: {store.path}", markup=False, highlight=False)
     return [r for r in store.records() if r["type"] == "block" and r["ok"]]

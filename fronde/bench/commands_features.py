@@ -1,15 +1,15 @@
 """The feature questions: structured output, Predicted Outputs, tool-bearing agent steps.
 
 ``fronde bench structured``, ``fronde bench prediction`` and ``fronde bench tools``:
-each starts ``fronde serve`` (fresh for every arm), sends its requests and writes its
-records and one Markdown page.
+each runs its plans on the harness (fresh servers for every arm) into a resumable
+``records.jsonl`` (:func:`~fronde.bench.commands_experiments.run_plans`) and writes
+one Markdown page read off those records.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -29,20 +29,11 @@ def _run_title(settings: Settings, what: str) -> str:
     return f"{what}: {profile_of(settings).name}, {machine_line()}"
 
 
-def _write_run(out: Path, records: Sequence[Any], name: str, page: str) -> Path:
-    """Write a benchmark's ``records`` (dataclasses) to ``out/records.jsonl``.
-
-    And ``page`` to ``out/name``; returns the page's path.
-    """
-    import dataclasses
-    import json
-
-    out.mkdir(parents=True, exist_ok=True)
-    with (out / "records.jsonl").open("w") as fh:
-        for record in records:
-            fh.write(json.dumps(dataclasses.asdict(record), ensure_ascii=False) + "\n")
+def _write_page(out: Path, name: str, page: str, failed: int) -> Path:
+    """Write ``page`` to ``out/name``, a line on the failed requests added if any."""
+    tail = f"\n{failed} requests failed (left out; their errors are in records.jsonl).\n"
     path = out / name
-    path.write_text(page)
+    path.write_text(page + (tail if failed else ""))
     return path
 
 
@@ -54,24 +45,18 @@ def bench_structured(
     max_tokens: Annotated[int, typer.Option(help="tokens per answer", min=16)] = 160,
 ) -> None:
     """Does speculation keep JSON, schemas, grammars, tool calls and logprobs valid?"""
-    from fronde.bench.progress import bench_console, bench_progress
-    from fronde.bench.serve import running_serve
-    from fronde.bench.structured import cells, matrix_markdown, run_matrix
-    from fronde.bench.structured_features import FEATURES, PROMPTS
+    from fronde.bench.commands_experiments import run_plans
+    from fronde.bench.progress import bench_console
+    from fronde.bench.structured import cells, matrix_markdown, matrix_plan, matrix_samples
 
     settings = settings_from(config)
-    console = bench_console()
-    modes = ("baseline", "ngram-simple", "ngram-mod", "cascade")
-    args = tuple(a for m in modes for a in ("--mode", m))
-    total = len(FEATURES) * 2 * len(PROMPTS) * len(modes)
-    with bench_progress(console, total, "answers") as step:
-        step.status(f"starting fronde serve with {len(modes)} modes")
-        with running_serve(config, extra_args=args) as serve:
-            step.status(f"{len(FEATURES)} features × 2 temperatures × {len(PROMPTS)} prompts")
-            samples = run_matrix(serve.backend_urls, max_tokens=max_tokens, progress=step)
+    plan = matrix_plan(max_tokens)
+    store = run_plans([plan], settings, config, out, {"max_tokens": max_tokens})
     title = _run_title(settings, "Structured output under speculation")
-    page = _write_run(out, samples, "matrix.md", matrix_markdown(cells(samples), title))
-    console.print(f"matrix: {page}", markup=False, highlight=False)
+    page = _write_page(
+        out, "matrix.md", matrix_markdown(cells(matrix_samples(store.samples())), title), 0
+    )
+    bench_console().print(f"matrix: {page}", markup=False, highlight=False)
 
 
 def bench_prediction(
@@ -82,23 +67,18 @@ def bench_prediction(
     max_tokens: Annotated[int, typer.Option(help="tokens per answer", min=16)] = 192,
 ) -> None:
     """Does a Predicted Output pay? Edits with and without `prediction`, fresh servers."""
-    from fronde.bench.prediction import EDITS, PredictionSample, prediction_grid, run_prediction
-    from fronde.bench.progress import bench_console, bench_progress
-    from fronde.bench.serve import running_serve
+    from fronde.bench.commands_experiments import run_plans
+    from fronde.bench.prediction import prediction_grid, prediction_plans, prediction_samples
+    from fronde.bench.progress import bench_console
 
     settings = settings_from(config)
+    store = run_plans(
+        prediction_plans(max_tokens), settings, config, out, {"max_tokens": max_tokens}
+    )
+    records = store.samples()
+    grid = prediction_grid(prediction_samples(records), _run_title(settings, "Predicted Outputs"))
+    page = _write_page(out, "prediction.md", grid.markdown(), sum(not r["ok"] for r in records))
     console = bench_console()
-    samples: list[PredictionSample] = []
-    scenarios = ("file-in-prompt", "diff-only")
-    with bench_progress(console, len(EDITS) * 2 * len(scenarios)) as step:
-        for scenario in scenarios:
-            for arm in ("without", "with"):  # each on a fresh server: an empty pool
-                step.status(f"{scenario}, {arm} prediction: starting fronde serve (ngram-mod)")
-                with running_serve(config, extra_args=("--mode", "ngram-mod")) as serve:
-                    step.status(f"{scenario}, {arm} prediction: {len(EDITS)} edits")
-                    samples += run_prediction(serve.base_url, scenario, arm, max_tokens, step)
-    grid = prediction_grid(samples, _run_title(settings, "Predicted Outputs"))
-    page = _write_run(out, samples, "prediction.md", grid.markdown())
     console.print(grid)
     console.print(f"page: {page}", markup=False, highlight=False)
 
@@ -111,23 +91,15 @@ def bench_tools(
     max_tokens: Annotated[int, typer.Option(help="tokens per step without its own", min=16)] = 128,
 ) -> None:
     """What does routing tool-bearing requests give an agent? Before and after, fresh servers."""
-    from fronde.bench.progress import bench_console, bench_progress
-    from fronde.bench.serve import running_serve
-    from fronde.bench.tooluse import ToolStep, run_tool_session, tool_grid
-    from fronde.bench.workloads import load_workload
+    from fronde.bench.commands_experiments import run_plans
+    from fronde.bench.progress import bench_console
+    from fronde.bench.tooluse import tool_grid, tool_steps, tools_plan
 
     settings = settings_from(config)
+    store = run_plans([tools_plan(max_tokens)], settings, config, out, {"max_tokens": max_tokens})
+    records = store.samples()
+    grid = tool_grid(tool_steps(records), _run_title(settings, "Tool-bearing agent steps"))
+    page = _write_page(out, "tools.md", grid.markdown(), sum(not r["ok"] for r in records))
     console = bench_console()
-    steps: list[ToolStep] = []
-    arms = {"before": {"FRONDE_ROUTER__SPECULATE_STRUCTURED": "false"}, "after": {}}
-    n_steps = len(load_workload("agent-sessions").items)
-    with bench_progress(console, 2 * n_steps, "steps") as step:
-        for arm, env in arms.items():
-            step.status(f"{arm}: starting fronde serve")
-            with running_serve(config, env=env) as serve:
-                step.status(f"{arm}: {n_steps} agent steps with a tool list")
-                steps += run_tool_session(serve.base_url, arm, max_tokens, step)
-    grid = tool_grid(steps, _run_title(settings, "Tool-bearing agent steps"))
-    page = _write_run(out, steps, "tools.md", grid.markdown())
     console.print(grid)
     console.print(f"page: {page}", markup=False, highlight=False)

@@ -11,8 +11,9 @@ the feature and as the issue asks:
 - ``diff-only``: the prompt holds only a unified diff to apply and asks for the whole
   file; ``prediction`` is the old file, which the model does not otherwise see.
 
-Per request: decode tok/s and α from llama-server's timings (the router's row:
-a whole answer through Fronde carries no ``timings``), the wall time (the feed
+It runs on the harness (:func:`prediction_plans`): an arm per scenario and
+prediction, a whole answer per edit, into the store. Per request: decode tok/s and α
+from llama-server's ``timings`` (as the answer carries them), the wall time (the feed
 included), the feed's time (``x-fronde-prediction-feed-ms``) and OpenAI's
 ``accepted_prediction_tokens``. An edit whose answer loops in either arm is left out of
 the figures and named (a loop is drafted perfectly and says nothing of the feature).
@@ -20,26 +21,33 @@ the figures and named (a loop is drafted perfectly and says nothing of the featu
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable
+from collections.abc import Sequence
 from dataclasses import dataclass
 from statistics import median
 from typing import Any
 
-import httpx
-
+from fronde.bench.arms import Arm
+from fronde.bench.protocol import Level, Plan
 from fronde.bench.tables import Grid
-from fronde.bench.timed_client import repetition_score, router_row
+from fronde.bench.timed_client import repetition_score
 from fronde.bench.verdict import LOOP_SCORE
+from fronde.bench.workloads import Item, Workload
+from fronde.modes import Mode
 
 __all__ = [
     "EDITS",
+    "SCENARIOS",
     "Edit",
     "PredictionSample",
     "prediction_grid",
     "prediction_markdown",
-    "run_prediction",
+    "prediction_plans",
+    "prediction_samples",
+    "server_tok_s",
 ]
+
+SCENARIOS = ("file-in-prompt", "diff-only")
+"""The two scenarios (module docstring), in run and page order."""
 
 
 @dataclass(frozen=True)
@@ -98,53 +106,70 @@ class PredictionSample:
     text: str
 
 
-def run_prediction(
-    base_url: str,
-    scenario: str,
-    arm: str,
-    max_tokens: int = 192,
-    progress: Callable[[str, int], None] | None = None,
-) -> list[PredictionSample]:
-    """Send every edit of ``scenario`` to the Fronde at ``base_url``, ``with`` or ``without``.
+def prediction_plans(max_tokens: int = 192) -> list[Plan]:
+    """Per scenario, the arm ``without`` then ``with`` a prediction, each on its own server.
 
-    Greedy (temperature 0), non-streamed, the mode forced to ngram-mod.
+    Each is `fronde serve --mode ngram-mod` (its pool starts empty), sent every edit,
+    greedy, whole answers; the ``with`` arm's bodies carry the old file as
+    ``prediction``.
     """
-    out: list[PredictionSample] = []
-    with httpx.Client(base_url=base_url, timeout=600) as http:
-        for i, edit in enumerate(EDITS):
-            body: dict[str, Any] = {
-                "model": "fronde:ngram-mod",
-                "messages": [{"role": "user", "content": edit.prompt(scenario)}],
-                "max_tokens": max_tokens,
-                "temperature": 0,
-            }
-            if arm == "with":
-                body["prediction"] = {"type": "content", "content": edit.old}
-            t0 = time.monotonic()
-            r = http.post("/v1/chat/completions", json=body)
-            wall = time.monotonic() - t0
-            data: dict[str, Any] = r.json()
-            row = router_row(http, r.headers["x-fronde-request-id"])
-            usage: dict[str, Any] = data.get("usage") or {}
-            details: dict[str, Any] = usage.get("completion_tokens_details") or {}
-            out.append(
-                PredictionSample(
-                    scenario=scenario,
-                    arm=arm,
-                    edit=i,
-                    decode_tok_s=float(row.get("decode_tok_s") or 0.0),
-                    alpha=row.get("alpha"),
-                    tokens=int(row.get("tokens") or 0),
-                    wall_s=wall,
-                    feed_ms=float(r.headers["x-fronde-prediction-feed-ms"])
-                    if "x-fronde-prediction-feed-ms" in r.headers
-                    else None,
-                    accepted_prediction_tokens=details.get("accepted_prediction_tokens"),
-                    text=data["choices"][0]["message"]["content"] or "",
+    plans: list[Plan] = []
+    for scenario in SCENARIOS:
+        for arm in ("without", "with"):
+            items = tuple(
+                Item(
+                    f"edit-{i}",
+                    scenario,
+                    edit.prompt(scenario),
+                    ({"role": "user", "content": edit.prompt(scenario)},),
+                    model="fronde:ngram-mod",
+                    fields={"prediction": {"type": "content", "content": edit.old}}
+                    if arm == "with"
+                    else {},
+                )
+                for i, edit in enumerate(EDITS)
+            )
+            about = f"Fronde, ngram-mod forced, {arm} a prediction"
+            plans.append(
+                Plan.single(
+                    Workload(scenario, items),
+                    [Arm(arm, "fronde", Mode.NGRAM_MOD, about=about)],
+                    1,
+                    "chat",
+                    max_tokens,
+                    (Level(stream=False),),
                 )
             )
-            if progress is not None:
-                progress(f"{scenario} {arm} edit {i}", 1)
+    return plans
+
+
+def server_tok_s(record: dict[str, Any]) -> float:
+    """A sample's decode tok/s by its llama-server's ``timings`` (0.0 without them)."""
+    timings: dict[str, Any] = record.get("timings") or {}
+    return float(timings.get("predicted_per_second") or 0.0)
+
+
+def prediction_samples(records: Sequence[dict[str, Any]]) -> list[PredictionSample]:
+    """The answers of :func:`prediction_plans` from the store's sample records (ok ones)."""
+    out: list[PredictionSample] = []
+    for rec in records:
+        if not rec["ok"]:
+            continue
+        feed = rec["route"].get("prediction-feed-ms")
+        out.append(
+            PredictionSample(
+                scenario=rec["workload"],
+                arm=rec["arm"],
+                edit=int(rec["order"]),
+                decode_tok_s=server_tok_s(rec),
+                alpha=rec["alpha"],
+                tokens=int(rec["tokens"]),
+                wall_s=float(rec["wall_s"]),
+                feed_ms=float(feed) if feed is not None else None,
+                accepted_prediction_tokens=rec.get("accepted_prediction_tokens"),
+                text=rec["text"],
+            )
+        )
     return out
 
 
@@ -170,7 +195,7 @@ def prediction_grid(samples: list[PredictionSample], title: str) -> Grid:
     )
     looping = {(s.scenario, s.edit) for s in samples if repetition_score(s.text) > LOOP_SCORE}
     notes: list[str] = []
-    for scenario in ("file-in-prompt", "diff-only"):
+    for scenario in SCENARIOS:
         left_out = sorted(e for sc, e in looping if sc == scenario)
         if left_out:
             notes.append(f"{scenario}: edits {left_out} looped in an arm, left out")

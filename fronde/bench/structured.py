@@ -7,7 +7,10 @@ b11434 the verify step samples through the slot's sampler, grammar included
 assuming it. Each feature is asked of every mode's llama-server directly (Fronde's own
 routing would send it to baseline), at temperature 0 and at a temperature above 0 with
 a fixed seed, on prompts that make the model copy a JSON document from the prompt, so
-that the n-gram drafters have something to draft; every answer is checked:
+that the n-gram drafters have something to draft. It runs on the harness
+(:func:`matrix_plan`): one static arm per mode, with the argv `fronde serve` gives that
+mode's backend, on fresh servers, every answer whole and recorded in the store; the
+page is read off the records (:func:`matrix_samples`). Every answer is checked:
 
 - ``json_object``, ``json_schema``: the content parses (and validates: ``jsonschema``);
 - ``grammar`` (GBNF ``root ::= "{" [^{}]* "}"``): the content matches it;
@@ -27,22 +30,23 @@ template that takes no tools makes no calls), and it **fails** otherwise.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, cast
 
-import httpx
+from fronde.bench.arms import Arm
+from fronde.bench.protocol import Level, Plan
+from fronde.bench.structured_features import FEATURES, PROMPTS, judge, tool_calls
+from fronde.bench.workloads import Item, Workload
+from fronde.modes import Mode
 
-from fronde.bench.structured_features import (
-    FEATURES,
-    PROMPTS,
-    Feature,
-    content_of,
-    judge,
-    tool_calls,
-)
+__all__ = ["MODES", "Cell", "Sample", "cells", "matrix_markdown", "matrix_plan", "matrix_samples"]
 
-__all__ = ["Cell", "Sample", "cells", "matrix_markdown", "run_matrix"]
+MODES = (Mode.BASELINE, Mode.NGRAM_SIMPLE, Mode.NGRAM_MOD, Mode.CASCADE)
+"""The modes asked, each its own llama-server (an arm named after it)."""
+
+TEMPERATURES = (0.0, 0.8)
+"""The sampling temperatures; above 0 the seed is the prompt's index."""
 
 
 @dataclass(frozen=True)
@@ -71,61 +75,63 @@ class Sample:
     text: str
 
 
-def _sample(
-    mode: str, feature: Feature, temperature: float, i: int, answer: dict[str, Any]
-) -> Sample:
-    verdict, why = judge(feature, answer)
-    timings = cast("dict[str, Any]", answer.get("timings") or {})
-    choices = cast("list[dict[str, Any]]", answer.get("choices") or [{}])
-    return Sample(
-        mode=mode,
-        feature=feature.name,
-        temperature=temperature,
-        prompt=i,
-        verdict=verdict,
-        why=why,
-        calls=len(tool_calls(choices[0])),
-        drafted=int(timings.get("draft_n", 0)),
-        accepted=int(timings.get("draft_n_accepted", 0)),
-        text=content_of(choices[0]),
+def matrix_items() -> tuple[Item, ...]:
+    """Every feature × temperature × prompt, in that order, as chat items.
+
+    Each item's ``domain`` is its feature; its ``fields`` are the feature's request
+    fields, the temperature and the seed (the prompt's index).
+    """
+    return tuple(
+        Item(
+            f"{feature.name}-t{t:g}-{i}",
+            feature.name,
+            prompt,
+            ({"role": "user", "content": prompt},),
+            fields={"temperature": t, "seed": i, **feature.fields},
+        )
+        for feature in FEATURES
+        for t in TEMPERATURES
+        for i, prompt in enumerate(PROMPTS)
     )
 
 
-def run_matrix(
-    urls: dict[str, str],
-    temperatures: tuple[float, ...] = (0.0, 0.8),
-    max_tokens: int = 160,
-    progress: Callable[[str, int], None] | None = None,
-) -> list[Sample]:
-    """Ask every feature of every mode's llama-server, each prompt once per temperature.
+def matrix_plan(max_tokens: int = 160) -> Plan:
+    """Every item to each mode's llama-server alone, one at a time, each answer whole.
 
     Args:
-        urls: mode name → that mode's llama-server base URL (baseline among them).
-        temperatures: the sampling temperatures; above 0 the seed is the prompt's index.
         max_tokens: the budget of each answer (the documents take about 40 tokens).
-        progress: called with a line and 1 after each answer.
-
-    Returns:
-        One :class:`Sample` per mode, feature, temperature and prompt.
     """
+    arms = [Arm(str(m), "static", force=m, about=f"llama-server as {m}") for m in MODES]
+    workload = Workload("structured", matrix_items())
+    return Plan.single(workload, arms, 1, "chat", max_tokens, (Level(stream=False),))
+
+
+def matrix_samples(records: Sequence[dict[str, Any]]) -> list[Sample]:
+    """The matrix's answers, judged, from the store's sample records of :func:`matrix_plan`."""
+    keys = {
+        i.id: (i.domain, float(i.fields["temperature"]), int(i.fields["seed"]))
+        for i in matrix_items()
+    }
+    by_name = {f.name: f for f in FEATURES}
     out: list[Sample] = []
-    with httpx.Client(timeout=600) as http:
-        for feature in FEATURES:
-            for temperature in temperatures:
-                for i, prompt in enumerate(PROMPTS):
-                    for mode, url in urls.items():
-                        body: dict[str, Any] = {
-                            "messages": [{"role": "user", "content": prompt}],
-                            "max_tokens": max_tokens,
-                            "temperature": temperature,
-                            "seed": i,
-                            **feature.fields,
-                        }
-                        answer = http.post(f"{url}/v1/chat/completions", json=body).json()
-                        sample = _sample(mode, feature, temperature, i, answer)
-                        out.append(sample)
-                        if progress is not None:
-                            progress(f"{feature.name} t={temperature} {mode}: {sample.verdict}", 1)
+    for rec in records:
+        feature, temperature, prompt = keys[rec["item"]]
+        verdict, why = judge(by_name[feature], rec)
+        timings = cast("dict[str, Any]", rec.get("timings") or {})
+        out.append(
+            Sample(
+                mode=rec["arm"],
+                feature=feature,
+                temperature=temperature,
+                prompt=prompt,
+                verdict=verdict,
+                why=why,
+                calls=len(tool_calls(rec)),
+                drafted=int(timings.get("draft_n", 0)),
+                accepted=int(timings.get("draft_n_accepted", 0)),
+                text=str(rec.get("text") or ""),
+            )
+        )
     return out
 
 

@@ -67,7 +67,7 @@ class Feature:
     Attributes:
         name: the matrix's row name.
         fields: request fields added to the chat body.
-        check: ``check(choice) -> why`` on the answer's first choice; ``""`` passes.
+        check: ``check(answer) -> why`` on the answer's sample record; ``""`` passes.
     """
 
     name: str
@@ -75,27 +75,26 @@ class Feature:
     check: Callable[[dict[str, Any]], str]
 
 
-def content_of(choice: dict[str, Any]) -> str:
-    """An answer choice's message content, ``""`` when it has none."""
-    message = choice.get("message")
-    text = cast("dict[str, Any]", message).get("content") if isinstance(message, dict) else None
+def content_of(answer: dict[str, Any]) -> str:
+    """An answer's text (its message content), ``""`` when it has none."""
+    text = answer.get("text")
     return text if isinstance(text, str) else ""
 
 
-def _json(choice: dict[str, Any]) -> tuple[Any, str]:
+def _json(answer: dict[str, Any]) -> tuple[Any, str]:
     try:
-        return json.loads(content_of(choice)), ""
+        return json.loads(content_of(answer)), ""
     except ValueError as exc:
         return None, f"not JSON: {exc}"
 
 
-def _check_object(choice: dict[str, Any]) -> str:
-    value, why = _json(choice)
+def _check_object(answer: dict[str, Any]) -> str:
+    value, why = _json(answer)
     return why or ("" if isinstance(value, dict) else "JSON but not an object")
 
 
-def _check_schema(choice: dict[str, Any]) -> str:
-    value, why = _json(choice)
+def _check_schema(answer: dict[str, Any]) -> str:
+    value, why = _json(answer)
     if why:
         return why
     try:
@@ -105,22 +104,21 @@ def _check_schema(choice: dict[str, Any]) -> str:
     return ""
 
 
-def _check_grammar(choice: dict[str, Any]) -> str:
-    text = content_of(choice)
+def _check_grammar(answer: dict[str, Any]) -> str:
+    text = content_of(answer)
     inner = text[1:-1]
     ok = text.startswith("{") and text.endswith("}") and "{" not in inner and "}" not in inner
     return "" if ok else f"outside the grammar: {text[:60]!r}"
 
 
-def tool_calls(choice: dict[str, Any]) -> list[dict[str, Any]]:
-    """An answer choice's tool calls, ``[]`` when it has none."""
-    message = choice.get("message")
-    raw = cast("dict[str, Any]", message).get("tool_calls") if isinstance(message, dict) else None
+def tool_calls(answer: dict[str, Any]) -> list[dict[str, Any]]:
+    """An answer's tool calls, ``[]`` when it has none."""
+    raw = answer.get("tool_calls")
     return cast("list[dict[str, Any]]", raw) if isinstance(raw, list) else []
 
 
-def _check_calls(choice: dict[str, Any], at_least: int) -> str:
-    calls = tool_calls(choice)
+def _check_calls(answer: dict[str, Any], at_least: int) -> str:
+    calls = tool_calls(answer)
     if len(calls) < at_least:
         return "no tool call"
     for call in calls:
@@ -138,8 +136,7 @@ def _check_calls(choice: dict[str, Any], at_least: int) -> str:
     return ""
 
 
-def _check_logprobs(choice: dict[str, Any], tokens: int) -> str:
-    raw = choice.get("logprobs")
+def _check_logprobs(raw: Any, tokens: int) -> str:
     entries = cast("dict[str, Any]", raw).get("content") if isinstance(raw, dict) else None
     if not isinstance(entries, list) or len(cast("list[Any]", entries)) != tokens:
         got = len(cast("list[Any]", entries)) if isinstance(entries, list) else 0
@@ -181,19 +178,18 @@ FEATURES = [
 
 
 def judge(feature: Feature, answer: dict[str, Any]) -> tuple[str, str]:
-    """``(verdict, why)`` of one chat answer for ``feature``.
+    """``(verdict, why)`` of one answer for ``feature``: its sample record in the store.
 
-    The verdicts are :class:`~fronde.bench.structured.Sample`'s.
+    The record is :meth:`~fronde.bench.timed_client.Sample.record`'s (``ok``, ``text``,
+    ``finish``, ``tokens``, ``tool_calls``, ``logprobs``), or a failed request's
+    (``ok`` false, ``error``); the verdicts are :class:`~fronde.bench.structured.Sample`'s.
     """
-    choices = answer.get("choices")
-    if not isinstance(choices, list) or not choices:
-        return "error", str(answer.get("error", "no choices"))[:120]
-    choice = cast("dict[str, Any]", choices[0])
+    if not answer.get("ok"):
+        return "error", str(answer.get("error", "")).rpartition(" answered ")[2][:120]
     if feature.name == "logprobs":
-        tokens = int(cast("dict[str, Any]", answer.get("usage") or {}).get("completion_tokens", 0))
-        why = _check_logprobs(choice, tokens)
+        why = _check_logprobs(answer.get("logprobs"), int(answer.get("tokens") or 0))
+    elif answer.get("finish") == "length":
+        return "cut", "the budget ended the answer"
     else:
-        if choice.get("finish_reason") == "length":
-            return "cut", "the budget ended the answer"
-        why = feature.check(choice)
+        why = feature.check(answer)
     return ("fail" if why else "pass"), why

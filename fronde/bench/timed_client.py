@@ -11,7 +11,10 @@ The same OpenAI request goes to every arm (Fronde, or a llama-server's own
   flatters a routed request: the verdict uses ``wall_s``;
 - ``tokens``: ``usage.completion_tokens`` (else llama-server's ``predicted_n``);
 - llama-server's ``timings`` (:class:`~fronde.timings.Timings`: α, τ), the
-  ``x-fronde-*`` headers and the ``fronde`` report of a routed answer.
+  ``x-fronde-*`` headers and the ``fronde`` report of a routed answer;
+- of a whole answer, when it carries them: its ``tool_calls``, its choice's
+  ``logprobs`` and its ``accepted_prediction_tokens`` (the features' experiments judge
+  them).
 """
 
 from __future__ import annotations
@@ -64,6 +67,9 @@ class Sample:
     arrivals: list[float] = field(default_factory=list[float])
     """When each text event arrived (perf_counter s): the load benchmark counts the
     events inside its window (:func:`fronde.bench.passes.window_counts`)."""
+    tool_calls: list[Any] | None = None
+    logprobs: dict[str, Any] | None = None
+    accepted_prediction_tokens: int | None = None
 
     def feed(self, line: str) -> bool:
         """Take one SSE line; return True once ``[DONE]`` arrived.
@@ -89,9 +95,15 @@ class Sample:
             self.pieces += 1
         for c in cast("list[dict[str, Any]]", event.get("choices") or []):
             self.finish = c.get("finish_reason") or self.finish
+            message = cast("dict[str, Any]", c.get("message") or {})
+            self.tool_calls = message.get("tool_calls") or self.tool_calls
+            self.logprobs = c.get("logprobs") or self.logprobs
         self.timings = Timings.parse(event.get("timings")) or self.timings
         usage = cast("dict[str, Any]", event.get("usage") or {})
         self.tokens = int(usage.get("completion_tokens") or self.tokens)
+        details = cast("dict[str, Any]", usage.get("completion_tokens_details") or {})
+        got = details.get("accepted_prediction_tokens", self.accepted_prediction_tokens)
+        self.accepted_prediction_tokens = got
         self.fronde = cast("dict[str, Any] | None", event.get("fronde")) or self.fronde
         if event.get("stop") is True:  # llama-server's own stream ends so, without [DONE]
             self.end = time.perf_counter()
@@ -159,7 +171,14 @@ class Sample:
             "text": self.text,
             "route": {k[9:]: v for k, v in self.headers.items() if k.startswith("x-fronde-")},
             "fronde": self.fronde,
-        } | ({"ids": self.ids} if self.ids else {})
+        } | {k: v for k, v in self._whole().items() if v is not None}
+
+    def _whole(self) -> dict[str, Any]:
+        """What only some answers carry: token ids, tool calls, logprobs, prediction tokens."""
+        ids = self.ids or None
+        return {"ids": ids, "tool_calls": self.tool_calls, "logprobs": self.logprobs} | {
+            "accepted_prediction_tokens": self.accepted_prediction_tokens
+        }
 
 
 def router_row(http: httpx.Client, rid: str) -> dict[str, Any]:

@@ -7,27 +7,28 @@ is a fresh ``fronde serve`` with its default modes, given every step of the agen
 sessions (``fronde/bench/workloads/agent-sessions.json``: edits and questions on a
 Python, a JavaScript and a SQL file) in order, each with an opencode-like tool list:
 ``before`` with ``router.speculate_structured = false`` (every such request on
-baseline), ``after`` with the default. Per step: the route, the mode, decode tok/s from
-llama-server's timings (the router's row) and the wall time; a step whose answer loops
-in either arm is left out of the speeds and named.
+baseline), ``after`` with the default: two arms of one plan on the harness
+(:func:`tools_plan`), whole answers, into the store. Per step: the route, the mode,
+decode tok/s from llama-server's ``timings`` (as the answer carries them) and the wall
+time; a step whose answer loops in either arm is left out of the speeds and named.
 """
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
 from statistics import median
 from typing import Any
 
-import httpx
-
+from fronde.bench.arms import Arm
+from fronde.bench.prediction import server_tok_s
+from fronde.bench.protocol import Level, Plan
 from fronde.bench.tables import Grid
-from fronde.bench.timed_client import repetition_score, router_row
+from fronde.bench.timed_client import repetition_score
 from fronde.bench.verdict import LOOP_SCORE
-from fronde.bench.workloads import load_workload
+from fronde.bench.workloads import Workload, load_workload
 
-__all__ = ["AGENT_TOOLS", "ToolStep", "run_tool_session", "tool_grid", "tool_markdown"]
+__all__ = ["AGENT_TOOLS", "ToolStep", "tool_grid", "tool_markdown", "tool_steps", "tools_plan"]
 
 
 def _tool(name: str, description: str, **params: str) -> dict[str, Any]:
@@ -61,40 +62,44 @@ class ToolStep:
     text: str = ""
 
 
-def run_tool_session(
-    base_url: str,
-    arm: str,
-    max_tokens: int = 128,
-    progress: Callable[[str, int], None] | None = None,
-) -> list[ToolStep]:
-    """Send every step of the agent sessions, with :data:`AGENT_TOOLS`, greedy, in order."""
-    workload = load_workload("agent-sessions")
-    out: list[ToolStep] = []
-    with httpx.Client(base_url=base_url, timeout=900) as http:
-        for item in workload.items:
-            body = item.body("chat", max_tokens) | {"tools": AGENT_TOOLS, "stream": False}
-            body.pop("stream_options", None)
-            t0 = time.monotonic()
-            r = http.post("/v1/chat/completions", json=body)
-            wall = time.monotonic() - t0
-            row = router_row(http, r.headers["x-fronde-request-id"])
-            choices: list[dict[str, Any]] = r.json().get("choices") or [{}]
-            message: dict[str, Any] = choices[0].get("message") or {}
-            out.append(
-                ToolStep(
-                    arm=arm,
-                    step=item.id,
-                    route=r.headers.get("x-fronde-class", ""),
-                    mode=r.headers.get("x-fronde-mode", ""),
-                    decode_tok_s=float(row.get("decode_tok_s") or 0.0),
-                    tokens=int(row.get("tokens") or 0),
-                    wall_s=wall,
-                    text=str(message.get("content") or ""),
-                )
-            )
-            if progress is not None:
-                progress(f"{arm} {item.id}", 1)
-    return out
+def tools_plan(max_tokens: int = 128) -> Plan:
+    """Every agent step with :data:`AGENT_TOOLS`, greedy, whole, ``before`` then ``after``.
+
+    Each arm is `fronde serve` with the profile's modes; ``before`` with
+    ``router.speculate_structured = false``. ``max_tokens``: for the steps without
+    their own budget.
+    """
+    steps = load_workload("agent-sessions").items
+    items = tuple(replace(step, fields={"tools": AGENT_TOOLS}) for step in steps)
+    arms = [
+        Arm(
+            "before",
+            "fronde",
+            env=(("FRONDE_ROUTER__SPECULATE_STRUCTURED", "false"),),
+            about="Fronde, every tool-bearing request on baseline",
+        ),
+        Arm("after", "fronde", about="Fronde, tool-bearing requests routed"),
+    ]
+    workload = Workload("agent-tools", items)
+    return Plan.single(workload, arms, 1, "chat", max_tokens, (Level(stream=False),))
+
+
+def tool_steps(records: Sequence[dict[str, Any]]) -> list[ToolStep]:
+    """The steps of :func:`tools_plan` from the store's sample records (ok ones)."""
+    return [
+        ToolStep(
+            arm=rec["arm"],
+            step=rec["item"],
+            route=rec["route"].get("class", ""),
+            mode=rec["route"].get("mode", ""),
+            decode_tok_s=server_tok_s(rec),
+            tokens=int(rec["tokens"]),
+            wall_s=float(rec["wall_s"]),
+            text=rec["text"],
+        )
+        for rec in records
+        if rec["ok"]
+    ]
 
 
 def tool_grid(steps: list[ToolStep], title: str) -> Grid:

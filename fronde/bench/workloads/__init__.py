@@ -16,7 +16,7 @@ Every item carries both forms of its task: ``prompt`` for a base model through
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
@@ -45,6 +45,8 @@ class Item:
         chat_stop: stop strings of the chat form.
         max_tokens: the item's own token budget, or None (the run's default).
         model: the ``model`` field to send (``fronde:MODE`` names a mode), or None.
+        fields: body fields set last, over the defaults (an experiment's ``tools``,
+            ``response_format``, ``seed`` or ``temperature``).
     """
 
     id: str
@@ -55,6 +57,7 @@ class Item:
     chat_stop: tuple[str, ...] = ()
     max_tokens: int | None = None
     model: str | None = None
+    fields: dict[str, Any] = field(default_factory=dict[str, Any])
 
     def body(self, form: Form, max_tokens: int) -> dict[str, Any]:
         """The request body for ``form``: greedy, streamed, with usage (OpenAI forms).
@@ -83,7 +86,7 @@ class Item:
             body["stop"] = list(stop)
         if self.model:
             body["model"] = self.model
-        return body
+        return body | self.fields
 
 
 @dataclass(frozen=True)

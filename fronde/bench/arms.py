@@ -30,8 +30,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from fronde.backends.pool import plan_pool
-from fronde.backends.process import LaunchSpec, LlamaServerProcess
 from fronde.bench.litellm import LITELLM_MODEL, litellm_proxy, litellm_python
 from fronde.bench.serve import running_serve
 from fronde.bench.workloads import Form, Item
@@ -40,6 +38,7 @@ from fronde.errors import FrondeError
 from fronde.modes import Mode
 from fronde.runtime.install import find_llama_binary
 from fronde.runtime.local import profile_of
+from fronde.serving import LaunchSpec, LlamaServerProcess, plan_pool
 
 __all__ = ["ARMS", "Arm", "Target", "arms_named", "started", "static_argv"]
 

@@ -253,7 +253,7 @@ def _save_floor(settings: Settings, store: Store, out: Path, console: Console) -
     """
     from fronde.bench.arms import ARMS
     from fronde.bench.verdict import DRIFT_WARN, table
-    from fronde.evidence.calibration import FLOORS_FILE, calibration_key, save_floor
+    from fronde.serving import FLOORS_FILE, calibration_key, save_floor
 
     a = table(store.samples(), "first-encounter")  # no checks: the report computes them
     forced = {x.name: x.force for x in ARMS if x.reachable and x.name in a.arms}

@@ -19,8 +19,8 @@ from pathlib import Path
 
 import httpx
 
-from fronde.backends.process import die_with_parent, free_port, log_tail
 from fronde.errors import FrondeError
+from fronde.serving import die_with_parent, free_port, log_tail
 
 __all__ = [
     "LITELLM_MODEL",

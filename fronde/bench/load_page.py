@@ -24,7 +24,7 @@ from fronde.bench.load_verdict import (
     session_verdicts,
     verdict_lines,
 )
-from fronde.evidence.calibration import LoadCurves
+from fronde.serving import LoadCurves
 
 __all__ = [
     "answer_lines",

@@ -26,7 +26,7 @@ from fronde.bench.store import Store
 from fronde.bench.workloads import Form
 from fronde.config import Settings
 from fronde.errors import FrondeError
-from fronde.evidence.calibration import load_key, save_load_curves
+from fronde.serving import load_key, save_load_curves
 
 __all__ = ["LoadOptions", "parse_arms", "run_load", "screen_loops"]
 

@@ -13,8 +13,8 @@ from typing import Any
 
 from fronde.bench.load import SPREAD, LoadRow, load_rows, looping_items
 from fronde.bench.store import Store, samples_of, sessions
-from fronde.evidence.calibration import LoadCurves
 from fronde.modes import Mode
+from fronde.serving import LoadCurves
 
 __all__ = [
     "arm_ratios",

@@ -18,8 +18,8 @@ from typing import Any
 
 import httpx
 
-from fronde.backends.process import die_with_parent, free_port, log_tail
 from fronde.errors import FrondeError
+from fronde.serving import die_with_parent, free_port, log_tail
 
 __all__ = [
     "RunningServe",

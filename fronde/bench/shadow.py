@@ -32,7 +32,7 @@ from fronde.bench.protocol import Plan
 from fronde.bench.tables import fitted_table
 from fronde.bench.workloads import Workload, load_workload
 from fronde.config import Settings
-from fronde.evidence.ngram_replay import (
+from fronde.serving import (
     NgramModTable,
     ShadowStats,
     shadow_ngram_mod,

@@ -3,8 +3,9 @@
 Every package (``api/``, ``bench/``, ``request/``, ...) and the top-level modules
 (``cli.py``, ``config.py``, ...): no function over 80 lines, no module over 400, the
 figures ``scripts/house.py`` prints. The import rules (layers, no transport above
-``backends/``, no benchmark-only dependency on the serving side, no cycle) are
-import-linter contracts in ``pyproject.toml``, run by ``scripts/test.sh``.
+``backends/``, no benchmark-only dependency on the serving side, ``bench/`` only through
+the serving side's face ``fronde/serving.py``, no cycle) are import-linter contracts in
+``pyproject.toml``, run by ``scripts/test.sh``.
 """
 
 from __future__ import annotations

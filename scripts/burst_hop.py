@@ -39,7 +39,7 @@ from pathlib import Path
 
 import httpx
 
-from fronde.bench.load import agent_mix
+from fronde.bench.load_mix import agent_mix
 from fronde.bench.serve import machine_line, run_info
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -36,7 +36,8 @@ from unittest import mock
 
 import httpx
 
-from fronde.bench.load import ROUTERS, agent_mix
+from fronde.bench.load import ROUTERS
+from fronde.bench.load_mix import agent_mix
 from fronde.bench.load_report import recorded_run
 from fronde.bench.load_sessions import session_curves
 from fronde.bench.store import Store

@@ -22,16 +22,10 @@ import httpx
 from fronde.errors import FrondeError
 from fronde.serving import die_with_parent, free_port, log_tail
 
-__all__ = [
-    "LITELLM_MODEL",
-    "LITELLM_SPEC",
-    "litellm_proxy",
-    "litellm_python",
-    "litellm_version",
-]
+__all__ = ["LITELLM_MODEL", "LITELLM_SPEC", "litellm_proxy", "litellm_python"]
 
 LITELLM_SPEC = "litellm[proxy]"
-"""What the LiteLLM venv installs (the version it got is recorded with the run)."""
+"""What the LiteLLM venv installs."""
 
 LITELLM_MODEL = "fronde-bench"
 """The model name the proxy is configured with; requests through it must name it."""
@@ -57,21 +51,6 @@ def litellm_python(cache_dir: Path) -> Path:
         if out.returncode != 0:
             raise FrondeError(f"cannot install {LITELLM_SPEC}: {out.stderr.strip()[-300:]}")
     return python
-
-
-def litellm_version(python: Path) -> str | None:
-    """The installed LiteLLM version, or None."""
-    out = subprocess.run(
-        [
-            str(python),
-            "-c",
-            "import importlib.metadata as m; print(m.version('litellm'))",
-        ],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    return out.stdout.strip() or None
 
 
 @contextlib.contextmanager

@@ -62,8 +62,7 @@ from dataclasses import dataclass, replace
 from typing import Literal
 
 from fronde.bench.arms import ARMS, Arm, static_argv
-from fronde.bench.load_mix import WorkloadName, agent_mix, load_mix
-from fronde.bench.load_rows import LoadRow, level_c, load_rows, looping_items, steady_window
+from fronde.bench.load_mix import WorkloadName, load_mix
 from fronde.bench.passes import Timed
 from fronde.bench.protocol import Level, Plan
 from fronde.bench.workloads import Form
@@ -79,16 +78,10 @@ __all__ = [
     "PROXY",
     "ROUTERS",
     "SPREAD",
-    "LoadRow",
     "LoadSetup",
-    "agent_mix",
     "arm_about",
-    "level_c",
-    "load_rows",
     "load_setup",
-    "looping_items",
     "spec_of",
-    "steady_window",
 ]
 
 CLIENTS: tuple[int, ...] = (1, 2, 4, 8, 16, 32)

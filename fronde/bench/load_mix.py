@@ -23,12 +23,10 @@ from fronde.bench.timed_client import PATHS
 from fronde.bench.workloads import Form, Workload, load_workload
 from fronde.bench.workloads.distinct import DISTINCT_TOKENS, distinct_workload
 
-__all__ = ["WORKLOADS", "WorkloadName", "agent_mix", "default_tokens", "load_mix", "workload_file"]
+__all__ = ["WorkloadName", "agent_mix", "default_tokens", "load_mix", "workload_file"]
 
 WorkloadName = Literal["agent", "distinct"]
 """The load run's workloads (``fronde bench load --workload``)."""
-
-WORKLOADS: tuple[WorkloadName, ...] = ("agent", "distinct")
 
 
 def agent_mix(items: int | None = None, seed: int = 23, skip: Sequence[str] = ()) -> Workload:

@@ -13,7 +13,8 @@ from statistics import median
 from typing import Any, cast
 
 from fronde.bench.breakeven import ServedCost, served_cost
-from fronde.bench.load import PROXY, level_c
+from fronde.bench.load import PROXY
+from fronde.bench.load_rows import level_c
 from fronde.bench.load_verdict import single
 
 __all__ = ["answer_lines", "own_time_lines", "quarantine_lines", "served_costs"]

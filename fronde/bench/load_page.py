@@ -2,8 +2,8 @@
 """The load run's page and plot (``fronde bench load``; rows from :mod:`.load_rows`).
 
 The verdict lines come from :mod:`fronde.bench.load_verdict`, the side notes from
-:mod:`fronde.bench.load_notes` (both re-exported here), the placement and routing
-ratios from :mod:`fronde.bench.load_ratios`.
+:mod:`fronde.bench.load_notes`, the placement and routing ratios from
+:mod:`fronde.bench.load_ratios`.
 """
 
 from __future__ import annotations
@@ -14,32 +14,14 @@ from pathlib import Path
 from typing import Any
 
 from fronde.bench.breakeven import ServedCost
-from fronde.bench.load import SPREAD, LoadRow
-from fronde.bench.load_notes import answer_lines, own_time_lines, quarantine_lines, served_costs
+from fronde.bench.load import SPREAD
 from fronde.bench.load_ratios import ratio_lines
+from fronde.bench.load_rows import LoadRow
 from fronde.bench.load_sessions import spread_ratios
-from fronde.bench.load_verdict import (
-    held_out_ratios,
-    routed,
-    session_verdicts,
-    verdict_lines,
-)
+from fronde.bench.load_verdict import routed, verdict_lines
 from fronde.serving import LoadCurves
 
-__all__ = [
-    "answer_lines",
-    "arm_colours",
-    "held_out_ratios",
-    "load_markdown",
-    "load_plot",
-    "own_time_lines",
-    "quarantine_lines",
-    "rows_json",
-    "served_costs",
-    "session_verdicts",
-    "spread_ratios",
-    "verdict_lines",
-]
+__all__ = ["arm_colours", "load_markdown", "load_plot", "rows_json"]
 
 
 TIMED_ABOUT = (

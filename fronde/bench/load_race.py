@@ -29,7 +29,8 @@ from collections.abc import Sequence
 from itertools import combinations
 from typing import Any
 
-from fronde.bench.load import CONTROLS, ROUTERS, level_c
+from fronde.bench.load import CONTROLS, ROUTERS
+from fronde.bench.load_rows import level_c
 
 __all__ = ["race_lines"]
 

@@ -13,20 +13,14 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any, cast
 
-from fronde.bench.load import arm_about, load_rows, looping_items
-from fronde.bench.load_page import (
-    answer_lines,
-    load_markdown,
-    load_plot,
-    own_time_lines,
-    quarantine_lines,
-    rows_json,
-    served_costs,
-    session_verdicts,
-)
+from fronde.bench.load import arm_about
+from fronde.bench.load_notes import answer_lines, own_time_lines, quarantine_lines, served_costs
+from fronde.bench.load_page import load_markdown, load_plot, rows_json
 from fronde.bench.load_race import race_lines
 from fronde.bench.load_ratios import ratio_sets
+from fronde.bench.load_rows import load_rows, looping_items
 from fronde.bench.load_sessions import session_curves, tagged_samples
+from fronde.bench.load_verdict import session_verdicts
 from fronde.bench.store import Store
 from fronde.errors import FrondeError
 from fronde.modes import Mode

@@ -16,8 +16,9 @@ from pathlib import Path
 from typing import Any
 
 from fronde.bench.blocks import run_plan
-from fronde.bench.load import bracketed, load_setup, looping_items
+from fronde.bench.load import bracketed, load_setup
 from fronde.bench.load_mix import WorkloadName, workload_file
+from fronde.bench.load_rows import looping_items
 from fronde.bench.passes import Timed
 from fronde.bench.progress import BenchProgress
 from fronde.bench.protocol import Level, Plan, planned_requests

@@ -11,7 +11,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from fronde.bench.load import SPREAD, LoadRow, load_rows, looping_items
+from fronde.bench.load import SPREAD
+from fronde.bench.load_rows import LoadRow, load_rows, looping_items
 from fronde.bench.store import Store, samples_of, sessions
 from fronde.modes import Mode
 from fronde.serving import LoadCurves

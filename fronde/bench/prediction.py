@@ -40,7 +40,6 @@ __all__ = [
     "Edit",
     "PredictionSample",
     "prediction_grid",
-    "prediction_markdown",
     "prediction_plans",
     "prediction_samples",
     "server_tok_s",
@@ -242,8 +241,3 @@ def prediction_grid(samples: list[PredictionSample], title: str) -> Grid:
     )
     grid.notes.extend(notes)
     return grid
-
-
-def prediction_markdown(samples: list[PredictionSample], title: str) -> str:
-    """:func:`prediction_grid` as a Markdown page (``prediction.md``)."""
-    return prediction_grid(samples, title).markdown()

@@ -37,6 +37,7 @@ from typing import Any, cast
 from fronde.bench.arms import Arm
 from fronde.bench.protocol import Level, Plan
 from fronde.bench.structured_features import FEATURES, PROMPTS, judge, tool_calls
+from fronde.bench.tables import Grid
 from fronde.bench.workloads import Item, Workload
 from fronde.modes import Mode
 
@@ -226,25 +227,21 @@ def _order(key: tuple[str, float, str]) -> tuple[int, float, int]:
 
 
 def matrix_markdown(table: list[Cell], title: str) -> str:
-    """The matrix as a Markdown table, one row per cell, with a legend."""
-    lines = [
-        f"# {title}",
-        "",
-        "| feature | temp | mode | state | pass | fail | cut | error | calls | drafted | accepted "
-        "| same as baseline | first failure |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
-    ]
+    """The matrix as a Markdown page (:class:`~fronde.bench.tables.Grid`), a cell a row."""
+    columns = ("feature", "temp", "mode", "state", "pass", "fail", "cut", "error", "calls")
+    columns += ("drafted", "accepted", "same as baseline", "first failure")
+    grid = Grid(title, columns, notes=[LEGEND])
     for c in table:
-        lines.append(
-            f"| {c.feature} | {c.temperature:g} | {c.mode} | **{c.state}** | {c.passed} "
-            f"| {c.failed} | {c.cut} | {c.errors} | {c.calls} | {c.drafted} | {c.accepted} "
-            f"| {c.same} | {c.why.replace('|', '/')} |"
-        )
-    lines += [
-        "",
-        "holds: every judged answer passed and drafts were accepted; fails: an answer broke "
-        "the feature (or the backend refused it); untested: no draft accepted or nothing "
-        "judged; n/a: baseline does not do it either (no tool call at all). cut: the budget "
-        "ended the answer (not judged). same as baseline: identical content at that prompt.",
-    ]
-    return "\n".join(lines) + "\n"
+        counts = (c.passed, c.failed, c.cut, c.errors, c.calls, c.drafted, c.accepted, c.same)
+        head = (c.feature, f"{c.temperature:g}", c.mode, f"**{c.state}**")
+        grid.rows.append((*head, *map(str, counts), c.why.replace("|", "/")))
+    return grid.markdown()
+
+
+LEGEND = (
+    "holds: every judged answer passed and drafts were accepted; fails: an answer broke "
+    "the feature (or the backend refused it); untested: no draft accepted or nothing "
+    "judged; n/a: baseline does not do it either (no tool call at all). cut: the budget "
+    "ended the answer (not judged). same as baseline: identical content at that prompt."
+)
+"""The page's legend, under the table."""

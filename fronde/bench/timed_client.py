@@ -31,7 +31,7 @@ import httpx
 from fronde.errors import FrondeError
 from fronde.timings import Timings
 
-__all__ = ["Sample", "bench_http", "repetition_score", "router_row", "send", "stream"]
+__all__ = ["Sample", "bench_http", "repetition_score", "send", "stream"]
 
 PATHS = {"completion": "/v1/completions", "chat": "/v1/chat/completions", "native": "/completion"}
 """The endpoint of each request form (``native``: llama-server's own)."""
@@ -179,22 +179,6 @@ class Sample:
         return {"ids": ids, "tool_calls": self.tool_calls, "logprobs": self.logprobs} | {
             "accepted_prediction_tokens": self.accepted_prediction_tokens
         }
-
-
-def router_row(http: httpx.Client, rid: str) -> dict[str, Any]:
-    """The router's row for request ``rid`` (``x-fronde-request-id``) in ``/fronde/v1/router``.
-
-    Its ``decode_tok_s``, ``alpha`` and ``tokens`` come from llama-server's timings, which
-    a whole answer through Fronde does not carry.
-
-    Raises:
-        KeyError: no recent row has that id (more than 20 requests since).
-    """
-    rows: list[dict[str, Any]] = http.get("/fronde/v1/router").json()["recent"]
-    for row in rows:
-        if row.get("id") == rid:
-            return row
-    raise KeyError(rid)
 
 
 def bench_http() -> httpx.AsyncClient:

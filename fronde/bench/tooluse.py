@@ -28,7 +28,7 @@ from fronde.bench.timed_client import repetition_score
 from fronde.bench.verdict import LOOP_SCORE
 from fronde.bench.workloads import Workload, load_workload
 
-__all__ = ["AGENT_TOOLS", "ToolStep", "tool_grid", "tool_markdown", "tool_steps", "tools_plan"]
+__all__ = ["AGENT_TOOLS", "ToolStep", "tool_grid", "tool_steps", "tools_plan"]
 
 
 def _tool(name: str, description: str, **params: str) -> dict[str, Any]:
@@ -142,8 +142,3 @@ def tool_grid(steps: list[ToolStep], title: str) -> Grid:
         + (", ".join(looping) if looping else "none")
     )
     return grid
-
-
-def tool_markdown(steps: list[ToolStep], title: str) -> str:
-    """:func:`tool_grid` as a Markdown page (``tools.md``)."""
-    return tool_grid(steps, title).markdown()

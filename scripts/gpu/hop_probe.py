@@ -62,7 +62,9 @@ from httpx_aiohttp import AiohttpTransport
 
 from fronde.backends.client import KEEPALIVE_S
 from fronde.bench.arms import ARMS, Arm, Target, started, static_argv
-from fronde.bench.load import PROXY, agent_mix, load_rows, looping_items, spec_of
+from fronde.bench.load import PROXY, spec_of
+from fronde.bench.load_mix import agent_mix
+from fronde.bench.load_rows import load_rows, looping_items
 from fronde.bench.protocol import WARM_ITEM
 from fronde.bench.timed_client import Sample, bench_http, send
 from fronde.bench.verdict import bootstrap, geomean

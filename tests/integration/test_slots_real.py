@@ -17,7 +17,7 @@ from typing import Any
 import httpx
 import pytest
 
-from fronde.bench.load import agent_mix
+from fronde.bench.load_mix import agent_mix
 
 from .conftest import SMOLLM2, Serve, start_serve
 

@@ -6,7 +6,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from fronde.bench.load_page import answer_lines
+from fronde.bench.load_notes import answer_lines
 from fronde.bench.load_report import report_load
 
 ROOT = Path(__file__).resolve().parents[2]

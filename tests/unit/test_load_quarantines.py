@@ -7,7 +7,8 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from fronde.bench.load_page import load_markdown, quarantine_lines
+from fronde.bench.load_notes import quarantine_lines
+from fronde.bench.load_page import load_markdown
 from fronde.bench.load_report import report_load
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -6,8 +6,8 @@ from typing import Any
 
 import pytest
 
-from fronde.bench.load import load_rows
 from fronde.bench.load_page import load_markdown
+from fronde.bench.load_rows import load_rows
 
 
 def _block(rep: int, starts: list[float], c: int = 2) -> list[dict[str, Any]]:

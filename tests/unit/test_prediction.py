@@ -56,7 +56,7 @@ def test_no_feed_where_no_pool_keeps_it(plain: TestClient) -> None:
 
 
 def test_the_benchmarks_edits_are_distinct_and_its_table_pairs_them() -> None:
-    from fronde.bench.prediction import EDITS, PredictionSample, prediction_markdown
+    from fronde.bench.prediction import EDITS, PredictionSample, prediction_grid
 
     assert len({e.old for e in EDITS}) == len(EDITS)
     assert EDITS[0].old not in EDITS[0].prompt("diff-only")
@@ -67,6 +67,6 @@ def test_the_benchmarks_edits_are_distinct_and_its_table_pairs_them() -> None:
         return PredictionSample("diff-only", arm, edit, tok_s, 0.5, 10, wall, fed, 3, "t")
 
     samples = [sample("without", 0, 100, 1.0), sample("with", 0, 150, 1.2)]
-    page = prediction_markdown(samples, "t")
+    page = prediction_grid(samples, "t").markdown()
     assert "| diff-only | with ÷ without | 1.50 | | 1.20 |" in page
     assert "| diff-only | with | 150.00 | 0.50 | 1.20 | 5.00 | 3.00 | 1/1 |" in page

@@ -7,6 +7,8 @@
   inputs whatever it answered).
 - ``priming.json``: requests that warm the router before a "warm" arm; none is in
   the workloads.
+- ``distinct.json``: the templates and topics of the load benchmark's distinct prompts
+  (:mod:`fronde.bench.workloads.distinct`).
 
 Every item carries both forms of its task: ``prompt`` for a base model through
 ``/v1/completions`` and ``messages`` for an instruct model through

@@ -92,12 +92,7 @@ class Arm:
 
 
 ARMS: tuple[Arm, ...] = (
-    Arm(
-        "base",
-        "fronde",
-        Mode.BASELINE,
-        about="Fronde, baseline forced (plain decoding)",
-    ),
+    Arm("base", "fronde", Mode.BASELINE, about="Fronde, baseline forced (plain decoding)"),
     Arm("simple", "fronde", Mode.NGRAM_SIMPLE, about="Fronde, ngram-simple forced"),
     Arm(
         "mod",
@@ -113,10 +108,7 @@ ARMS: tuple[Arm, ...] = (
     ),
     Arm("draft", "fronde", Mode.DRAFT, about="Fronde, draft model forced"),
     Arm(
-        "plain",
-        "static",
-        about="llama-server, plain decoding (no speculation flag)",
-        default=False,
+        "plain", "static", about="llama-server, plain decoding (no speculation flag)", default=False
     ),
     Arm(
         "default",
@@ -147,12 +139,7 @@ ARMS: tuple[Arm, ...] = (
         about="llama-server ngram-mod, short drafts (n_min 16, n_max 32)",
     ),
     Arm("router", "fronde", about="Fronde routing, cold (fresh servers)"),
-    Arm(
-        "router-w",
-        "fronde",
-        priming=True,
-        about="Fronde routing, warm (after the priming set)",
-    ),
+    Arm("router-w", "fronde", priming=True, about="Fronde routing, warm (after the priming set)"),
 )
 """Every arm, in table order."""
 

@@ -34,14 +34,9 @@ from fronde.errors import FrondeError
 from fronde.modes import Mode, mode_args
 
 __all__ = [
-    "QUANTIZE_TYPES",
-    "SHIPPED",
-    "atlas_arms",
-    "check_quants",
-    "requantize",
-    "run_atlas",
+    "QUANTIZE_TYPES", "SHIPPED", "atlas_arms", "check_quants", "requantize", "run_atlas",
     "write_atlas_page",
-]
+]  # fmt: skip
 
 SHIPPED = "Q4_K_M"
 """The shipped quantization of the CPU profile's target."""

@@ -63,11 +63,7 @@ def _arm_line(arm: Arm) -> str:
 async def _prepare(http: httpx.AsyncClient, plan: Plan, target: Target, arm: Arm) -> None:
     """Warm a started arm with one neutral request; prime it if it is a warm arm."""
     await send(
-        http,
-        target.base_url,
-        plan.form,
-        target.body(WARM_ITEM, plan.form, 4),
-        target.headers,
+        http, target.base_url, plan.form, target.body(WARM_ITEM, plan.form, 4), target.headers
     )
     if arm.priming:
         for item in plan.priming.items:

@@ -2,29 +2,19 @@
 # (matplotlib's bundled annotations leave **kwargs untyped on Axes and Figure methods)
 """Break-even maps: where speculation pays on a given machine.
 
-**Verify cost.** A speculative step verifies the drafted tokens plus one in a single
-batch through the target. :func:`measure_verify_costs` times a batch of k tokens,
-k = 1…64, with llama.cpp's own ``llama-bench`` (``-p k -n 0``) at a context depth
-(``-d``), so every batch attends to the same history a decode step would. k = 1
-is one plain decode step, so ``r(k) = T(k) ÷ T(1)`` is the cost of verifying
-``k − 1`` drafts in units of decode steps.
+**Verify cost.** :func:`measure_verify_costs` times a target batch of k tokens,
+k = 1…64, with llama.cpp's ``llama-bench`` (``-p k -n 0``) at a context depth (``-d``);
+``r(k) = T(k) ÷ T(1)`` is then the cost of verifying ``k − 1`` drafts in decode steps.
 
-**Expected speedup.** Leviathan, Kalman and Matias, *Fast Inference from
-Transformers via Speculative Decoding* (ICML 2023), Theorem 3.8 and Eq. 1: with a
-per-token acceptance probability β, i.i.d. (their α), and γ drafted tokens per
-step, one step yields ``E = (1 − β^(γ+1)) ÷ (1 − β)`` tokens, and the walltime
-improvement is ``E ÷ (γ·c + 1)``, where c is the draft's cost per token in target
-steps and the verify is assumed to cost one step. Here that assumption is
-replaced by the measured ``r(γ + 1)``: ``S(β, γ) = E ÷ (r(γ + 1) + γ·c)``. n-gram
-drafts are a lookup, so c = 0 for the ngram modes.
+**Expected speedup** (Leviathan, Kalman and Matias, *Fast Inference from Transformers
+via Speculative Decoding*, ICML 2023, Theorem 3.8 and Eq. 1): with an i.i.d. per-token
+acceptance β and γ drafts a step, a step yields ``E = (1 − β^(γ+1)) ÷ (1 − β)`` tokens;
+with the verify's measured cost, ``S(β, γ) = E ÷ (r(γ + 1) + γ·c)``, c a draft token's
+cost in target steps (0 for the n-gram modes, a lookup).
 
-**The acceptance axis.** llama.cpp reports α = accepted ÷ drafted
-(``draft_n_accepted ÷ draft_n``), not β. Under the same i.i.d. model a step
-accepts on average ``β(1 − β^γ) ÷ (1 − β)`` of its γ drafts, so
-``α(β, γ) = β(1 − β^γ) ÷ ((1 − β)γ)``. The maps plot speedup against this α, so
-measured points (α and speedup from the campaign) lie on the same axis as the
-curves. Measured points also carry what the model leaves out: variable draft
-lengths, drafts that are not tried at all, and the server's per-token overhead.
+**The acceptance axis.** llama.cpp reports α = accepted ÷ drafted, not β; under the same
+model ``α(β, γ) = β(1 − β^γ) ÷ ((1 − β)γ)``, and the maps plot S against that α, so that
+measured points lie on the curves' axis.
 """
 
 from __future__ import annotations
@@ -32,7 +22,7 @@ from __future__ import annotations
 import json
 import subprocess
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -41,16 +31,9 @@ import numpy as np
 from fronde.errors import FrondeError
 
 __all__ = [
-    "ServedCost",
-    "VerifyCosts",
-    "acceptance_rate",
-    "break_even_alpha",
-    "expected_tokens",
-    "measure_verify_costs",
-    "served_cost",
-    "speedup",
-    "write_break_even_map",
-]
+    "ServedCost", "VerifyCosts", "acceptance_rate", "break_even_alpha", "expected_tokens",
+    "measure_verify_costs", "served_cost", "speedup", "write_break_even_map",
+]  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -83,15 +66,8 @@ class VerifyCosts:
         return by_k[k] / by_k[1]
 
     def to_json(self) -> dict[str, Any]:
-        """A JSON-ready dict (see :meth:`from_json`)."""
-        return {
-            "ks": list(self.ks),
-            "seconds": list(self.seconds),
-            "stddev_s": list(self.stddev_s),
-            "depth": self.depth,
-            "machine": self.machine,
-            "command": self.command,
-        }
+        """A JSON-ready dict, the fields by name (see :meth:`from_json`)."""
+        return asdict(self)
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> VerifyCosts:
@@ -100,14 +76,11 @@ class VerifyCosts:
         Raises:
             KeyError, TypeError, ValueError: the dict is not such a record.
         """
+        ks, seconds, stddev = (tuple(data[k]) for k in ("ks", "seconds", "stddev_s"))
         return cls(
-            ks=tuple(int(k) for k in data["ks"]),
-            seconds=tuple(float(s) for s in data["seconds"]),
-            stddev_s=tuple(float(s) for s in data["stddev_s"]),
-            depth=int(data["depth"]),
-            machine=str(data["machine"]),
-            command=str(data["command"]),
-        )
+            tuple(map(int, ks)), tuple(map(float, seconds)), tuple(map(float, stddev)),
+            int(data["depth"]), str(data["machine"]), str(data["command"]),
+        )  # fmt: skip
 
 
 def measure_verify_costs(
@@ -125,8 +98,7 @@ def measure_verify_costs(
     """Time a target batch of k tokens for every k in ``ks`` with llama-bench.
 
     One ``llama-bench -m MODEL -p k1,k2,… -n 0 -d DEPTH -r REPS -o json`` run; its
-    ``avg_ns`` per test is the batch time (llama-bench's ``tools/llama-bench``
-    times the ``-p`` batch after the ``-d`` tokens were decoded, untimed).
+    ``avg_ns`` per test is the batch time (the ``-d`` tokens are decoded untimed first).
 
     Args:
         llama_bench: the llama-bench executable (``fronde install`` builds it).
@@ -145,21 +117,8 @@ def measure_verify_costs(
     """
     if 1 not in ks:
         raise ValueError("ks must contain 1 (one decode step is the unit)")
-    argv = [
-        str(llama_bench),
-        "-m",
-        str(model),
-        "-p",
-        ",".join(str(k) for k in ks),
-        "-n",
-        "0",
-        "-d",
-        str(depth),
-        "-r",
-        str(reps),
-        "-o",
-        "json",
-    ]
+    argv = [str(llama_bench), "-m", str(model), "-p", ",".join(str(k) for k in ks), "-n", "0"]
+    argv += ["-d", str(depth), "-r", str(reps), "-o", "json"]
     if threads is not None:
         argv += ["-t", str(threads)]
     if n_gpu_layers is not None:
@@ -188,14 +147,12 @@ def measure_verify_costs(
 class ServedCost:
     """The verify cost as a llama-server pays it, fitted from the requests it served.
 
-    ``decode_ms ≈ pass_ms × passes + drafted_ms × drafted``, least squares without an
-    intercept over the requests' own timings (``predicted_ms``, ``predicted_n``,
-    ``draft_n``, ``draft_n_accepted``; passes = tokens − accepted). Unlike
-    :func:`measure_verify_costs` (llama-bench, the forward pass alone) it counts what
-    the server does per drafted position besides: sampling it on the CPU. On the H200
-    with gemma-3 (262,144-token vocabulary) the forward pass said 0.025 of a step a
-    drafted token; its servers paid 0.27–0.45 (``results/load-gpu-h200-cpu-gemma-270m-
-    20261203-bs``, c = 1).
+    ``decode_ms ≈ pass_ms × passes + drafted_ms × drafted`` (passes = tokens − accepted),
+    least squares without an intercept over the requests' own timings. Unlike
+    :func:`measure_verify_costs` (the forward pass alone) it counts what the server does
+    per drafted position besides, such as sampling it on the CPU: on the H200 with
+    gemma-3 the forward pass said 0.025 of a step a drafted token, its servers paid
+    0.27–0.45 (``results/load-gpu-h200-cpu-gemma-270m-20261203-bs``, c = 1).
 
     Attributes:
         pass_ms: one target pass, ms.
@@ -306,21 +263,12 @@ def write_break_even_map(
     title: str,
     gammas: Sequence[int] = (1, 2, 4, 8, 16, 32),
 ) -> Path:
-    """Draw the break-even map: a speedup heatmap over (α, γ), and curves with points.
+    """Draw the break-even map into ``path`` (PNG) and return ``path``.
 
-    Left: expected speedup over α (llama.cpp's accepted ÷ drafted) and γ, with the
-    break-even contour S = 1. Right: S against α for a few γ, the measured
-    (α, speedup) points on top, one marker colour per label (mode).
-
-    Args:
-        costs: measured verify costs (γ + 1 ≤ max(ks) are drawn).
-        points: measured (α, speedup, label) triples.
-        path: the PNG to write.
-        title: the figure's title (name the machine).
-        gammas: draft lengths for the curves.
-
-    Returns:
-        ``path``.
+    Left: the expected speedup over α and γ (γ + 1 measured in ``costs``), with the
+    break-even contour S = 1. Right: S against α for each of ``gammas``, the measured
+    ``points`` (α, speedup, label) on top, a marker per label; ``title`` names the
+    machine.
     """
     import matplotlib
 

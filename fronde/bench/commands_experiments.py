@@ -22,13 +22,9 @@ if TYPE_CHECKING:
     from fronde.config import Settings
 
 __all__ = [
-    "bench_atlas",
-    "bench_overhead",
-    "bench_shadow",
-    "bench_swap",
-    "run_experiment",
+    "bench_atlas", "bench_overhead", "bench_shadow", "bench_swap", "run_experiment",
     "run_plans",
-]
+]  # fmt: skip
 
 
 def bench_swap(
@@ -139,14 +135,12 @@ def bench_atlas(
     reps: Annotated[int, typer.Option(help="repetitions of every block", min=1)] = 2,
     max_tokens: Annotated[int, typer.Option(help="tokens per answer", min=8)] = 64,
     per_domain: Annotated[
-        int | None,
-        typer.Option(help="prompts per domain [default: all 5]", min=1, max=5),
+        int | None, typer.Option(help="prompts per domain [default: all 5]", min=1, max=5)
     ] = None,
     quant: Annotated[
         list[str] | None,
         typer.Option(
-            "--quant",
-            help="llama-quantize types derived from the shipped model (repeatable)",
+            "--quant", help="llama-quantize types derived from the shipped model (repeatable)"
         ),
     ] = None,
     verify: Annotated[bool, typer.Option(help="measure verify costs with llama-bench")] = True,
@@ -158,8 +152,7 @@ def bench_atlas(
         int, typer.Option(help="context tokens before each batch", min=0)
     ] = 256,
     ngl: Annotated[
-        int | None,
-        typer.Option(help="llama-bench -ngl (GPU offload) [default: the backend's]"),
+        int | None, typer.Option(help="llama-bench -ngl (GPU offload) [default: the backend's]")
     ] = None,
 ) -> None:
     """Where does speculation pay? α, τ and speed by domain and quantization (resumable).
@@ -275,11 +268,22 @@ def run_plans(
     config: Path | None,
     out: Path,
     identity: dict[str, Any],
+    run: dict[str, Any] | None = None,
+    head: str = "",
 ) -> Any:
     """Run ``plans`` into ``out/records.jsonl`` (resumable) under the progress display.
 
-    ``identity``: what a resumed run must share besides the machine (:meth:`Store.begin`).
-    Returns the :class:`~fronde.bench.store.Store`.
+    Args:
+        plans: the plans, run in turn.
+        settings: the settings read.
+        config: the ``--config`` file, which the servers get too.
+        out: the run's folder.
+        identity: what a resumed run must share besides the machine (:meth:`Store.begin`).
+        run: more fields of the run record (after the machine, code and arms).
+        head: a line printed once the store is open, before the progress display.
+
+    Returns:
+        The :class:`~fronde.bench.store.Store`.
     """
     import asyncio
 
@@ -292,9 +296,11 @@ def run_plans(
     store = Store(out / "records.jsonl")
     info = run_info()
     arms = list(dict.fromkeys(a.name for p in plans for a in p.arms))
-    store.begin({**info, "arms": arms}, {"machine": info["machine"], **identity})
-    total = sum(planned_requests(p) for p in plans)
-    with bench_progress(bench_console(), total) as advance:
+    store.begin({**info, "arms": arms, **(run or {})}, {"machine": info["machine"], **identity})
+    console = bench_console()
+    if head:
+        console.print(head, markup=False, highlight=False)
+    with bench_progress(console, sum(planned_requests(p) for p in plans)) as advance:
 
         async def run_all() -> None:
             for plan in plans:

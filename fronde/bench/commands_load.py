@@ -33,14 +33,12 @@ WorkloadOpt = Annotated[
 MaxTokensOpt = Annotated[
     int | None,
     typer.Option(
-        help="tokens per answer (agent steps: their own) [default: agent 64, distinct 128]",
-        min=8,
+        help="tokens per answer (agent steps: their own) [default: agent 64, distinct 128]", min=8
     ),
 ]
 RepsOpt = Annotated[int, typer.Option(help="repetitions of every (arm, c) block", min=1)]
 ClientsOpt = Annotated[
-    list[int] | None,
-    typer.Option("--clients", help="closed-loop clients [default: 1 2 4 8 16 32]"),
+    list[int] | None, typer.Option("--clients", help="closed-loop clients [default: 1 2 4 8 16 32]")
 ]
 WindowOpt = Annotated[
     float,
@@ -50,8 +48,7 @@ WarmupOpt = Annotated[
     float, typer.Option(help="seconds of each block before the window (not counted)", min=0.0)
 ]
 HistoryOpt = Annotated[
-    str,
-    typer.Option(help="fresh servers, or warm: one short request per slot first (history)"),
+    str, typer.Option(help="fresh servers, or warm: one short request per slot first (history)")
 ]
 OnceOpt = Annotated[
     bool,

@@ -9,7 +9,7 @@ saved for ``fronde serve``.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -26,10 +26,7 @@ if TYPE_CHECKING:
 
 __all__ = ["SESSION_ARMS", "bench_verdict", "verdict_folder"]
 
-SESSION_ARMS = {
-    False: ("base", "default", "cascade", "router"),
-    True: ("default", "router"),
-}
+SESSION_ARMS = {False: ("base", "default", "cascade", "router"), True: ("default", "router")}
 """Workload B's default arms (full, quick): a session takes minutes per arm on a CPU
 (SmolLM2-135M on 2 cores: 2 minutes for one 8-step session)."""
 
@@ -64,14 +61,12 @@ def bench_verdict(
         ),
     ] = None,
     quick: Annotated[
-        bool,
-        typer.Option(help="2 prompts per domain, 48 tokens, one session (CPU: ~10 min)"),
+        bool, typer.Option(help="2 prompts per domain, 48 tokens, one session (CPU: ~10 min)")
     ] = False,
     reps: Annotated[int, typer.Option(help="workload A: repetitions", min=1)] = 2,
     session_reps: Annotated[int, typer.Option(help="workload B: repetitions", min=1)] = 1,
     max_tokens: Annotated[
-        int | None,
-        typer.Option(help="tokens per request [default: 64, quick 48]", min=4),
+        int | None, typer.Option(help="tokens per request [default: 64, quick 48]", min=4)
     ] = None,
     per_domain: Annotated[
         int | None,
@@ -180,24 +175,6 @@ def _verdict_plan(
     )
 
 
-def _begin(store: Store, plan: Plan, settings: Settings, profile: str) -> None:
-    """Open ``store`` for ``plan``: the run's record, and the identity a resume must match."""
-    from fronde.bench.serve import run_info
-    from fronde.runtime.install import find_llama_binary, llama_build_info
-
-    build = llama_build_info(find_llama_binary(settings.cache_dir, settings.llama_server))
-    info = run_info()
-    identity = {"machine": info["machine"], "build": build, "profile": profile}
-    identity |= {"form": plan.form, "max_tokens": plan.max_tokens}
-    arms = {
-        "arms": [a.name for a in plan.arms],
-        "session_arms": [a.name for a in plan.session_arms],
-    }
-    reps = {"reps": plan.reps, "session_reps": plan.session_reps}
-    run = {**info, **arms, **reps, "interleave": plan.interleave}
-    store.begin(run, identity)
-
-
 def _run_verdict(
     settings: Settings,
     config: Path | None,
@@ -208,38 +185,31 @@ def _run_verdict(
 ) -> None:
     """Run ``plan`` into ``out`` (resuming), save the floor, print the report.
 
-    Args:
-        settings: the settings read.
-        config: the ``--config`` file, which the servers get too.
-        plan: the verdict's plan (:func:`_verdict_plan`).
-        out: the run's folder.
-        profile: the profile's name.
-        sizes: workload A's prompts and workload B's steps, as printed.
+    A resumed run must match the machine, the llama-server build, the profile, the
+    prompt form and the budget. ``sizes``: workload A's prompts and B's steps, as
+    printed.
 
     Raises:
         typer.Exit: with status 2 when the verdict is FAIL.
     """
-    import asyncio
-
-    from fronde.bench.blocks import run_plan
+    from fronde.bench.commands_experiments import run_plans
     from fronde.bench.commands_report import show_report
-    from fronde.bench.progress import bench_console, bench_progress
-    from fronde.bench.protocol import planned_requests
-    from fronde.bench.store import Store
+    from fronde.bench.progress import bench_console
+    from fronde.runtime.install import find_llama_binary, llama_build_info
 
-    store = Store(out / "records.jsonl")
-    _begin(store, plan, settings, profile)
-    console = bench_console()
-    console.print(
+    build = llama_build_info(find_llama_binary(settings.cache_dir, settings.llama_server))
+    identity: dict[str, Any] = {"build": build, "profile": profile, "form": plan.form}
+    identity["max_tokens"] = plan.max_tokens
+    run = {"session_arms": [a.name for a in plan.session_arms], "reps": plan.reps}
+    run |= {"session_reps": plan.session_reps, "interleave": plan.interleave}
+    head = (
         f"{profile} ({plan.form}): A {sizes[0]} prompts × {len(plan.arms)} arms × "
         f"{_times(plan.reps, 'rep')}, {plan.max_tokens} tokens; B {sizes[1]} steps × "
         f"{len(plan.session_arms)} arms × {_times(plan.session_reps, 'rep')} "
-        f"→ {store.path}",
-        markup=False,
-        highlight=False,
+        f"→ {out / 'records.jsonl'}"
     )
-    with bench_progress(console, planned_requests(plan)) as advance:
-        asyncio.run(run_plan(plan, settings, config, store, out / "logs", advance, advance.status))
+    store = run_plans([plan], settings, config, out, identity, run, head)
+    console = bench_console()
     _save_floor(settings, store, out, console)
     show_report(out, console)
 

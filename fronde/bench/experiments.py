@@ -50,10 +50,7 @@ def overhead_plan(
         reps: repetitions.
         litellm: include the LiteLLM arm.
     """
-    env = [
-        ("FRONDE_ROUTER__MAX_PARALLEL_DECODES", "1024"),
-        ("FRONDE_ROUTER__LOAD_RULE", "off"),
-    ]
+    env = [("FRONDE_ROUTER__MAX_PARALLEL_DECODES", "1024"), ("FRONDE_ROUTER__LOAD_RULE", "off")]
     if fake is not None:
         env += [("FRONDE_LLAMA_SERVER", fake)]
         env += [("FRONDE_BACKEND__EXTRA_ARGS", '["--fake-tps", "100000"]')]
@@ -64,10 +61,7 @@ def overhead_plan(
     arms += [Arm("litellm", "litellm", about="LiteLLM's proxy")] if litellm else []
     items = tuple(
         Item(
-            f"hello-{i}",
-            "hello",
-            f"Request {i}: say hello.",
-            ({"role": "user", "content": "Hi."},),
+            f"hello-{i}", "hello", f"Request {i}: say hello.", ({"role": "user", "content": "Hi."},)
         )
         for i in range(requests)
     )
@@ -82,11 +76,7 @@ def swap_plan(requests: int, max_tokens: int, gap_s: float, reps: int, max_epoch
     random.Random(11).shuffle(modes)  # noqa: S311 - a reproducible order, not a secret
     items = tuple(
         Item(
-            f"swap-{i}",
-            m,
-            f"Item {i}: a short note about the {m} mode.\n",
-            (),
-            model=f"fronde:{m}",
+            f"swap-{i}", m, f"Item {i}: a short note about the {m} mode.\n", (), model=f"fronde:{m}"
         )
         for i, m in enumerate(modes)
     )
@@ -98,12 +88,7 @@ def swap_plan(requests: int, max_tokens: int, gap_s: float, reps: int, max_epoch
         ("FRONDE_SWAP__MAX_WAIT_S", "900"),  # high: no fallback hides a swap
     ]
     arms = tuple(
-        Arm(
-            p,
-            "fronde",
-            env=(*common, ("FRONDE_SWAP__POLICY", p)),
-            about=f"swap policy {p}",
-        )
+        Arm(p, "fronde", env=(*common, ("FRONDE_SWAP__POLICY", p)), about=f"swap policy {p}")
         for p in ("fifo", "epoch")
     )
     level = Level(concurrency=requests, gap_s=gap_s, stream=False)

@@ -13,14 +13,14 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import time
 from collections.abc import Generator
 from pathlib import Path
 
 import httpx
 
+from fronde.bench.serve import child
 from fronde.errors import FrondeError
-from fronde.serving import die_with_parent, free_port, log_tail
+from fronde.serving import free_port
 
 __all__ = ["LITELLM_MODEL", "LITELLM_SPEC", "litellm_proxy", "litellm_python"]
 
@@ -74,8 +74,8 @@ def litellm_proxy(python: Path, backend_url: str, timeout_s: float = 120.0) -> G
         f"      api_base: {backend_url}/v1\n"
         "      api_key: none\n"
     )
-    log = folder / "litellm.log"
     exe = python.parent / "litellm"
+    argv = [str(exe), "--config", str(config), "--port", str(port), "--host", "127.0.0.1"]
     env = {
         **os.environ,
         "LITELLM_LOG": "ERROR",
@@ -83,40 +83,15 @@ def litellm_proxy(python: Path, backend_url: str, timeout_s: float = 120.0) -> G
         # No key on either proxy (Fronde runs without api_keys here): loopback only.
         "LITELLM_DANGEROUSLY_PERMIT_WEAK_OR_UNSET_MASTER_KEY": "true",
     }
-    with log.open("wb") as fh:
-        proc = subprocess.Popen(
-            [
-                str(exe),
-                "--config",
-                str(config),
-                "--port",
-                str(port),
-                "--host",
-                "127.0.0.1",
-            ],
-            stdout=fh,
-            stderr=subprocess.STDOUT,
-            env=env,
-            preexec_fn=die_with_parent if sys.platform == "linux" else None,
-        )
     base = f"http://127.0.0.1:{port}"
+
+    def ready() -> bool:
+        with contextlib.suppress(httpx.TransportError):
+            return httpx.get(f"{base}/health/liveliness", timeout=2).status_code == 200
+        return False
+
     try:
-        deadline = time.monotonic() + timeout_s
-        while True:
-            if proc.poll() is not None:
-                raise FrondeError(f"litellm exited with {proc.returncode}: {log_tail(log, 6)}")
-            with contextlib.suppress(httpx.TransportError):
-                if httpx.get(f"{base}/health/liveliness", timeout=2).status_code == 200:
-                    break
-            if time.monotonic() > deadline:
-                raise FrondeError(f"litellm not ready after {timeout_s:.0f} s: {log_tail(log, 6)}")
-            time.sleep(0.5)
-        yield base
+        with child("litellm", argv, env, folder / "litellm.log", ready, timeout_s):
+            yield base
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
         shutil.rmtree(folder, ignore_errors=True)

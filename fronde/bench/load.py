@@ -1,58 +1,23 @@
 # pyright: reportUnknownMemberType=false
 """The load benchmark: many agents at once, Fronde against one static llama-server.
 
-A user who runs several agents, or a team sharing one GPU, asks: with c requests in
-flight, does Fronde serve more tokens per second than the one llama-server I would run
-instead, without a worse tail? Speculation's worth changes with the batch (llama.cpp
-reports a net loss at two or more parallel requests), so each c is measured apart.
+With c requests in flight, does Fronde serve more tok/s than the one llama-server a
+user would run instead, without a worse tail? Speculation's worth changes with the
+batch, so each c is measured apart (:func:`load_setup` declares the plans).
 
-**Arms** (every one with the same slots, ``-np N``, and context): static llama-servers
-``plain`` (no speculation), ``default`` (``--spec-default``) and ``cascade``
-(``--spec-type ngram-simple,ngram-mod``); a static server with Fronde's argv for each
-Fronde mode no static arm already runs (``s-simple``, …: the **calibration** of that
-mode's backend); ``plain2``, two plain servers behind a least-busy choice
-(:data:`SPREAD`: does spreading pay at this c?); ``fr-plain``, `fronde serve` with
-baseline alone, every request forced to it (:data:`PROXY`: what the proxy itself
-changes); and the router arms, `fronde serve` with every mode and the ``measured``
-load rule. A mode's backend is the same as a
-static arm when both start the same speculation (``--spec-default`` is ngram-mod with
-n_match 24, n_min 48, n_max 64, also its defaults; ``common/arg.cpp``), so that arm's
-curve is the mode's.
-
-**Order.** Every static block first, each (arm, c) on fresh servers; then the load
-curves (aggregate tok/s against c, per mode) are saved where ``fronde serve`` reads
-them (:mod:`fronde.evidence.calibration`, ``load.json``); then the router at every c,
-on fresh servers, reading them. The curves are measured on the same prompts the router
-is then judged on (in-sample for one number per mode and c; said on the page).
-
-**Workload** (:mod:`fronde.bench.load_mix`): the agent mix (workload A's prompts and
-workload B's agent steps in one seeded shuffle) or distinct short chat prompts.
-**Blocks** are timed (:func:`~fronde.bench.passes.timed_pass`): c closed-loop clients
-over keep-alive connections run through the workload, round again when it ends, for a
-warm-up and then a window (20 s or more on a GPU), on fresh servers or on servers that
-first answered one short request per slot (slot history).
-
-**Figures** per (arm, c), medians over repetitions (:mod:`fronde.bench.load_rows`):
-``tok_s``, every streamed token that arrived in the window ÷ the window; ``p50_s``,
-``p99_s``, end-to-end latency of one request; ``ttft_s``, its median time to first
-token; ``in_flight``, mean requests in flight in the window. An answer that looped
-(repetition score above :data:`~fronde.bench.verdict.LOOP_SCORE`) stays counted: its
-items' share of the tokens and the figure without them are given apart.
-
-**Placement and routing.** ``pinned``, the plain server with client k sending
-``id_slot`` = k (:data:`PINNED`), is what slot placement alone gives the plain server;
-``fr-plain ÷ plain`` is Fronde's one-mode placement (and its hop), ``router ÷ fr-plain``
-and ``router ÷ pinned`` what routing adds (:mod:`fronde.bench.load_ratios`).
-
-**Verdict** per router arm and c: its tok/s ≥ the best static arm's (calibration
-servers included: a user could run any of them), and its p99 ≤ that arm's. Three router
-arms by default, one per placement of the measured rule: ``router`` (``marginal``:
-the backend whose curve gains most, so several servers may decode at once),
-``router-b`` (``best``, the setting's default: the mode whose server alone serves the
-load in flight best, gathering the requests in one batch, or spreading them over two
-where a second process was measured to pay) and ``router-t`` (``threshold``: plain
-decoding from the measured load on). The verdict lines, the page and
-the plot: :mod:`fronde.bench.load_page` (with the held-out ratio).
+- **Arms**, all with the same slots (``-np``) and context: the static servers a user
+  runs (``plain``, ``default``, ``cascade``); a calibration server per Fronde mode no
+  static arm already runs (``s-simple``, …); the controls :data:`SPREAD`,
+  :data:`PINNED` and :data:`PROXY`; and a router arm per placement of the measured
+  load rule (:data:`ROUTERS`).
+- **Order**: the static and router plans a repetition at a time, bracketed
+  (:func:`bracketed`); after each static part the load curves are saved where
+  `fronde serve` reads them, so the router is judged on the prompts its curves were
+  measured on (in-sample, and the page says so).
+- **Workload** (:mod:`~fronde.bench.load_mix`) and **blocks**: timed closed-loop
+  clients (:func:`~fronde.bench.passes.timed_pass`); **figures** per (arm, c):
+  :mod:`~fronde.bench.load_rows`; **verdict**, page and plot:
+  :mod:`~fronde.bench.load_verdict`, :mod:`~fronde.bench.load_page`.
 """
 
 from __future__ import annotations
@@ -71,30 +36,20 @@ from fronde.errors import FrondeError
 from fronde.modes import Mode
 
 __all__ = [
-    "BACKEND_SAMPLING",
-    "CLIENTS",
-    "CONTROLS",
-    "PINNED",
-    "PROXY",
-    "ROUTERS",
-    "SPREAD",
-    "LoadSetup",
-    "arm_about",
-    "load_setup",
-    "spec_of",
-]
+    "BACKEND_SAMPLING", "CLIENTS", "CONTROLS", "PINNED", "PROXY", "ROUTERS", "SPREAD",
+    "LoadSetup", "arm_about", "load_setup", "spec_of",
+]  # fmt: skip
 
 CLIENTS: tuple[int, ...] = (1, 2, 4, 8, 16, 32)
-"""Concurrent clients measured by default (the issue's c = 1 … 32)."""
+"""Concurrent clients measured by default."""
 
 Part = Literal["static", "router"]
 """The two halves of a load run: static servers (their curves saved), then Fronde."""
 
 
 BACKEND_SAMPLING = "--backend-sampling"
-"""llama-server's flag that samples on the device (b11434): on the H200 a plain server
-without it (and without Fronde's template and ``-t 8``) read 654 tok/s at c = 32 on
-distinct prompts, with it 2,248 (an outside client's check)."""
+"""llama-server's flag that samples on the device (b11434): on the H200, c = 32, a plain
+server read 654 tok/s without it and 2,248 with it (an outside client's check)."""
 
 STATIC = ("plain", "default", "cascade")
 """The static arms a user would run instead of Fronde."""
@@ -105,11 +60,10 @@ SPREAD = Arm(
     servers=2,
     about="two plain llama-servers, each request to the less busy: does spreading pay?",
 )
-"""Two servers of the plain arm's argv: the aggregate of two processes on one machine
-against one (``plain``) at each c. On the H200 two processes took turns on the GPU
-where it was the limit and gained where the step was spent on the CPU
-(``results/serving-probe-gpu-h200-20261203``): this arm measures it on the benchmark's
-own requests. Not a single server: left out of the verdict's best static arm."""
+"""Two servers of the plain arm's argv against one (``plain``) at each c: two
+processes take turns where the GPU is the limit and gain where the step is spent on
+the CPU (``results/serving-probe-gpu-h200-20261203``). Not in the verdict's best static
+arm (:data:`CONTROLS`)."""
 
 PROXY = Arm(
     "fr-plain",
@@ -118,15 +72,9 @@ PROXY = Arm(
     about="Fronde in front of the plain server alone (`fronde serve --mode baseline`, "
     "every request forced there): the proxy without routing",
 )
-"""Fronde's proxy in front of baseline's server, nothing routed: the same server as
-``plain`` (``backend.plain_args`` included) reached through Fronde. ``fr-plain ÷
-plain`` is what the hop itself changes; a router arm ÷ ``fr-plain`` is what routing
-adds, with the router's other servers up beside it (``fr-plain`` starts one). On the
-H200 (2026-12-04, gemma, c = 32) ``router-b`` sent every request to baseline and read
-1.13–1.20× ``plain``, ``fr-plain`` 1.17×, while the hop measured alone
-(``scripts/gpu/hop_probe.py``, 10 paired blocks) read 0.99× [0.94, 1.03]: a tie read
-through the spread of blocks. Not a single server: left out of the verdict's best
-static arm."""
+"""The ``plain`` server reached through Fronde, nothing routed: ``fr-plain ÷ plain`` is
+what the hop and Fronde's slot placement change, a router arm ÷ ``fr-plain`` what
+routing adds (:mod:`~fronde.bench.load_ratios`). Not in the verdict's best static arm."""
 
 ROUTERS = {"marginal": "router", "threshold": "router-t", "best": "router-b"}
 """The router arm of each placement of the measured load rule."""
@@ -137,12 +85,10 @@ PINNED = Arm(
     pin=True,
     about="the plain server, client k sending `id_slot` = k: busy slots adjacent, no routing",
 )
-"""The plain arm's server with each closed-loop client on its own slot: the placement a
-server could make itself (docs/slot-placement.md). b11434 picks the least recently used
-idle slot (``get_available_slot``), so 8 clients rotate over 32 KV caches, and a step
-splits into one micro-batch per run of consecutive sequence ids: on an H100 this arm
-read 1.89–2.14× plain at c = 8 on the agent mix (an outside client's check). A client a
-user would have to change: not a static arm of the verdict."""
+"""The plain server with closed-loop client k on slot k: the placement a server could
+make itself (docs/slot-placement.md; b11434 picks the least recently used idle slot,
+``get_available_slot``). On an H100 it read 1.89–2.14× plain at c = 8 on the agent mix.
+A client a user would have to change: not in the verdict's best static arm."""
 
 PLAIN_NOBS = Arm(
     "plain-nobs",
@@ -161,16 +107,14 @@ PLAIN_BS = Arm(
 """The plain arm with :data:`BACKEND_SAMPLING`, where ``backend.plain_args`` do not."""
 
 CONTROLS = frozenset({SPREAD.name, PROXY.name, PINNED.name})
-"""Arms that are no single server a user runs unchanged: left out of the verdict's best
-static arm (two servers, Fronde's hop, a client that names slots)."""
+"""Arms that are no single server a user runs unchanged: not in the verdict's best
+static arm."""
 
 SHORT = {
-    Mode.BASELINE: "base",
-    Mode.NGRAM_SIMPLE: "simple",
-    Mode.NGRAM_MOD: "mod",
-    Mode.CASCADE: "casc",
-    Mode.DRAFT: "draft",
-}
+    Mode.BASELINE: "base", Mode.NGRAM_SIMPLE: "simple", Mode.NGRAM_MOD: "mod",
+    Mode.CASCADE: "casc", Mode.DRAFT: "draft",
+}  # fmt: skip
+"""A calibration server's name is ``s-`` and its mode's short name."""
 
 NGRAM_MOD_DEFAULTS = ("24", "48", "64")
 """ngram-mod's n_match, n_min, n_max when no flag names them (``common/common.h``)."""
@@ -187,9 +131,7 @@ def _router_about(placement: str) -> str:
 def arm_about(name: str) -> str:
     """What a load run's arm ``name`` is, in words, as the page's legend says it.
 
-    The static arms' own descriptions, :data:`SPREAD`'s, a calibration server's
-    (``s-simple`` → ``llama-server as ngram-simple``) and a router arm's placement;
-    the name itself for an arm this code does not know (a run of older code).
+    The name itself for an arm this code does not know (a run of older code).
     """
     known = {a.name: a.about for a in (*ARMS, SPREAD, PROXY)}
     known |= {r: _router_about(p) for p, r in ROUTERS.items()}
@@ -198,24 +140,12 @@ def arm_about(name: str) -> str:
 
 
 def bracketed(reps: int) -> list[tuple[Part, int]]:
-    """The order of a load run's parts: ``("static" | "router", repetition)``.
+    """The 2 × ``reps`` parts of a load run in order: ``("static" | "router", rep)``.
 
-    Repetition 0 runs the static arms first (the router arms read their curves), then
-    the two plans alternate which goes first, A B B A: ``static 0, router 0, router 1,
-    static 1, static 2, router 2, …``. Run one after the other, every router block came
-    after every static block, so a drift over a lease fell on the router arms alone
-    (H200, gemma, 2026-12-04 10:24: the static arms' second blocks, run later, decoded
-    0.87× and 0.85× as fast a request as their first at c = 2 and 4, the geometric mean
-    over five arms, loops left out); bracketed, the two plans' mean places in the run
-    are the same for an even number of repetitions. The router arms of repetition 1
-    read the curves of repetition 0 alone: curves measured before them, as a user's
-    would be.
-
-    Args:
-        reps: repetitions of every block, at least 1.
-
-    Returns:
-        2 × ``reps`` parts in run order.
+    A B B A: ``static 0, router 0, router 1, static 1, static 2, …``, so that a drift
+    over a lease falls on both plans alike (run one after the other, the static arms'
+    later blocks decoded 0.85–0.87× as fast as their first: H200, 2026-12-04). Each
+    router part reads the curves measured before it, as a user's would.
     """
     out: list[tuple[Part, int]] = []
     for rep in range(reps):
@@ -227,9 +157,8 @@ def bracketed(reps: int) -> list[tuple[Part, int]]:
 def spec_of(args: Sequence[str]) -> tuple[str, ...]:
     """The speculation an argv starts: spec types and ngram-mod's (n_match, n_min, n_max).
 
-    ``()`` for plain decoding. ``--spec-default`` is ngram-mod at its defaults
-    (b11434 ``common/arg.cpp``). Other flags are not looked at: the arms compared
-    share them.
+    ``()`` for plain decoding; ``--spec-default`` is ngram-mod at its defaults (b11434
+    ``common/arg.cpp``). Other flags are not looked at: the arms compared share them.
     """
     a = list(args)
     if "--spec-default" in a:
@@ -257,8 +186,7 @@ class LoadSetup:
         router: the router plan (``fronde serve``, every c).
         calibration: Fronde mode → the static arm whose curve is that mode's backend's.
         settings: the settings every static arm starts with (slots and context set).
-        more: plans of arms measured at other concurrencies than the run's (``--arm
-            NAME@1,8,32``), each with its part.
+        more: (part, plan) of arms at their own concurrencies (``--arm NAME@1,8,32``).
     """
 
     static: Plan
@@ -330,20 +258,17 @@ def load_setup(
         max_tokens: the budget of the items that carry none.
         reps: repetitions of every block.
         clients: the concurrencies measured.
-        slots: llama-server slots per backend (``-np``); at least max(clients) so that
-            no request waits in a queue the arms do not share.
+        slots: llama-server slots per backend (``-np``), at least max(clients).
         items: how many items of the workload to send (all when None).
-        placements: the measured rule's placements, one router arm each (``router``
-            for marginal, ``router-t`` for threshold, ``router-b`` for best).
-        skip: item ids to leave out (see :func:`~fronde.bench.load_mix.agent_mix`).
-        proxy: with router arms, run :data:`PROXY` among them (what the proxy
-            itself changes, on the router's settings).
+        placements: the measured rule's placements, a router arm each (:data:`ROUTERS`).
+        skip: item ids to leave out.
+        proxy: with router arms, run :data:`PROXY` among them.
         workload: ``agent`` or ``distinct`` (:mod:`fronde.bench.load_mix`).
         timed: the blocks' warm-up and window (None: each item once, as the screen
-            sends them); by default :data:`PINNED` runs only with it.
+            sends them); :data:`PINNED` runs by default only with it.
         arms: name → its own concurrencies (None: ``clients``); by default the static
             arms, :data:`SPREAD`, the calibration servers, :data:`PINNED`, :data:`PROXY`
-            (``proxy``) and a router arm per placement (``placements``).
+            and a router arm per placement.
 
     Raises:
         FrondeError: llama-server or the model is missing; an arm name that is none,

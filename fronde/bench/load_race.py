@@ -1,24 +1,10 @@
 """What racing two servers would give one request at a time (c = 1), read off the static arms.
 
-At one request in flight a GPU decodes far below what it can, and a router that picks
-one mode per prompt can at best pick the faster server of each prompt. A **race** sends
-the request to two servers at once and keeps the answer that ends first (a hedged
-request): the client gets that server's whole answer, so the text is still one mode's.
-The load benchmark's static arms give each item's time on every server alone; this
-reads, per repetition, the aggregate a race of two of them would have had:
-Σ tokens ÷ Σ end-to-end time of whichever arm finished the item first, against the
-best single arm over the same items (each arm's own Σ tokens ÷ Σ time, loops left out).
-
-Two readings bound it. It assumes the two servers do not slow each other, which was
-measured false on one H200: racing plain (``--backend-sampling``) against cascade (gemma,
-c = 1, ``scripts/gpu/hop_probe.py --partner cascade``,
-``results/hop-gpu-h200-cpu-gemma-270m-20261204-race``) read 0.50× [0.49, 0.51] the
-better server alone, the kept answers decoding at a median 240 tok/s against 739 and
-544 for each server alone, as the serving probe of 2026-12-03 had found two processes
-taking turns where the GPU is the limit (``plain2 ÷ plain`` at c = 1 never tested it:
-one of its servers is idle). So this reads what a race would give with a device per
-server. And it is in-sample: a race keeps the faster of two noisy times, which a real
-race does too, but here the same blocks also chose the best single arm. ``every
+A **race** sends a request to two servers at once and keeps the answer that ends first,
+whole (the text is still one mode's). :func:`race_lines` reads, per repetition, the
+aggregate a race of two static arms would have had against the best single arm over
+the same items; :data:`RACE_ABOUT` says on the page what bounds that reading (servers
+that do not slow each other, which one H200 measured false; in-sample). ``every
 server`` is the race of all of them (the per-item oracle).
 """
 
@@ -32,7 +18,23 @@ from typing import Any
 from fronde.bench.load import CONTROLS, ROUTERS
 from fronde.bench.load_rows import level_c
 
-__all__ = ["race_lines"]
+__all__ = ["RACE_ABOUT", "RACE_HEAD", "race_lines"]
+
+RACE_HEAD = "## Racing two servers at c = 1 (read off the static arms, in-sample)"
+"""The page's heading over :func:`~fronde.bench.load_race.race_lines`."""
+
+RACE_ABOUT = (
+    "Each item sent to two servers at once, the answer that ends first kept (the text is "
+    "that server's, whole): Σ tokens ÷ Σ time of whichever static arm finished the item "
+    "first, against the best single arm over the same items. It assumes the two servers "
+    "do not slow each other, as with a device per server, and is in-sample. On one H200 "
+    "it was measured false: a real race of plain and cascade (gemma, c = 1, "
+    "`results/hop-gpu-h200-cpu-gemma-270m-20261204-race`) read 0.50× the better server "
+    "alone. Not something Fronde does. Its tok/s are Σ tokens ÷ Σ request time over the "
+    "items, as one client waits for them, not the table's steady-window tok/s (which "
+    "count the gaps between requests too)."
+)
+"""What the race lines are, under :data:`RACE_HEAD` on the page."""
 
 _NOT_ONE_SERVER = {*CONTROLS, *ROUTERS.values()}
 

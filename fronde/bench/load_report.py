@@ -16,7 +16,7 @@ from typing import Any, cast
 from fronde.bench.load import arm_about
 from fronde.bench.load_notes import answer_lines, own_time_lines, quarantine_lines, served_costs
 from fronde.bench.load_page import load_markdown, load_plot, rows_json
-from fronde.bench.load_race import race_lines
+from fronde.bench.load_race import RACE_ABOUT, RACE_HEAD, race_lines
 from fronde.bench.load_ratios import ratio_sets
 from fronde.bench.load_rows import load_rows, looping_items
 from fronde.bench.load_sessions import session_curves, tagged_samples
@@ -26,22 +26,6 @@ from fronde.errors import FrondeError
 from fronde.modes import Mode
 
 __all__ = ["recorded_run", "report_load", "run_about", "write_load_page"]
-
-RACE_HEAD = "## Racing two servers at c = 1 (read off the static arms, in-sample)"
-"""The page's heading over :func:`~fronde.bench.load_race.race_lines`."""
-
-RACE_ABOUT = (
-    "Each item sent to two servers at once, the answer that ends first kept (the text is "
-    "that server's, whole): Σ tokens ÷ Σ time of whichever static arm finished the item "
-    "first, against the best single arm over the same items. It assumes the two servers "
-    "do not slow each other, as with a device per server, and is in-sample. On one H200 "
-    "it was measured false: a real race of plain and cascade (gemma, c = 1, "
-    "`results/hop-gpu-h200-cpu-gemma-270m-20261204-race`) read 0.50× the better server "
-    "alone. Not something Fronde does. Its tok/s are Σ tokens ÷ Σ request time over the "
-    "items, as one client waits for them, not the table's steady-window tok/s (which "
-    "count the gaps between requests too)."
-)
-"""What the race lines are, for the page (:mod:`fronde.bench.load_race`)."""
 
 
 def write_load_page(

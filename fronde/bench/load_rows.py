@@ -35,14 +35,9 @@ from fronde.bench.verdict import LOOP_SCORE
 from fronde.timings import Timings
 
 __all__ = [
-    "SERVER_MIN_TOKENS",
-    "LoadRow",
-    "Rule",
-    "level_c",
-    "load_rows",
-    "looping_items",
+    "SERVER_MIN_TOKENS", "LoadRow", "Rule", "level_c", "load_rows", "looping_items",
     "steady_window",
-]
+]  # fmt: skip
 
 Rule = Literal["timed", "cut", "spread"]
 """How a cell's window was read: ``timed`` (arrivals in the fixed window after the

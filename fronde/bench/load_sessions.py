@@ -18,15 +18,9 @@ from fronde.modes import Mode
 from fronde.serving import LoadCurves
 
 __all__ = [
-    "arm_ratios",
-    "by_session",
-    "curves_from",
-    "session_curves",
-    "session_ratios",
-    "session_spread",
-    "spread_ratios",
-    "tagged_samples",
-]
+    "arm_ratios", "by_session", "curves_from", "session_curves", "session_ratios",
+    "session_spread", "spread_ratios", "tagged_samples",
+]  # fmt: skip
 
 
 def tagged_samples(store: Store) -> list[dict[str, Any]]:

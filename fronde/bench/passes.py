@@ -1,19 +1,12 @@
 """How a block sends its items: each once, or closed-loop clients over a timed window.
 
-:func:`send_each` is the protocol's pass (:mod:`fronde.bench.protocol`): every item
-of the workload once, at most ``c`` in flight, a new connection per request.
-
-:func:`timed_pass` is the load benchmark's (:mod:`fronde.bench.load`): ``c`` clients,
-each sending its next item as soon as its last answer ended (a closed loop) over
-keep-alive connections, as agent tools keep theirs, through the items in order and
-round again, for a warm-up and then a window of fixed length; the answers still
-streaming when it closes are cut off. Every answer's text events are counted before,
-in and after the window, so that the tokens a user received in it can be read
-(:mod:`fronde.bench.load_rows`). With ``pin`` client k
-sends llama-server's ``id_slot`` = k (b11434 ``tools/server/server-context.cpp``,
-``get_available_slot``: a request that names a slot gets it), the placement a server
-could make itself; with ``history`` the server first answers that many short requests
-at once, so that its slots have been used before the clock starts.
+:func:`send_each` is the protocol's pass: every item once, at most ``c`` in flight, a
+new connection per request. :func:`timed_pass` is the load benchmark's: ``c`` clients
+in a closed loop over keep-alive connections (as agent tools keep theirs), through the
+items and round again, for a warm-up and a window; every answer's text events are
+counted before, in and after the window (:mod:`fronde.bench.load_rows` reads them).
+With ``pin`` client k names llama-server's slot k (``id_slot``; b11434
+``server-context.cpp``, ``get_available_slot``: a request that names a slot gets it).
 """
 
 from __future__ import annotations
@@ -33,16 +26,9 @@ from fronde.bench.workloads import Form, Item, Workload
 from fronde.errors import FrondeError
 
 __all__ = [
-    "HISTORY_TOKENS",
-    "Timed",
-    "history_item",
-    "keepalive_http",
-    "request_sample",
-    "sample_head",
-    "send_each",
-    "timed_pass",
-    "window_counts",
-]
+    "HISTORY_TOKENS", "Timed", "history_item", "keepalive_http", "request_sample",
+    "sample_head", "send_each", "timed_pass", "window_counts",
+]  # fmt: skip
 
 Emit = Callable[[dict[str, Any]], None]
 """Takes one sample record."""
@@ -64,15 +50,12 @@ class Timed:
     """A timed block: closed-loop clients, a warm-up, then a window of fixed length.
 
     Attributes:
-        warmup_s: seconds from the clients' start before the window opens; the tokens
-            that arrive then are not counted (the first burst of requests, a fresh
-            server's first steps).
-        window_s: the window's length, s: at least 20 on a GPU, to hold several
-            generations per client at every c.
-        history: requests sent at once (and answered) before the clock starts, one per
-            slot, so that the server's slots have a history (0: fresh servers).
-        once: send each item at most once: when the items run out before the window
-            ends, the window ends at the last request sent (the cell says so).
+        warmup_s: seconds before the window opens (its tokens are not counted).
+        window_s: the window's length, s (at least 20 on a GPU).
+        history: short requests sent at once before the clock starts, one per slot,
+            so that the server's slots have a history (0: fresh servers).
+        once: send each item at most once; when the items run out first, the window
+            ends at the last request sent.
     """
 
     warmup_s: float
@@ -88,11 +71,7 @@ def sample_head(item: Item, order: int, level: str, t_start: float) -> dict[str,
 
 
 async def request_sample(
-    http: httpx.AsyncClient,
-    target: Target,
-    form: Form,
-    body: dict[str, Any],
-    head: dict[str, Any],
+    http: httpx.AsyncClient, target: Target, form: Form, body: dict[str, Any], head: dict[str, Any]
 ) -> dict[str, Any]:
     """Send one request body; its sample record (``ok`` False with the error on a failure)."""
     try:
@@ -181,12 +160,11 @@ def window_counts(arrivals: list[float], lo: float, hi: float) -> list[int]:
 async def _sent(
     http: httpx.AsyncClient, target: Target, form: Form, body: dict[str, Any], box: list[Sample]
 ) -> Sample:
-    """One streamed request into ``box[-1]``; once again if a kept-alive connection was closed.
+    """One streamed request into ``box[-1]`` (a caller that cancels it keeps what came).
 
-    A server may close an idle connection just as the pool reuses it, and the request
-    then fails before any byte came back (httpx: "Server disconnected without sending
-    a response"); nothing was generated, so it is sent again once, on a new connection.
-    ``box`` holds the sample being filled, for a caller that cancels the request.
+    A server may close an idle connection just as the pool reuses it ("Server
+    disconnected without sending a response": nothing was generated): then the request
+    is sent once again, on a new connection.
     """
     for attempt in (0, 1):
         box.append(Sample(sent=time.perf_counter()))
@@ -213,15 +191,12 @@ async def timed_pass(
 ) -> None:
     """``c`` closed-loop clients over ``workload`` for ``timed``'s warm-up and window.
 
-    Client k sends item n (n counted over all clients, the items in order and round
-    again; ``pass`` = n ÷ the number of items) as soon as its last answer ended, until
-    the window closes; then the answers still streaming are cancelled (the server
-    stops their slots), so that no block waits on a long answer's tail that would not
-    count. Such an answer is recorded with ``cut_off``, its tokens its text events (no
-    usage came). With ``pin`` each body names ``id_slot`` = k. Each record carries
-    ``client``, ``pass``, ``win`` (the window, s on the records' ``t0`` clock), ``ev``
-    (text events before, in and after it) and, when the items ran out first
-    (``timed.once``), ``cut``. Records are emitted when the block ends.
+    Client k sends item n (counted over all clients; ``pass`` = n ÷ the items) as soon
+    as its last answer ended, until the window closes; the answers still streaming then
+    are cancelled, recorded with ``cut_off`` (their tokens their text events). Each
+    record carries ``client``, ``pass``, ``win`` (the window on the ``t0`` clock, s),
+    ``ev`` (text events before, in and after it) and ``cut`` when the items ran out
+    first (``timed.once``); they are emitted when the block ends.
 
     Raises:
         FrondeError: a history request failed (the block is not measured).

@@ -35,15 +35,9 @@ from fronde.bench.workloads import Item, Workload
 from fronde.modes import Mode
 
 __all__ = [
-    "EDITS",
-    "SCENARIOS",
-    "Edit",
-    "PredictionSample",
-    "prediction_grid",
-    "prediction_plans",
-    "prediction_samples",
-    "server_tok_s",
-]
+    "EDITS", "SCENARIOS", "Edit", "PredictionSample", "prediction_grid", "prediction_plans",
+    "prediction_samples", "server_tok_s",
+]  # fmt: skip
 
 SCENARIOS = ("file-in-prompt", "diff-only")
 """The two scenarios (module docstring), in run and page order."""
@@ -180,16 +174,7 @@ def prediction_grid(samples: list[PredictionSample], title: str) -> Grid:
     """Medians per scenario and arm, and the ratios with ÷ without over the same edits."""
     grid = Grid(
         title,
-        (
-            "scenario",
-            "arm",
-            "decode tok/s",
-            "α",
-            "wall s",
-            "feed ms",
-            "accepted",
-            "same",
-        ),
+        ("scenario", "arm", "decode tok/s", "α", "wall s", "feed ms", "accepted", "same"),
         left=2,
     )
     looping = {(s.scenario, s.edit) for s in samples if repetition_score(s.text) > LOOP_SCORE}

@@ -117,10 +117,7 @@ class BenchProgress:
         return self
 
     def __exit__(
-        self,
-        kind: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         self._bar.update(self._task, description="done" if kind is None else "stopped")
         self._bar.stop()  # off a terminal, rich prints the last state once here

@@ -1,25 +1,20 @@
 """The protocol: every arm on fresh servers, the whole workload in one order, arms rotated.
 
-A **block** is one arm × repetition × workload (× level, for an experiment with
-several): the arm is started on fresh servers, warmed with one neutral 4-token
-request (pages and threads, not n-gram pools), primed if it is a warm arm, sent
-every item of the workload in file order (one at a time, or as the level says), and
-stopped. Arm order rotates across repetitions (rep r starts at
-arm r mod n), so a slow drift of a shared machine falls on every arm alike.
+A **block** is one arm × repetition × workload (× level): the arm is started on fresh
+servers, warmed with one neutral 4-token request (pages and threads, not n-gram
+pools), primed if it is a warm arm, sent every item in file order (one at a time, or
+as the level says), and stopped. Repetition r starts at arm r mod n, so a slow drift
+of a shared machine falls on every arm alike.
 
-**Interleaved** (``Plan.interleave``, the verdict's default for workload A): all arms
-of a repetition are started on fresh servers at once, and each item is sent to every
-arm in turn (the order rotated by item and repetition) before the next item. Every
-arm still sees the same items in the same order on servers of its own, so what its
-n-gram pools and prompt caches hold is what it would hold in a block of its own;
-but an item's measurements across arms lie seconds apart instead of minutes, so a
-drift of the machine's speed (measured up to ±14 % between blocks on an H200,
-``results/verdict-gpu-*``) no longer falls between the arms compared. Blocks keep
-their keys and records; one that fails to start is recorded failed, the rest run.
+**Interleaved** (``Plan.interleave``, the verdict's default for workload A): a
+repetition's arms are all up at once and each item goes to every arm in turn (the
+order rotated by item and repetition). Every arm still sees the same items in the
+same order on servers of its own, but an item's measurements lie seconds apart
+instead of minutes, so a drift of the machine (up to ±14 % between blocks on an
+H200, ``results/verdict-gpu-*``) no longer falls between the arms compared.
 
-Workload A measures a first encounter: no server has seen any prompt. Workload B is
-a session: cross-request memory is legitimate, and the whole session runs on the
-block's one set of servers.
+Workload A is a first encounter: no server has seen any prompt. Workload B is a
+session: cross-request memory is legitimate, the session runs on one set of servers.
 """
 
 from __future__ import annotations
@@ -32,15 +27,9 @@ from fronde.bench.passes import Timed
 from fronde.bench.workloads import Form, Item, Workload
 
 __all__ = [
-    "RESUMED",
-    "Level",
-    "Plan",
-    "Progress",
-    "Status",
-    "block_key",
-    "planned_requests",
+    "RESUMED", "Level", "Plan", "Progress", "Status", "block_key", "planned_requests",
     "schedule",
-]
+]  # fmt: skip
 
 WARM_ITEM = Item(
     id="warm-up",
@@ -55,10 +44,8 @@ WARM_ITEM = Item(
 class Level:
     """How a block sends its items.
 
-    At most ``concurrency`` in flight, launches at least ``gap_s`` seconds apart,
-    streamed or not. The default sends one after the other, streamed. With ``timed``,
-    ``concurrency`` closed-loop clients over a warm-up and a window instead
-    (:func:`~fronde.bench.passes.timed_pass`), streamed, no gap.
+    At most ``concurrency`` in flight, launches at least ``gap_s`` apart, streamed or
+    not; with ``timed``, closed-loop clients (:func:`~fronde.bench.passes.timed_pass`).
     """
 
     concurrency: int = 1
@@ -83,18 +70,16 @@ class Plan:
     Attributes:
         workloads: the workloads, each run in its own blocks.
         arms: the arms, in table order.
-        session_arms: the arms of a session workload (``agent-sessions``); a session
-            is long, and a warm arm's priming would not be new to it.
-        reps: repetitions of a first-encounter workload (each block once per repetition).
+        session_arms: the arms of a session workload (``agent-sessions``).
+        reps: repetitions of a first-encounter workload.
         session_reps: repetitions of a session workload.
-        form: ``completion`` (base model) or ``chat`` (instruct model).
+        form: ``completion`` (base model), ``chat`` (instruct model) or ``native``.
         max_tokens: token budget per request (an item may set its own).
         priming: the workload a warm arm is sent first (not recorded as samples).
         levels: how a block sends its items, each level a block of its own on fresh
-            servers (a load or latency experiment); the default sends them one at a time.
-        interleave: run a first-encounter workload's arms of one repetition side by
-            side, item by item (see the module docstring); sessions and non-default
-            levels always run block by block.
+            servers; the default sends them one at a time.
+        interleave: a first-encounter workload's arms of one repetition side by side,
+            item by item (sessions and non-default levels run block by block).
     """
 
     workloads: tuple[Workload, ...]
@@ -125,12 +110,7 @@ class Plan:
 
 
 def schedule(plan: Plan, rep: int | None = None) -> list[tuple[int, Workload, Arm]]:
-    """Blocks in run order: per repetition and workload, the arms rotated by the repetition.
-
-    Args:
-        plan: what the run measures.
-        rep: only this repetition's blocks (all when None).
-    """
+    """``(rep, workload, arm)`` blocks in run order, arms rotated (only ``rep``'s if given)."""
     out: list[tuple[int, Workload, Arm]] = []
     reps = range(max(plan.reps, plan.session_reps)) if rep is None else (rep,)
     for k in reps:

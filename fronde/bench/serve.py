@@ -6,12 +6,11 @@ import contextlib
 import os
 import platform
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Generator
+from collections.abc import Callable, Generator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -23,6 +22,7 @@ from fronde.serving import die_with_parent, free_port, log_tail
 
 __all__ = [
     "RunningServe",
+    "child",
     "git_state",
     "machine_info",
     "run_info",
@@ -84,29 +84,24 @@ def settled(health: dict[str, Any]) -> bool:
 
 
 @contextlib.contextmanager
-def running_serve(
-    config_file: Path | None,
-    timeout_s: float = 240.0,
-    extra_args: tuple[str, ...] = (),
-    env: dict[str, str] | None = None,
-) -> Generator[RunningServe]:
-    """Start `fronde serve` on a free port, wait for it, and stop it (SIGTERM) on exit.
+def child(
+    name: str,
+    argv: list[str],
+    env: dict[str, str],
+    log: Path,
+    ready: Callable[[], bool],
+    timeout_s: float,
+) -> Generator[None]:
+    """Run ``argv`` (its output in ``log``) until ``ready()``; stop it on exit.
 
-    ``env`` adds environment variables (settings such as ``FRONDE_RESIDENCY=swap``).
-    With swap residency, the modes that are not resident count as settled when stopped.
+    The child dies with the benchmark (its own children follow it the same way). On
+    exit: SIGTERM, up to 30 s, then SIGKILL.
 
     Raises:
-        FrondeError: the child exited or was not ready within ``timeout_s`` seconds.
+        FrondeError: it exited, or ``ready()`` was not true within ``timeout_s``
+            (said of ``name``, with the last lines of its log).
     """
-    port = free_port()
-    base = f"http://127.0.0.1:{port}"
-    log = Path(tempfile.mkstemp(prefix="fronde-bench-serve-", suffix=".log")[1])
-    argv = [sys.executable, "-m", "fronde", "serve", "--port", str(port), *extra_args]
-    if config_file is not None:
-        argv += ["--config", str(config_file)]
-    env = {**os.environ, "FRONDE_LOG_FORMAT": "json", **(env or {})}
     with log.open("wb") as fh:
-        # Dies with the benchmark (its own llama-servers follow it the same way).
         proc = subprocess.Popen(
             argv,
             stdout=fh,
@@ -116,28 +111,54 @@ def running_serve(
         )
     try:
         deadline = time.monotonic() + timeout_s
-        health: dict[str, Any] | None = None
-        while health is None:
+        while not ready():
             if proc.poll() is not None:
-                raise FrondeError(f"fronde serve exited with {proc.returncode}: {log_tail(log, 4)}")
+                raise FrondeError(f"{name} exited with {proc.returncode}: {log_tail(log, 4)}")
             if time.monotonic() > deadline:
-                raise FrondeError(
-                    f"fronde serve not ready after {timeout_s:.0f} s: {log_tail(log, 4)}"
-                )
-            with contextlib.suppress(httpx.TransportError, ValueError, KeyError):
-                r = httpx.get(f"{base}/health", timeout=5)
-                if r.status_code == 200 and settled(r.json()):
-                    health = r.json()
+                raise FrondeError(f"{name} not ready after {timeout_s:.0f} s: {log_tail(log, 4)}")
             time.sleep(0.5)
-        urls = {m: b["url"] for m, b in health["backends"].items() if b["state"] == "ready"}
-        yield RunningServe(base, urls, log)
+        yield
     finally:
-        proc.send_signal(signal.SIGTERM)
+        proc.terminate()
         try:
             proc.wait(timeout=30)
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
+
+
+@contextlib.contextmanager
+def running_serve(
+    config_file: Path | None,
+    timeout_s: float = 240.0,
+    extra_args: tuple[str, ...] = (),
+    env: dict[str, str] | None = None,
+) -> Generator[RunningServe]:
+    """Start `fronde serve` on a free port, wait until it has settled, stop it on exit.
+
+    ``env`` adds environment variables (settings such as ``FRONDE_RESIDENCY=swap``).
+
+    Raises:
+        FrondeError: the child exited or was not ready within ``timeout_s`` seconds.
+    """
+    port = free_port()
+    base = f"http://127.0.0.1:{port}"
+    log = Path(tempfile.mkstemp(prefix="fronde-bench-serve-", suffix=".log")[1])
+    argv = [sys.executable, "-m", "fronde", "serve", "--port", str(port), *extra_args]
+    argv += ["--config", str(config_file)] if config_file is not None else []
+    health: dict[str, Any] = {}
+
+    def ready() -> bool:
+        with contextlib.suppress(httpx.TransportError, ValueError, KeyError):
+            r = httpx.get(f"{base}/health", timeout=5)
+            if r.status_code == 200 and settled(r.json()):
+                health.update(r.json())
+        return bool(health)
+
+    full_env = {**os.environ, "FRONDE_LOG_FORMAT": "json", **(env or {})}
+    with child("fronde serve", argv, full_env, log, ready, timeout_s):
+        urls = {m: b["url"] for m, b in health["backends"].items() if b["state"] == "ready"}
+        yield RunningServe(base, urls, log)
 
 
 def git_state() -> tuple[str | None, bool | None]:

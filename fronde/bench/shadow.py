@@ -32,12 +32,7 @@ from fronde.bench.protocol import Plan
 from fronde.bench.tables import fitted_table
 from fronde.bench.workloads import Workload, load_workload
 from fronde.config import Settings
-from fronde.serving import (
-    NgramModTable,
-    ShadowStats,
-    shadow_ngram_mod,
-    shadow_ngram_simple,
-)
+from fronde.serving import NgramModTable, ShadowStats, shadow_ngram_mod, shadow_ngram_simple
 
 __all__ = ["pearson", "shadow_plan", "shadow_rows", "shadow_table"]
 

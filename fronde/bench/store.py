@@ -10,14 +10,11 @@ A file holds three record types, each with ``schema`` = :data:`SCHEMA`:
 - ``block``: a block (one arm × repetition × workload on fresh servers) ended:
   ``ok``, or why not.
 
-A resumed run skips the blocks that ended ok and reruns the others whole (a block
-half done would not start from fresh servers). Samples count only from the last
-ok block of a key. Records from another machine or llama-server build are refused:
-their speeds do not compare (pyperf's ``_compare.py`` refuses the same). A machine is
-its hardware and software class (:func:`machine_class`): CPU model and count, GPUs,
-OS, architecture and Python, not the kernel's build string, which differs between
-leases of one kind of VM (the H200 runs of 2026-12-02 and -03: ``…-fc-v973-gpu-…``
-and ``…-fc-v1147-gpu-…``), so that repetitions can add up over sessions.
+A resumed run skips the blocks that ended ok and reruns the others whole; samples
+count only from the last ok block of a key. Records from another machine or
+llama-server build are refused: their speeds do not compare (pyperf's ``_compare.py``
+refuses the same). A machine is its class (:func:`machine_class`), not its kernel's
+build string, which differs between leases of one kind of VM.
 """
 
 from __future__ import annotations
@@ -41,10 +38,9 @@ SCHEMA = 2
 def machine_class(machine: object) -> object:
     """What of a ``machine`` record (:func:`fronde.bench.serve.machine_info`) must match.
 
-    The record without ``system`` (``platform.platform()``, which carries the kernel's
-    build) but with its OS and architecture read from it: ``"Linux-6.18.44-fc-v1147-
-    gpu-x86_64-with-glibc2.39"`` → ``("Linux", "x86_64")``. Anything that is not such a
-    dict is returned as it is.
+    The record with ``system`` (``platform.platform()``, the kernel's build in it)
+    replaced by its OS and architecture: ``"Linux-6.18.44-fc-v1147-gpu-x86_64-…"`` →
+    ``os`` Linux, ``arch`` x86_64. Anything else is returned as it is.
     """
     if not isinstance(machine, dict):
         return machine
@@ -76,14 +72,12 @@ def _session_key(run: dict[str, Any]) -> tuple[str, str | None, float | None]:
 def sessions(records: Sequence[dict[str, Any]]) -> dict[str, str]:
     """``block_id`` → the measuring session that ran it: one machine, one boot.
 
-    Blocks follow the ``run`` record of the run that measured them (file order). Two
-    runs are one session when they share a ``boot_id``; for records without one (runs
-    before 2026-12-04), when they ran on the same kernel build and the later started
-    within :data:`SESSION_GAP_S` of the earlier. Arms measured in different sessions
-    do not compare: on the H200 the same server read 0.52–0.94× from one lease to the
-    next (SmolLM2, plain, c = 1 … 32, ``results/load-gpu-h200-cpu-smollm2-135m-20261203``),
-    so ``fronde bench load`` judges its arms within one session. The label is the
-    session's first start, UTC (``2026-12-03 13:02``).
+    A session is labelled by its first start, UTC (``2026-12-03 13:02``). Blocks follow
+    the ``run`` record of their run (file order). Two runs are one session when they
+    share a ``boot_id``; without one (before 2026-12-04), when they ran on the same
+    kernel build within :data:`SESSION_GAP_S`. Arms of different sessions do not
+    compare (the same server read 0.52–0.94× from one H200 lease to the next,
+    ``results/load-gpu-h200-cpu-smollm2-135m-20261203``).
     """
     out: dict[str, str] = {}
     label, prev = "", None
@@ -126,11 +120,7 @@ class Store:
         return self.path.exists() or self.packed.exists()
 
     def records(self) -> list[dict[str, Any]]:
-        """Every readable record of this schema, in file order (a torn last line is skipped).
-
-        Read from :attr:`packed` when only it is there (a committed results folder);
-        appending always writes :attr:`path`.
-        """
+        """Every record of this schema in file order (from :attr:`packed` if only it is)."""
         if self.path.exists():
             text = self.path.read_text(encoding="utf-8")
         elif self.packed.exists():

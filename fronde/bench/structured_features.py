@@ -17,15 +17,8 @@ from typing import Any, cast
 import jsonschema
 
 __all__ = [
-    "FEATURES",
-    "PROMPTS",
-    "SCHEMA",
-    "TOOLS",
-    "Feature",
-    "content_of",
-    "judge",
-    "tool_calls",
-]
+    "FEATURES", "PROMPTS", "SCHEMA", "TOOLS", "Feature", "content_of", "judge", "tool_calls",
+]  # fmt: skip
 
 _PEOPLE = [
     {"name": "Ada Lovelace", "born": 1815, "city": "London", "field": "mathematics"},

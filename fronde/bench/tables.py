@@ -21,10 +21,7 @@ __all__ = ["Grid", "fitted_table"]
 
 
 def fitted_table(
-    title: str,
-    columns: Sequence[str],
-    left: Collection[str] = (),
-    caption: str | None = None,
+    title: str, columns: Sequence[str], left: Collection[str] = (), caption: str | None = None
 ) -> Table:
     """A rich table that fits the console's width, its cells folding rather than cut.
 

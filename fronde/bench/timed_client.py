@@ -38,11 +38,7 @@ PATHS = {"completion": "/v1/completions", "chat": "/v1/chat/completions", "nativ
 
 
 def repetition_score(text: str, n: int = 4) -> float:
-    """Share of word ``n``-grams that repeat an earlier one: 0.0 none, near 1.0 a loop.
-
-    A small base model often falls into a loop, and an n-gram drafter copies a loop
-    perfectly, so looping outputs are listed apart from the headline figures.
-    """
+    """Share of word ``n``-grams that repeat an earlier one: 0.0 none, near 1.0 a loop."""
     words = text.split()
     grams = [tuple(words[i : i + n]) for i in range(len(words) - n + 1)]
     return 1.0 - len(set(grams)) / len(grams) if grams else 0.0
@@ -143,10 +139,9 @@ class Sample:
         return self.timings.alpha if self.timings else None
 
     def decode_tok_s(self) -> float:
-        """(tokens − 1) ÷ (last − first text arrival), decode tok/s as received; 0 before two.
+        """(tokens − 1) ÷ (last − first text arrival), as received; 0.0 before two.
 
-        Until the usage event arrives, tokens are counted as text pieces (llama-server
-        sends one per token).
+        Before the usage event, tokens are the text pieces (one per token).
         """
         n = self.tokens or self.pieces
         if self.first is None or self.last is None or self.last <= self.first or n < 2:
@@ -184,14 +179,11 @@ class Sample:
 def bench_http() -> httpx.AsyncClient:
     """An HTTP client for benchmark requests: long reads, a new connection per request.
 
-    With pooled keep-alive connections a benchmark once lost about one request in
-    three to "Server disconnected without sending a response" (llama-server closing
-    a connection the pool was about to reuse). A loopback connect costs well under
-    a millisecond, so none is kept.
+    Pooled connections lost one request in three to llama-server closing a connection
+    the pool was about to reuse; a loopback connect costs well under a millisecond.
     """
     return httpx.AsyncClient(
-        timeout=httpx.Timeout(900.0, connect=10.0),
-        limits=httpx.Limits(max_keepalive_connections=0),
+        timeout=httpx.Timeout(900.0, connect=10.0), limits=httpx.Limits(max_keepalive_connections=0)
     )
 
 
@@ -254,11 +246,7 @@ async def send(
 
 
 def stream(
-    http: httpx.Client,
-    base_url: str,
-    form: str,
-    body: dict[str, Any],
-    headers: dict[str, str],
+    http: httpx.Client, base_url: str, form: str, body: dict[str, Any], headers: dict[str, str]
 ) -> Iterator[Sample]:
     """:func:`send`, synchronous, yielding the same :class:`Sample` after every line.
 

@@ -104,11 +104,7 @@ def tool_steps(records: Sequence[dict[str, Any]]) -> list[ToolStep]:
 
 def tool_grid(steps: list[ToolStep], title: str) -> Grid:
     """Per arm: routes, Σ tokens ÷ Σ decode time, wall time; and after ÷ before."""
-    grid = Grid(
-        title,
-        ("arm", "routes", "decode tok/s", "wall s", "step tok/s"),
-        left=2,
-    )
+    grid = Grid(title, ("arm", "routes", "decode tok/s", "wall s", "step tok/s"), left=2)
     totals: dict[str, tuple[float, float]] = {}
     looping = sorted({s.step for s in steps if repetition_score(s.text) > LOOP_SCORE})
     for arm in ("before", "after"):

@@ -40,19 +40,9 @@ from typing import Any
 import numpy as np
 
 __all__ = [
-    "DRIFT_WARN",
-    "LOOP_SCORE",
-    "Check",
-    "Table",
-    "best_static",
-    "bootstrap",
-    "checks",
-    "cross_fitted_static",
-    "first_difference",
-    "geomean",
-    "table",
-    "verdict_of",
-]
+    "DRIFT_WARN", "LOOP_SCORE", "Check", "Table", "best_static", "bootstrap", "checks",
+    "cross_fitted_static", "first_difference", "geomean", "table", "verdict_of",
+]  # fmt: skip
 
 LOOP_SCORE = 0.5
 """Repetition score above which an output is a loop (share of repeated word 4-grams)."""
@@ -261,75 +251,35 @@ def _oracle_ratios(t: Table, router: str, reachable: Sequence[str]) -> list[list
 def checks(t: Table, router: str, baseline: str, reachable: Sequence[str]) -> list[Check]:
     """The (a), (b) per domain and (c) checks of ``router`` on workload table ``t``.
 
-    Args:
-        t: workload A's table.
-        router: a routed arm's name.
-        baseline: the plain-decoding arm (Fronde, baseline forced).
-        reachable: the arms the router can choose between (forced Fronde modes).
-
-    Returns:
-        The checks; a figure that cannot be measured (no valid item, one repetition
-        for the oracle, one valid item in a domain) is NaN: see :func:`verdict_of`.
+    ``baseline`` is the plain-decoding arm (Fronde, baseline forced), ``reachable``
+    the arms the router chooses between (forced Fronde modes). A figure that cannot
+    be measured (no valid item, one repetition for the oracle, one valid item in a
+    domain) is NaN: see :func:`verdict_of`.
     """
+    nan, a, b, c = math.nan, BOUNDS["a"], BOUNDS["b"], BOUNDS["c"]
     if not t.items:
-        return [Check(f"(a) {router} ÷ best static", math.nan, math.nan, math.nan, BOUNDS["a"])]
+        return [Check(f"(a) {router} ÷ best static", nan, nan, nan, a)]
     best = best_static(t)
-    out = [
-        Check(
-            f"(a) {router} ÷ {best}, total",
-            t.total(router) / t.total(best),
-            math.nan,
-            math.nan,
-            BOUNDS["a"],
-        )
-    ]
     ratios = t.ratios(router, best)
-    out.append(
-        Check(
-            f"(a) {router} ÷ {best}, geomean",
-            geomean(ratios),
-            *bootstrap([[r] for r in ratios]),
-            1.0,
-        )
-    )
+    total = t.total(router) / t.total(best)
+    out = [Check(f"(a) {router} ÷ {best}, total", total, nan, nan, a)]
+    out.append(Check(f"(a) {router} ÷ {best}, geomean", geomean(ratios), *_ci(ratios), 1.0))
     cross, picks = cross_fitted_static(t, router)
     if picks:
-        out.append(
-            Check(
-                f"(a) {router} ÷ best static, cross-fitted ({'/'.join(picks)})",
-                cross,
-                math.nan,
-                math.nan,
-                BOUNDS["a"],
-            )
-        )
+        name = f"(a) {router} ÷ best static, cross-fitted ({'/'.join(picks)})"
+        out.append(Check(name, cross, nan, nan, a))
     for domain, rs in t.by_domain(router, baseline).items():
-        out.append(
-            Check(
-                f"(b) {router} ÷ {baseline}, {domain}",
-                geomean(rs),
-                *bootstrap([[r] for r in rs]),
-                BOUNDS["b"],
-            )
-        )
+        out.append(Check(f"(b) {router} ÷ {baseline}, {domain}", geomean(rs), *_ci(rs), b))
     if len(t.reps) < 2:
-        out.append(
-            Check(
-                f"(c) {router} ÷ oracle (needs 2 reps)", math.nan, math.nan, math.nan, BOUNDS["c"]
-            )
-        )
-    else:
-        groups = _oracle_ratios(t, router, reachable)
-        flat = [r for g in groups for r in g]
-        out.append(
-            Check(
-                f"(c) {router} ÷ cross-fitted oracle",
-                geomean(flat),
-                *bootstrap(groups),
-                BOUNDS["c"],
-            )
-        )
-    return out
+        return [*out, Check(f"(c) {router} ÷ oracle (needs 2 reps)", nan, nan, nan, c)]
+    groups = _oracle_ratios(t, router, reachable)
+    oracle = geomean([r for g in groups for r in g])
+    return [*out, Check(f"(c) {router} ÷ cross-fitted oracle", oracle, *bootstrap(groups), c)]
+
+
+def _ci(ratios: Sequence[float]) -> tuple[float, float]:
+    """The bootstrap interval of the geometric mean of per-item ratios, one value an item."""
+    return bootstrap([[r] for r in ratios])
 
 
 def verdict_of(checks: Sequence[Check]) -> str | None:

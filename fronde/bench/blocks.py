@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import time
 import uuid
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -101,12 +102,10 @@ async def run_plan(
     ``status`` of each step between (an arm starting, a warm arm priming, the
     requests being sent).
 
-    Each level of a plan is a block of its own, on fresh servers: a level sent to
-    servers that had answered the same prompts at another level found them in the
-    prompt cache and in ngram-mod's pool (a trial measured c = 2 at twice c = 1's
-    aggregate speed that way). A block whose arm fails to start, or whose requests
-    fail, is recorded with the error and the run goes on (its samples count only if
-    the block ended ok).
+    Each level is a block of its own on fresh servers (servers that had answered the
+    same prompts at another level found them in the prompt cache and ngram-mod's pool:
+    c = 2 read twice c = 1 that way). A block whose arm fails to start, or whose
+    requests fail, is recorded with the error and the run goes on.
     """
     done = store.done_blocks()
     async with bench_http() as http:
@@ -117,28 +116,18 @@ async def run_plan(
             await run.block_by_block(done, rep)
 
 
+@dataclass
 class _Run:
     """One :func:`run_plan` call: its plan, where it writes, what it tells, its client."""
 
-    def __init__(
-        self,
-        plan: Plan,
-        settings: Settings,
-        config_file: Path | None,
-        store: Store,
-        log_dir: Path,
-        progress: Progress,
-        say: Status,
-        http: httpx.AsyncClient,
-    ) -> None:
-        self.plan = plan
-        self.settings = settings
-        self.config_file = config_file
-        self.store = store
-        self.log_dir = log_dir
-        self.progress = progress
-        self.say = say
-        self.http = http
+    plan: Plan
+    settings: Settings
+    config_file: Path | None
+    store: Store
+    log_dir: Path
+    progress: Progress
+    say: Status
+    http: httpx.AsyncClient
 
     async def block_by_block(self, done: set[str], rep: int | None) -> None:
         """Every (repetition, workload, arm, level) block in turn, skipping those done."""

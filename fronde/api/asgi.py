@@ -101,9 +101,8 @@ class RelayResponse(StreamingResponse):
     With ``keepalive_s``, a third task sends :data:`KEEPALIVE` after each
     ``keepalive_s`` without a byte (a long prefill or probe on a CPU; proxies with an
     idle timeout, nginx's 60 s, cut a silent stream). It wakes once an interval, not
-    once an event: a relayed event costs a time stamp and an uncontended lock, where a
-    timer armed around each event cost about 0.05 ms of CPU (2-core CPU,
-    ``scripts/relay_cost.py``).
+    once an event: a relayed event costs a time stamp and an uncontended lock, not a
+    task and a timer of its own.
 
     Args:
         content: the body's pieces, bytes.

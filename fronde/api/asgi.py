@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Awaitable
+from typing import Any
 
 import anyio
 from starlette.background import BackgroundTask
@@ -21,6 +22,7 @@ from fronde.request import Answer, Whole
 
 __all__ = [
     "CLIENT_GONE_STATUS",
+    "KEEPALIVE",
     "SSE_HEADERS",
     "RelayResponse",
     "answered",
@@ -82,6 +84,10 @@ async def until_disconnect(receive: Receive, work: Awaitable[Response]) -> Respo
     return task.result()
 
 
+KEEPALIVE = b": keep-alive\n\n"
+"""An SSE comment: clients ignore it, idle-timeout proxies see bytes flowing."""
+
+
 class RelayResponse(StreamingResponse):
     """A :class:`StreamingResponse` that stops the moment the client leaves.
 
@@ -91,7 +97,53 @@ class RelayResponse(StreamingResponse):
     ``http.disconnect`` the whole time, cancels the stream at once (the iterator's
     ``finally`` closes the upstream response, which frees the slot), and the
     iterator is always closed on the way out.
+
+    With ``keepalive_s``, a third task sends :data:`KEEPALIVE` after each
+    ``keepalive_s`` without a byte (a long prefill or probe on a CPU; proxies with an
+    idle timeout, nginx's 60 s, cut a silent stream). It wakes once an interval, not
+    once an event: a relayed event costs a time stamp and an uncontended lock, not a
+    task and a timer of its own.
+
+    Args:
+        content: the body's pieces, bytes.
+        keepalive_s: the silence after which a comment goes out, s; None: never.
+        **kwargs: as :class:`StreamingResponse`'s.
     """
+
+    def __init__(self, content: Any, keepalive_s: float | None = None, **kwargs: Any) -> None:
+        super().__init__(content, **kwargs)
+        self.keepalive_s = keepalive_s
+        self._sending = asyncio.Lock()
+        self._last = 0.0
+        self._started = False
+
+    async def stream_response(self, send: Send) -> None:
+        """Send the head, then each piece as it comes (under the lock the keep-alive takes)."""
+        async with self._sending:
+            head = {"status": self.status_code, "headers": self.raw_headers}
+            await send({"type": "http.response.start", **head})
+            self._started = True
+        loop = asyncio.get_running_loop()
+        self._last = loop.time()
+        async for chunk in self.body_iterator:
+            body = chunk if isinstance(chunk, bytes | memoryview) else chunk.encode(self.charset)
+            async with self._sending:
+                await send({"type": "http.response.body", "body": body, "more_body": True})
+            self._last = loop.time()
+        async with self._sending:
+            await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+    async def _keepalive(self, send: Send, interval_s: float) -> None:
+        """Send :data:`KEEPALIVE` whenever ``interval_s`` passed since the last byte."""
+        loop = asyncio.get_running_loop()
+        while True:
+            idle = loop.time() - self._last if self._started else 0.0
+            await asyncio.sleep(max(interval_s - idle, interval_s / 10))
+            if not self._started or loop.time() - self._last < interval_s:
+                continue
+            async with self._sending:
+                await send({"type": "http.response.body", "body": KEEPALIVE, "more_body": True})
+            self._last = loop.time()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         """Stream the body until it ends or the client disconnects, whichever is first."""
@@ -104,6 +156,8 @@ class RelayResponse(StreamingResponse):
                     tg.cancel_scope.cancel()
 
                 tg.start_soon(stream)
+                if self.keepalive_s is not None:
+                    tg.start_soon(self._keepalive, send, self.keepalive_s)
                 await self.listen_for_disconnect(receive)
                 tg.cancel_scope.cancel()
         finally:
@@ -125,6 +179,7 @@ def render(answer: Answer) -> Response:
         return JSONResponse(answer.body, headers=answer.headers)
     return RelayResponse(
         answer.events,
+        answer.keepalive_s,
         media_type="text/event-stream",
         headers=answer.headers | SSE_HEADERS,
         background=BackgroundTask(answer.close),

@@ -224,10 +224,26 @@ class UpstreamStream:
     def raw(self) -> AsyncIterator[bytes]:
         """The body's bytes as they arrive.
 
+        Over the aiohttp transport the pieces come from aiohttp's own reader: httpx's
+        three generator layers in between (its bound stream, ``aiter_raw``'s chunker,
+        the transport's ``iter_chunked``) cost 0.04 ms a streamed token on the 2-core
+        CPU, a quarter of what the whole relay costs (``scripts/relay_cost.py``). The
+        response is still httpx's, closed by it.
+
         Raises:
             BackendStreamError: the body broke (while iterating).
         """
+        native = _aiohttp_response(self._resp)
+        if native is not None:
+            return self._guarded(native.content.iter_any())
         return self._guarded(self._resp.aiter_raw())
+
+
+def _aiohttp_response(resp: httpx.Response) -> aiohttp.ClientResponse | None:
+    """The aiohttp response under an httpx-aiohttp one (its stream unread), else None."""
+    stream = getattr(resp.stream, "_stream", None)  # httpx's BoundAsyncStream
+    native = getattr(stream, "_aiohttp_response", None)  # httpx-aiohttp's stream
+    return native if isinstance(native, aiohttp.ClientResponse) else None
 
 
 class BackendClient:

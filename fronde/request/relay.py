@@ -27,13 +27,10 @@ sends between the prompts are dropped.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import json
 from collections.abc import AsyncIterator, Callable
 from typing import Any, cast
-
-import anyio
 
 from fronde.backends.client import UpstreamStream
 from fronde.errors import BackendStreamError, openai_error_body
@@ -43,12 +40,10 @@ from fronde.request.choices import ChoiceBook, OwnedStops, choice_index
 
 __all__ = [
     "DONE_LINE",
-    "KEEPALIVE_LINE",
     "EventRelay",
     "OwnedStops",
     "relay_sse",
     "sse_error_event",
-    "with_keepalive",
 ]
 
 log = get_logger(__name__)
@@ -61,10 +56,6 @@ def sse_error_event(message: str, code: str = "backend_stream_error") -> bytes:
     """Return one SSE event carrying an OpenAI error body (``server_error``)."""
     body = openai_error_body(message, "server_error", None, code)
     return f"data: {json.dumps(body)}\n\n".encode()
-
-
-KEEPALIVE_LINE = b": keep-alive\n\n"
-"""An SSE comment: clients ignore it, idle-timeout proxies see bytes flowing."""
 
 
 def _usage_chunk(last: dict[str, Any], usage: dict[str, Any] | None) -> bytes | None:
@@ -352,35 +343,3 @@ class EventRelay:
             yield b"\n" + self.api.error_event(
                 f"backend {self.mode} closed the stream before its end"
             )
-
-
-async def with_keepalive(source: AsyncIterator[bytes], interval_s: float) -> AsyncIterator[bytes]:
-    """Relay ``source``, inserting :data:`KEEPALIVE_LINE` after each ``interval_s`` of silence.
-
-    A long prefill or a probe can leave a stream silent for many seconds on a
-    CPU; proxies with an idle timeout (nginx's 60 s, cloud load balancers) would
-    cut it. Comments keep bytes flowing without changing the events.
-    """
-    it = aiter(source)
-    pending: asyncio.Future[bytes] = asyncio.ensure_future(anext(it))
-    try:
-        while True:
-            done, _ = await asyncio.wait({pending}, timeout=interval_s)
-            if not done:
-                yield KEEPALIVE_LINE
-                continue
-            try:
-                item = pending.result()
-            except StopAsyncIteration:
-                return
-            yield item
-            pending = asyncio.ensure_future(anext(it))
-    finally:
-        with anyio.CancelScope(shield=True):  # cleanup must run even when cancelled
-            if not pending.done():
-                pending.cancel()
-                with contextlib.suppress(asyncio.CancelledError, StopAsyncIteration, Exception):
-                    await pending
-            aclose = getattr(it, "aclose", None)
-            if aclose is not None:
-                await aclose()

@@ -33,11 +33,15 @@ class Streamed:
         events: encoded SSE lines.
         headers: Fronde's headers.
         close: idempotent clean-up.
+        keepalive_s: an SSE comment goes out after this many silent seconds (a long
+            prefill or probe; proxies with an idle timeout would cut the stream); None:
+            never.
     """
 
     events: AsyncIterator[bytes]
     headers: dict[str, str]
     close: Callable[[], Awaitable[None]]
+    keepalive_s: float | None = None
 
 
 Answer = Whole | Streamed

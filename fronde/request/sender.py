@@ -35,7 +35,6 @@ from fronde.request.relay import (
     OwnedStops,
     relay_sse,
     sse_error_event,
-    with_keepalive,
 )
 from fronde.request.reply import Answer, Streamed, Whole
 from fronde.request.splice import Splice
@@ -197,13 +196,12 @@ class Sender:
         relayed = relay_sse(
             upstream, str(mode), on_timings, include_usage=include_usage(body), stops=stops
         )
-        keepalive_s = self.settings.server.sse_keepalive_s
         capture = self.hindsight.enabled
 
         async def events() -> AsyncIterator[bytes]:
             pieces: list[bytes] = []
             try:
-                async for piece in with_keepalive(self._tracked(adm, relayed), keepalive_s):
+                async for piece in self._tracked(adm, relayed):
                     if capture:
                         pieces.append(piece)  # read after the stream, off its path
                     yield piece
@@ -220,7 +218,7 @@ class Sender:
             adm.close("cancelled")  # a no-op once the stream ended
             await stack.aclose()
 
-        return Streamed(events(), headers, close)
+        return Streamed(events(), headers, close, self.settings.server.sse_keepalive_s)
 
     async def pass_api(
         self, adm: Admission, api: Api, body: dict[str, Any], mode: Mode, headers: dict[str, str]
@@ -256,12 +254,10 @@ class Sender:
             raise
         _settled(upstream, headers)
         relay = EventRelay(api, str(mode), on_timings, adm.progress, body)
-        keepalive_s = self.settings.server.sse_keepalive_s
 
         async def events() -> AsyncIterator[bytes]:
             try:
-                tracked = self._tracked(adm, relay.relay(upstream), relay)
-                async for piece in with_keepalive(tracked, keepalive_s):
+                async for piece in self._tracked(adm, relay.relay(upstream), relay):
                     yield piece
             finally:
                 with anyio.CancelScope(shield=True):  # see send
@@ -271,7 +267,7 @@ class Sender:
             adm.close("cancelled")  # a no-op once the stream ended
             await stack.aclose()
 
-        return Streamed(events(), headers, close)
+        return Streamed(events(), headers, close, self.settings.server.sse_keepalive_s)
 
     async def probe(
         self, adm: Admission, kind: Kind, body: dict[str, Any], headers: dict[str, str]
@@ -353,4 +349,4 @@ class Sender:
             adm.close("cancelled")  # a no-op once the stream ended
 
         keepalive_s = self.settings.server.sse_keepalive_s
-        return Streamed(with_keepalive(self._tracked(adm, events()), keepalive_s), headers, close)
+        return Streamed(self._tracked(adm, events()), headers, close, keepalive_s)

@@ -1,0 +1,218 @@
+"""What a streamed token costs the relay in front of llama-server, against two floors.
+
+Each arm is a process between this client and one fake llama-server
+(``tests/fakes/fake_llama_server.py``, paced at --tps, one event per token, so every
+token is one upstream read and one downstream write):
+
+- ``fronde:DIR``: ``fronde serve --mode baseline`` run from the checkout DIR (its
+  relayed-stream route: one mode, no probe), the fake as its llama-server;
+- ``asgi``: the least an ASGI relay does (uvicorn with uvloop and httptools, one aiohttp
+  session, each upstream piece sent on as it comes): the floor of Fronde's stack;
+- ``tcp``: asyncio Protocols on uvloop passing bytes through (no HTTP parsing): the
+  floor of a Python relay.
+
+For each arm in turn, round after round, it streams --requests completions of
+--long tokens and as many of --short tokens, one at a time over one keep-alive
+connection, and reads the arm's ``utime + stime`` from ``/proc/PID/stat``. CPU per
+token = (long − short) ÷ (the tokens between them), which leaves out what a request
+costs once (printed apart, ms a request). Median [lowest, highest] over the rounds.
+
+    python scripts/relay_cost.py --arm fronde:. --arm fronde:/tmp/old --arm asgi --arm tcp
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import httpx
+
+ROOT = Path(__file__).resolve().parents[1]
+FAKE = ROOT / "tests" / "fakes" / "fake_llama_server.py"
+
+ASGI_FLOOR = """
+import sys, aiohttp, uvicorn
+UP, session = sys.argv[1], None
+async def app(scope, receive, send):
+    global session
+    if scope["type"] != "http":
+        return
+    body = b""
+    while True:
+        m = await receive(); body += m.get("body", b"")
+        if not m.get("more_body"): break
+    session = session or aiohttp.ClientSession()
+    head = {"content-type": "application/json"}
+    async with session.post(UP + scope["path"], data=body, headers=head) as r:
+        await send({"type": "http.response.start", "status": r.status,
+                    "headers": [(b"content-type", b"text/event-stream")]})
+        async for piece in r.content.iter_any():
+            await send({"type": "http.response.body", "body": piece, "more_body": True})
+    await send({"type": "http.response.body", "body": b"", "more_body": False})
+uvicorn.run(app, port=int(sys.argv[2]), loop="uvloop", http="httptools",
+            log_level="warning", access_log=False, lifespan="off")
+"""
+
+TCP_FLOOR = """
+import asyncio, sys, uvloop
+UP, PORT = int(sys.argv[1].rsplit(":", 1)[1]), int(sys.argv[2])
+class Up(asyncio.Protocol):
+    def __init__(self, down): self.down = down
+    def data_received(self, data): self.down.write(data)
+    def connection_lost(self, exc): self.down.close()
+class Down(asyncio.Protocol):
+    def connection_made(self, t):
+        self.t, self.up, self.early = t, None, []
+        asyncio.ensure_future(self.connect())
+    async def connect(self):
+        loop = asyncio.get_running_loop()
+        self.up, _ = await loop.create_connection(lambda: Up(self.t), "127.0.0.1", UP)
+        for data in self.early: self.up.write(data)
+    def data_received(self, data):
+        (self.early.append if self.up is None else self.up.write)(data)
+    def connection_lost(self, exc):
+        if self.up: self.up.close()
+async def main():
+    srv = await asyncio.get_running_loop().create_server(Down, "127.0.0.1", PORT)
+    await srv.serve_forever()
+uvloop.run(main())
+"""
+
+
+def free_port() -> int:
+    """A TCP port nothing listens on now."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def cpu_s(pid: int) -> float:
+    """User + system CPU seconds of process ``pid`` (Linux ``/proc``)."""
+    with open(f"/proc/{pid}/stat") as fh:
+        fields = fh.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def wait_up(url: str, proc: subprocess.Popen[bytes]) -> None:
+    """Return once ``url`` answers; raise SystemExit if ``proc`` died first."""
+    for _ in range(600):
+        if proc.poll() is not None:
+            raise SystemExit(f"{url}: the process exited with {proc.returncode}")
+        try:
+            if httpx.get(url, timeout=1).status_code < 500:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.1)
+    raise SystemExit(f"{url} did not come up in 60 s")
+
+
+def start(arm: str, upstream: str, tps: float, work: Path) -> tuple[subprocess.Popen[bytes], str]:
+    """Start ``arm`` in front of ``upstream`` (a fake llama-server's URL); (process, its URL)."""
+    port = free_port()
+    if arm in ("asgi", "tcp"):
+        code = ASGI_FLOOR if arm == "asgi" else TCP_FLOOR
+        cmd = [sys.executable, "-c", code, upstream, str(port)]
+        proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        url = f"http://127.0.0.1:{port}"
+        wait_up(url + "/health", proc)
+        return proc, url
+    src = Path(arm.split(":", 1)[1]).resolve()
+    env = os.environ | {
+        "PYTHONPATH": str(src), "FRONDE_MODELS_DIR": str(work), "FRONDE_CACHE_DIR": str(work),
+        "FRONDE_LLAMA_SERVER": str(work / "llama-server"), "FRONDE_PROFILE": "cpu-gemma-270m",
+        "FRONDE_LOG_LEVEL": "warning",
+        "FRONDE_BACKEND__EXTRA_ARGS": json.dumps(["--fake-tps", str(tps)]),
+    }  # fmt: skip
+    cmd = [sys.executable, "-m", "fronde", "serve", "--port", str(port), "--mode", "baseline"]
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    wait_up(f"http://127.0.0.1:{port}/health", proc)
+    return proc, f"http://127.0.0.1:{port}"
+
+
+def stream_cpu(url: str, pid: int, n: int, tokens: int, first: int) -> tuple[float, int]:
+    """Stream ``n`` completions of ``tokens`` through ``url``: (CPU s of ``pid``, text events)."""
+    got = 0
+    c0 = cpu_s(pid)
+    with httpx.Client(timeout=300) as http:
+        for i in range(first, first + n):
+            body = {"model": "x", "prompt": f"def power_{i}(x): return x to the {i}th power now"}
+            body |= {"max_tokens": tokens, "stream": True}
+            with http.stream("POST", f"{url}/v1/completions", json=body) as r:
+                for line in r.iter_lines():
+                    if line.startswith("data: {") and '"text":"' in line.replace(" ", ""):
+                        got += 1
+    time.sleep(0.5)  # what the arm does once an answer has ended
+    return cpu_s(pid) - c0, got
+
+
+def fake_dir(work: Path) -> None:
+    """A models folder with the gemma profile and a sparse GGUF, and the fake as llama-server."""
+    shutil.copy(ROOT / "models" / "cpu-gemma-270m.toml", work)
+    sys.path.insert(0, str(ROOT))
+    from fronde.runtime.models import load_profile
+
+    target = load_profile(work, "cpu-gemma-270m").target
+    with (work / target.file).open("wb") as fh:
+        fh.truncate(target.size or 1)
+    exe = work / "llama-server"
+    exe.write_text(f'#!/bin/sh\nexec "{sys.executable}" "{FAKE}" "$@"\n')
+    exe.chmod(0o755)
+
+
+def main() -> None:
+    """Parse the arguments, run the rounds, print one line per arm."""
+    ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    ap.add_argument("--arm", action="append", required=True, help="fronde:DIR, asgi or tcp")
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--requests", type=int, default=20, help="requests of each length a round")
+    ap.add_argument("--long", type=int, default=128, help="tokens of a long answer")
+    ap.add_argument("--short", type=int, default=4, help="tokens of a short answer")
+    ap.add_argument("--tps", type=float, default=400.0, help="the fake's decode speed")
+    args = ap.parse_args()
+    work = Path(tempfile.mkdtemp(prefix="relay-cost-"))
+    fake_dir(work)
+    fport = free_port()
+    fake = subprocess.Popen(
+        [sys.executable, str(FAKE), "--port", str(fport), "--fake-tps", str(args.tps)],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    upstream = f"http://127.0.0.1:{fport}"
+    wait_up(upstream + "/health", fake)
+    arms = {a: start(a, upstream, args.tps, work) for a in args.arm}
+    per_token: dict[str, list[float]] = {a: [] for a in arms}
+    per_request: dict[str, list[float]] = {a: [] for a in arms}
+    try:
+        for k in range(args.rounds):
+            for name, (proc, url) in arms.items():
+                first = k * 1000
+                pid = proc.pid
+                long_s, long_n = stream_cpu(url, pid, args.requests, args.long, first)
+                short_s, short_n = stream_cpu(url, pid, args.requests, args.short, first + 500)
+                slope = (long_s - short_s) / max(long_n - short_n, 1)
+                per_token[name].append(slope * 1000)
+                per_request[name].append((short_s - slope * short_n) / args.requests * 1000)
+                print(f"round {k}: {name}: {slope * 1000:.3f} ms a token", flush=True)
+    finally:
+        for proc, _ in arms.values():
+            proc.terminate()
+        fake.terminate()
+        shutil.rmtree(work, ignore_errors=True)
+    print(f"{os.cpu_count()} CPUs, fake at {args.tps:.0f} tok/s, {args.rounds} rounds:")
+    for name in arms:
+        t, r = per_token[name], per_request[name]
+        print(f"{name}: {statistics.median(t):.3f} ms a token [{min(t):.3f}, {max(t):.3f}], "
+              f"{statistics.median(r):.2f} ms a request [{min(r):.2f}, {max(r):.2f}]")  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()

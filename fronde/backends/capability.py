@@ -7,8 +7,7 @@ hold ``speculative.n_max``, ``speculative.types``, ``speculative.n_min`` and
 Stock b11434 compiles those fields out (the ``#if 0`` block of
 ``tools/server/server-schema.cpp``) and ignores them silently, so a flag alone is
 not trusted: :func:`check_per_request_speculation` also asks the server to act on
-them, as the contract (``/work/notes/spec-contract.md``) says Fronde confirms at
-start:
+them, as Fronde confirms at start (``docs/llama-patches.md``, "The fields"):
 
 1. ``speculative.n_max`` = -1 must be refused with llama-server's own HTTP 400 (a
    stock server answers 200); it costs no generation;

@@ -51,7 +51,7 @@ def _progress_reporter() -> Generator[Callable[[int, int, str], None]]:
     def plain(done: int, total: int, message: str) -> None:
         nonlocal last_decile
         if not total:
-            err.print(message, markup=False, highlight=False)
+            err.print(message, markup=False, highlight=False, soft_wrap=True)
             return
         decile = done * 10 // total
         if decile != last_decile:
@@ -105,6 +105,7 @@ def install_cmd(
     how = "already built (cache hit)" if result.cached else f"built in {result.seconds:.0f} s"
     err.print(f"{result.llama_server}: {result.version_line} — {how}")
     if result.patches:
-        err.print(f"patches applied ({PATCH_DIR}): {', '.join(result.patches)}", highlight=False)
+        line = f"patched with ({PATCH_DIR}): {', '.join(result.patches)}"
+        err.print(line, highlight=False, soft_wrap=True)
     else:
         err.print("no patches: stock llama.cpp b11434", highlight=False)

@@ -8,8 +8,7 @@ from __future__ import annotations
 
 import socket
 import sys
-from collections.abc import Callable, Generator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -20,6 +19,7 @@ from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeE
 from fronde.bench.commands import BENCH_EXTRA, bench_app
 from fronde.cli_batch import batch_cmd
 from fronde.cli_help import fronde_typer
+from fronde.cli_install import install_cmd
 from fronde.cli_options import ConfigOpt, console, err, settings_from
 from fronde.config import Settings
 from fronde.config_sections import ServerSettings
@@ -191,81 +191,7 @@ def _serve_on(settings: Settings, sockets: list[socket.socket]) -> None:
 app.command("batch")(batch_cmd)
 
 
-@contextmanager
-def _progress_reporter() -> Generator[Callable[[int, int, str], None]]:
-    """Yield a (done, total, message) callback: a live bar on a TTY, else a line per 10 %."""
-    if err.is_terminal:
-        with Progress(
-            TextColumn("{task.description}"),
-            BarColumn(),
-            TextColumn("{task.fields[count]}"),
-            TimeElapsedColumn(),
-            console=err,
-        ) as progress:
-            task = progress.add_task("preparing", total=None, count="")
-
-            def live(done: int, total: int, message: str) -> None:
-                if total:
-                    progress.update(
-                        task,
-                        completed=done,
-                        total=total,
-                        description="compiling",
-                        count=f"{done}/{total}",
-                    )
-                else:
-                    progress.update(task, description=message)
-
-            yield live
-        return
-    last_decile = -1
-
-    def plain(done: int, total: int, message: str) -> None:
-        nonlocal last_decile
-        if not total:
-            err.print(message, markup=False, highlight=False)
-            return
-        decile = done * 10 // total
-        if decile != last_decile:
-            last_decile = decile
-            err.print(f"compiling: {done}/{total} ({decile * 10} %)", highlight=False)
-
-    yield plain
-
-
-@app.command()
-def install(
-    config: ConfigOpt = None,
-    cuda: Annotated[bool, typer.Option(help="CUDA build (-DGGML_CUDA=ON)")] = False,
-    cuda_arch: Annotated[
-        str | None, typer.Option(help="CUDA architectures, e.g. 90 for H100/H200")
-    ] = None,
-    cmake_flag: Annotated[
-        list[str] | None,
-        typer.Option("--cmake-flag", help="extra CMake flag (repeatable)"),
-    ] = None,
-    jobs: Annotated[
-        int | None, typer.Option(help="parallel compile jobs [default: all CPUs]")
-    ] = None,
-) -> None:
-    """Build llama.cpp b11434's llama-server and llama-bench from source, into the cache."""
-    from fronde.runtime.install import build_key, cmake_flags
-    from fronde.runtime.install import install as do_install
-
-    settings = settings_from(config)
-    flags = cmake_flags(cuda=cuda, cuda_arch=cuda_arch, extra=cmake_flag or ())
-    err.print(f"llama.cpp b11434 → {settings.cache_dir / 'llama.cpp' / build_key(flags)}")
-    with _progress_reporter() as on_progress:
-        result = do_install(
-            settings.cache_dir,
-            cuda=cuda,
-            cuda_arch=cuda_arch,
-            extra_flags=cmake_flag or (),
-            jobs=jobs,
-            on_progress=on_progress,
-        )
-    how = "already built (cache hit)" if result.cached else f"built in {result.seconds:.0f} s"
-    err.print(f"{result.llama_server}: {result.version_line} — {how}")
+app.command("install")(install_cmd)
 
 
 @models_app.command("list")

@@ -5,7 +5,8 @@ Every error Fronde raises on purpose derives from :class:`FrondeError`::
     FrondeError
     ├── ConfigError                 bad settings file or environment value
     ├── InstallError                `fronde install` could not produce llama-server
-    │   ├── ToolMissingError        no C/C++ compiler, no cmake
+    │   ├── ToolMissingError        no C/C++ compiler, no cmake (no git, with patches)
+    │   ├── PatchFailedError        a patch of Fronde's llama.cpp patch set does not apply
     │   └── BuildFailedError        cmake or the compiler failed (points at the log)
     ├── ModelError
     │   ├── ManifestError           a manifest in models/ is missing or malformed
@@ -60,6 +61,7 @@ __all__ = [
     "ModelFetchError",
     "ModelMissingError",
     "NotFoundError",
+    "PatchFailedError",
     "PayloadTooLargeError",
     "RequestError",
     "ToolMissingError",
@@ -109,6 +111,10 @@ class InstallError(FrondeError):
 
 class ToolMissingError(InstallError):
     """A build tool (C/C++ compiler, cmake) is not on PATH."""
+
+
+class PatchFailedError(InstallError):
+    """A patch of Fronde's llama.cpp patch set does not apply; the message names it."""
 
 
 class BuildFailedError(InstallError):

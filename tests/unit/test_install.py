@@ -45,6 +45,12 @@ def put_fake_sdist(cache: Path) -> None:
         tar.addfile(info, io.BytesIO(data))
 
 
+@pytest.fixture(autouse=True)
+def stock(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The build flow of stock llama.cpp: no patch set (test_install_patches.py has it)."""
+    monkeypatch.setattr(inst, "PATCH_DIR", tmp_path / "no-patches")
+
+
 @pytest.fixture
 def fake_cmake(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     bindir = tmp_path / "fakebin"

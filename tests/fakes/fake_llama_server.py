@@ -41,8 +41,9 @@ rest is ignored) plus knobs in the manner of llama-swap's ``cmd/fake-model``:
 - ``--fake-props-only``: ``/props`` says ``speculative_per_request`` but the fields are
   ignored (a binary whose word its behaviour belies).
 - ``--fake-slot N``: the slot a native ``/completion`` without ``id_slot`` runs on (0); its
-  events carry ``id_slot``, and each slot keeps the ids of its last request as its
-  cache: ``prompt_n`` counts only the ids past the cached prefix (``cache_prompt``).
+  final event carries it as ``id_slot`` (the others -1, as b11434's), and each slot keeps
+  the ids of its last request as its cache: ``prompt_n`` counts only the ids past the
+  cached prefix (``cache_prompt``).
 
 A body field ``fake_backend_error: true`` gets a llama-server-style HTTP 400.
 ``/v1/completions`` with ``prompt`` a list of prompts answers as b11434 does with one
@@ -804,7 +805,7 @@ def build_app(args: argparse.Namespace) -> FastAPI:
                     continue
                 if t or p:
                     event: dict[str, Any] = {"content": carried + p, "tokens": t, "stop": False}
-                    event["id_slot"] = slot
+                    event["id_slot"] = -1  # b11434 names the slot in the final event only
                     if body.get("timings_per_token"):
                         event["timings"] = timings(n, body, prompt_n)
                     carried = ""

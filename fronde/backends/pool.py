@@ -30,7 +30,7 @@ from typing import Any
 from fronde.backends.pool_plan import PlanTopology, PoolPlan, plan_pool
 from fronde.backends.process import BackendState, LlamaServerProcess, log_tail
 from fronde.backends.remote import RemoteMode
-from fronde.backends.single import SharedMode, SharedServer, per_request_support
+from fronde.backends.single import SharedMode, SharedServer, per_request_support, remember_stock
 from fronde.config import Settings
 from fronde.errors import BackendStartError, BackendUnavailableError, ModeUnavailableError
 from fronde.logging import get_logger
@@ -105,6 +105,7 @@ class BackendPool:
         """The llama-server of every mode (what single runs), if the plan has one."""
         self.topology: PlanTopology = plan.topology
         self.topology_why = plan.why
+        self._stock_file = plan.stock_file
         self.backends: dict[Mode, Backend] = dict[Mode, Backend](self.per_mode)
         if plan.single is not None and plan.topology != "per-mode":
             shared = SharedServer(LlamaServerProcess(plan.single, start_timeout_s, stop_grace_s))
@@ -190,6 +191,8 @@ class BackendPool:
                 self._supervise_in_background(modes, proc)
                 return True
             why = f"{proc.spec.binary} does not honour per-request speculation: {why}"
+            if self._stock_file is not None:  # the next start goes per-mode at once
+                remember_stock(self._stock_file, proc.spec.binary, why)
             await proc.stop()
         if self.topology == "single":
             proc.state, proc.last_error = BackendState.FAILED, f"backend.topology = single: {why}"

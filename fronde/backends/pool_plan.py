@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from fronde.backends.process import LaunchSpec
-from fronde.backends.single import mode_fields, single_args
+from fronde.backends.single import STOCK_FILE, known_stock, mode_fields, single_args
 from fronde.config import Settings
 from fronde.errors import ModelError
 from fronde.modes import BACKEND_SAMPLING_FLAGS, Mode, mode_args
@@ -56,6 +56,8 @@ class PoolPlan:
     fields: dict[Mode, dict[str, Any]] = field(default_factory=dict[Mode, dict[str, Any]])
     topology: PlanTopology = "per-mode"
     why: str = "backend.topology = per-mode"
+    stock_file: Path | None = None
+    """Where ``auto`` notes a binary that does not honour the fields (None: nowhere)."""
 
 
 def _common_args(settings: Settings, profile: Profile, target: Path) -> list[str]:
@@ -95,7 +97,7 @@ def _draft_of(settings: Settings, profile: Profile) -> tuple[Path | None, str | 
         return None, exc.message, True
 
 
-def _topology(settings: Settings, local: list[Mode]) -> tuple[PlanTopology, str]:
+def _topology(settings: Settings, local: list[Mode], binary: Path) -> tuple[PlanTopology, str]:
     """Which topology the plan runs (``auto`` until the binary is checked), and why."""
     chosen = settings.backend.topology
     if chosen == "per-mode":
@@ -107,6 +109,9 @@ def _topology(settings: Settings, local: list[Mode]) -> tuple[PlanTopology, str]
         return "per-mode", why
     if len(local) < 2:
         return "per-mode", "one mode: one llama-server either way"
+    stock = known_stock(settings.cache_dir / STOCK_FILE, binary)
+    if stock is not None:
+        return "per-mode", f"{stock}; delete {settings.cache_dir / STOCK_FILE} to check again"
     return "auto", "backend.topology = auto"
 
 
@@ -149,7 +154,7 @@ def plan_pool(settings: Settings, profile: Profile, binary: Path, log_dir: Path)
         if mode is Mode.BASELINE:
             args += b.plain_args
         specs[mode] = LaunchSpec(mode, binary, args, log_dir / f"{mode}.log")
-    topology, why = _topology(settings, list(specs))
+    topology, why = _topology(settings, list(specs), binary)
     if topology == "per-mode":
         return PoolPlan(specs, left_out, remote, frozenset(missing), why=why)
     # The one server: every mode's speculators (baseline's plain_args become its
@@ -158,7 +163,10 @@ def plan_pool(settings: Settings, profile: Profile, binary: Path, log_dir: Path)
     single = LaunchSpec("single", binary, args, log_dir / SINGLE_LOG)
     sampling = any(a in BACKEND_SAMPLING_FLAGS for a in b.plain_args)
     fields = {m: mode_fields(m, backend_sampling=sampling) for m in specs}
-    return PoolPlan(specs, left_out, remote, frozenset(missing), single, fields, topology, why)
+    stock_file = settings.cache_dir / STOCK_FILE
+    return PoolPlan(
+        specs, left_out, remote, frozenset(missing), single, fields, topology, why, stock_file
+    )
 
 
 def run_log_dir(cache_dir: Path) -> Path:

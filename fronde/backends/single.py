@@ -34,6 +34,8 @@ start that a binary honours the fields (``/props`` and one request).
 
 from __future__ import annotations
 
+import json
+import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -48,11 +50,14 @@ __all__ = [
     "CHECK_TIMEOUT_S",
     "N_MAX_FIELD",
     "SPEC_TYPES",
+    "STOCK_FILE",
     "TYPES_FIELD",
     "SharedMode",
     "SharedServer",
+    "known_stock",
     "mode_fields",
     "per_request_support",
+    "remember_stock",
     "single_args",
     "with_fields",
 ]
@@ -260,3 +265,34 @@ async def per_request_support(url: str, timeout_s: float = CHECK_TIMEOUT_S) -> s
     if drafted:
         return f"a request with {N_MAX_FIELD} 0 drafted {drafted} tokens (the field is ignored)"
     return None
+
+
+STOCK_FILE = "stock-llama-servers.json"
+"""Under the cache folder: the binaries ``auto`` found not to honour the fields, so that
+the next start goes to per-mode at once instead of loading the model twice."""
+
+
+def _identity(binary: Path) -> str:
+    """A binary's path, size and mtime: a rebuild at the same path is checked again."""
+    st = binary.stat()
+    return f"{binary.resolve()}:{st.st_size}:{st.st_mtime_ns}"
+
+
+def known_stock(verdicts: Path, binary: Path) -> str | None:
+    """Why ``binary`` was found not to honour the fields, if an earlier start found it."""
+    try:
+        data = json.loads(verdicts.read_text())
+        return cast("dict[str, str]", data).get(_identity(binary))
+    except (OSError, ValueError, AttributeError):
+        return None
+
+
+def remember_stock(verdicts: Path, binary: Path, why: str) -> None:
+    """Note that ``binary`` does not honour the fields (best effort: never raises)."""
+    try:
+        data: dict[str, str] = json.loads(verdicts.read_text()) if verdicts.is_file() else {}
+        data[_identity(binary)] = f"{why} (found {time.strftime('%Y-%m-%d %H:%M')})"
+        verdicts.parent.mkdir(parents=True, exist_ok=True)
+        verdicts.write_text(json.dumps(data, indent=1, sort_keys=True))
+    except (OSError, ValueError, TypeError):
+        pass

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import time
 from pathlib import Path
@@ -186,6 +187,29 @@ async def test_auto_falls_back_to_a_server_per_mode_and_says_why(
         assert all(not pool.fields(m) for m in MODES)
     finally:
         await pool.stop()
+
+
+async def test_auto_remembers_a_stock_binary_until_it_is_rebuilt(
+    fake_binary: Path, tmp_path: Path
+) -> None:
+    """The next start of the same binary skips loading the model for the check."""
+    binary = tmp_path / "llama-server"
+    shutil.copy(fake_binary, binary)
+    profile = load_profile(REPO_MODELS, "cpu-gemma-270m")
+    with (tmp_path / profile.target.file).open("wb") as f:
+        f.truncate(profile.target.size or 1)
+    settings = load_settings(models_dir=tmp_path, cache_dir=tmp_path, modes=MODES)
+    plan = plan_pool(settings, profile, binary, tmp_path)
+    assert plan.topology == "auto"
+    pool = BackendPool(plan, stop_grace_s=1)
+    await pool.start()
+    await pool.stop()
+    assert pool.topology == "per-mode"
+    again = plan_pool(settings, profile, binary, tmp_path)
+    assert (again.topology, again.single) == ("per-mode", None)
+    assert "no speculative_per_request" in again.why and "to check again" in again.why
+    os.utime(binary, ns=(time.time_ns(), time.time_ns() + 10**9))  # rebuilt in place: checked again
+    assert plan_pool(settings, profile, binary, tmp_path).topology == "auto"
 
 
 async def test_single_asked_for_on_a_stock_binary_leaves_every_mode_failed(

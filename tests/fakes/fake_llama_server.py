@@ -40,10 +40,10 @@ rest is ignored) plus knobs in the manner of llama-swap's ``cmd/fake-model``:
   ``draft_n_max``. Without it the fields are ignored, as a stock b11434 does.
 - ``--fake-props-only``: ``/props`` says ``speculative_per_request`` but the fields are
   ignored (a binary whose word its behaviour belies).
-- ``--fake-slot N``: the slot a native ``/completion`` without ``id_slot`` runs on (0); its
-  final event carries it as ``id_slot`` (the others -1, as b11434's), and each slot keeps
-  the ids of its last request as its cache: ``prompt_n`` counts only the ids past the
-  cached prefix (``cache_prompt``).
+- ``--fake-slot N``: the slot a native ``/completion`` without ``id_slot`` runs on, and each
+  slot keeps the ids of its last request as its cache: ``prompt_n`` counts only the ids
+  past the cached prefix (``cache_prompt``); without it ``prompt_n`` is 10 and the slot 0.
+  The final event names the slot (``id_slot``; the others -1, as b11434's).
 
 A body field ``fake_backend_error: true`` gets a llama-server-style HTTP 400.
 ``/v1/completions`` with ``prompt`` a list of prompts answers as b11434 does with one
@@ -163,7 +163,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--fake-token-log", default=None)
     p.add_argument("--fake-per-request", action="store_true")
     p.add_argument("--fake-props-only", action="store_true")
-    p.add_argument("--fake-slot", type=int, default=0)
+    p.add_argument("--fake-slot", type=int, default=None)
     p.add_argument("--version", action="store_true")
     args, _unknown = p.parse_known_args(argv)
     return args
@@ -718,11 +718,12 @@ def build_app(args: argparse.Namespace) -> FastAPI:
         if (refused := refusal(body)) is not None:
             return refused
         slot = int(body.get("id_slot", -1))
-        slot = slot if slot >= 0 else args.fake_slot
+        slot = slot if slot >= 0 else (args.fake_slot or 0)
         held = cached.get(slot, []) if body.get("cache_prompt", True) else []
         reused = next((i for i, (a, b) in enumerate(zip(held, ids, strict=False)) if a != b), None)
         reused = min(len(held), len(ids)) if reused is None else reused
         prompt_n = max(1, len(ids) - reused)  # llama-server evaluates at least one
+        prompt_n = prompt_n if args.fake_slot is not None else 10
         seen = cached[slot] = list(ids)  # the slot's cache: the prompt, then each token
         n_predict = int(body.get("n_predict", -1))
         limit = n_predict if n_predict >= 0 else 64

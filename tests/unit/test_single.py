@@ -129,14 +129,12 @@ def test_single_asked_for_where_it_cannot_serve_is_a_config_error(tmp_path: Path
 # --- the topology settled at start ------------------------------------------------------
 
 
-def single_plan(binary: Path, tmp_path: Path, *knobs: str, topology: str = "auto") -> PoolPlan:
-    """Per-mode fakes and the one fake of every mode (``knobs`` on it), as plan_pool plans."""
-    specs = {
-        m: LaunchSpec(
-            m, binary, ["--alias", "fronde", "--spec-type", str(m)], tmp_path / f"{m}.log"
-        )
-        for m in MODES
-    }
+def single_plan(
+    binary: Path, tmp_path: Path, *knobs: str, topology: str = "auto", each: tuple[str, ...] = ()
+) -> PoolPlan:
+    """Per-mode fakes (``each`` their knobs) and the one fake of every mode (``knobs``)."""
+    own = {m: ["--alias", "fronde", "--spec-type", str(m), *each] for m in MODES}
+    specs = {m: LaunchSpec(m, binary, own[m], tmp_path / f"{m}.log") for m in MODES}
     argv = ["--alias", "fronde", "--spec-type", "ngram-simple,ngram-mod", *knobs]
     shared = LaunchSpec("single", binary, argv, tmp_path / "single.log")
     left_out = {Mode.DRAFT: "profile has no draft model"}
@@ -403,7 +401,7 @@ async def test_per_mode_a_hand_over_prefills_the_whole_prompt_again(
     fake_binary: Path, tmp_path: Path
 ) -> None:
     """The "before" of the test above: the floor's server has never seen the prompt."""
-    plan = single_plan(fake_binary, tmp_path, topology="per-mode")
+    plan = single_plan(fake_binary, tmp_path, topology="per-mode", each=("--fake-slot", "0"))
     pool = BackendPool(plan, stop_grace_s=1)
     await pool.start()
     prompt = "the quick brown fox jumps over the lazy dog"

@@ -11,16 +11,16 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
 import time
 from collections.abc import AsyncGenerator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from fronde.backends.client import BackendClient, make_http_client
 from fronde.backends.pool import BackendPool, PoolPlan
+from fronde.backends.pool_plan import LOG_RUNS_KEPT, run_log_dir
+from fronde.backends.single import with_fields
 from fronde.backends.swap import SwapScheduler
 from fronde.config import Settings
 from fronde.errors import BackendError, ConfigError
@@ -39,9 +39,6 @@ from fronde.runtime.local import profile_of
 __all__ = ["LOG_RUNS_KEPT", "Runtime", "build_pool", "build_runtime"]
 
 log = get_logger(__name__)
-
-LOG_RUNS_KEPT = 10
-"""How many per-run backend log folders are kept under ``<cache>/logs``."""
 
 BACKEND_METRICS_TIMEOUT_S = 2.0
 """A backend's ``/metrics`` that takes longer is left out of that scrape, seconds."""
@@ -64,20 +61,6 @@ STEP_TIMEOUT_S = 30.0
 left untimed instead of holding ``/health`` at 503 for ``upstream.read_timeout_s``."""
 
 
-def _run_log_dir(cache_dir: Path) -> Path:
-    root = cache_dir / "logs"
-    root.mkdir(parents=True, exist_ok=True)
-    runs = sorted(p for p in root.iterdir() if p.is_dir())
-    for old in runs[: max(0, len(runs) - LOG_RUNS_KEPT + 1)]:
-        for f in old.iterdir():
-            f.unlink(missing_ok=True)
-        with contextlib.suppress(OSError):
-            old.rmdir()
-    run = root / f"{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}"
-    run.mkdir(exist_ok=True)
-    return run
-
-
 def build_pool(settings: Settings) -> BackendPool:
     """Build (not start) the pool for ``settings``: binary, profile, one spec per mode.
 
@@ -92,7 +75,7 @@ def build_pool(settings: Settings) -> BackendPool:
         return BackendPool.from_plan(settings, PoolPlan({}, {}, remote))
     profile = profile_of(settings)
     binary = find_llama_binary(settings.cache_dir, settings.llama_server)
-    return BackendPool.from_settings(settings, profile, binary, _run_log_dir(settings.cache_dir))
+    return BackendPool.from_settings(settings, profile, binary, run_log_dir(settings.cache_dir))
 
 
 @dataclass
@@ -175,6 +158,8 @@ class Runtime:
             "status": status,
             "uptime_s": round(time.time() - self.started_at, 1),
             "residency": self.settings.residency,
+            "topology": self.pool.topology,
+            "topology_why": self.pool.topology_why,
             "backends": self.pool.status(),
         }
 
@@ -185,14 +170,22 @@ class Runtime:
         return state
 
     async def backend_metrics(self) -> bytes:
-        """Every ready backend's llama-server metrics, merged with a ``mode`` label."""
+        """Every ready llama-server's metrics, merged with a ``mode`` label.
 
-        async def one(mode: Mode) -> tuple[str, str]:
+        In single the one server is read once, labelled ``mode="single"``: its counters
+        are every mode's together (a label per mode would count them five times).
+        """
+        ready = self.pool.ready_modes()
+        labels: dict[str, Mode] = {str(m): m for m in ready}
+        if self.pool.topology == "single" and ready:
+            labels = {"single": ready[0]}
+
+        async def one(label: str, mode: Mode) -> tuple[str, str]:
             url = self.pool.get(mode).url
             text = await self.client.get_text(url, "/metrics", BACKEND_METRICS_TIMEOUT_S)
-            return str(mode), text or ""
+            return label, text or ""
 
-        texts = dict(await asyncio.gather(*(one(m) for m in self.pool.ready_modes())))
+        texts = dict(await asyncio.gather(*(one(k, m) for k, m in labels.items())))
         return merge_backend_metrics(texts).encode()
 
     # --- life --------------------------------------------------------------------------
@@ -266,11 +259,13 @@ class Runtime:
         )
         steps: dict[Mode, float] = {}
         for mode in (m for m in book.modes if m in ready):
-            url = self.pool.get(mode).url
+            url, fields = self.pool.get(mode).url, self.pool.fields(mode)
             try:
                 async with asyncio.timeout(STEP_TIMEOUT_S):
-                    await self.client.post_json(url, "/completion", warm)
-                    data = await self.client.post_json(url, "/completion", timed)
+                    await self.client.post_json(url, "/completion", with_fields(warm, fields))
+                    data = await self.client.post_json(
+                        url, "/completion", with_fields(timed, fields)
+                    )
             except (BackendError, TimeoutError) as exc:
                 why = exc.message if isinstance(exc, BackendError) else f"over {STEP_TIMEOUT_S} s"
                 log.warning("router.pass_timing_failed", mode=str(mode), error=why)

@@ -37,7 +37,7 @@ from fronde.config_sections import (
     UpstreamSettings,
 )
 from fronde.errors import ConfigError
-from fronde.modes import Mode, SpeculationSettings
+from fronde.modes import BACKEND_SAMPLING_FLAGS, Mode, SpeculationSettings
 
 __all__ = ["DEFAULT_PROFILE", "Settings", "default_models_dir", "load_settings"]
 
@@ -159,6 +159,34 @@ class Settings(BaseSettings):
     upstream: UpstreamSettings = Field(default_factory=UpstreamSettings)
     speculation: SpeculationSettings = Field(default_factory=SpeculationSettings)
     router: RouterSettings = Field(default_factory=RouterSettings)
+
+    def single_conflict(self) -> str | None:
+        """Why these settings need one llama-server per mode, or None (``single`` serves them).
+
+        Swap residency starts and stops a server per mode; a remote mode is its own
+        servers elsewhere; and ``backend.plain_args`` go to baseline's server alone, which
+        a shared server has no per-request field for, but for backend sampling
+        (``backend_sampling``, sent on baseline's requests instead).
+        """
+        if self.residency == "swap":
+            return "residency = swap starts and stops one llama-server per mode"
+        remote = [str(m) for m in self.modes if m in self.remote]
+        if remote:
+            return f"remote modes ({', '.join(remote)}) are served per mode"
+        other = [a for a in self.backend.plain_args if a not in BACKEND_SAMPLING_FLAGS]
+        if other:
+            return (
+                f"backend.plain_args {other} have no per-request field (of the plain "
+                "server's flags only --backend-sampling has one)"
+            )
+        return None
+
+    @model_validator(mode="after")
+    def _topology(self) -> Settings:
+        why = self.single_conflict() if self.backend.topology == "single" else None
+        if why is not None:
+            raise ValueError(f"backend.topology = single, but {why}: use per-mode or auto")
+        return self
 
     def effective_load_rule(self) -> Literal["serialize", "spread", "measured", "off"]:
         """``router.load_rule`` with ``auto`` resolved.

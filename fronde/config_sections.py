@@ -22,6 +22,7 @@ __all__ = [
     "ServerSettings",
     "SharedSettings",
     "SwapSettings",
+    "Topology",
     "UpstreamSettings",
 ]
 
@@ -87,9 +88,22 @@ class ServerSettings(_Section):
         return f"http://{host}:{self.port}"
 
 
+Topology = Literal["auto", "single", "per-mode"]
+"""How the modes are served (``backend.topology``; :mod:`fronde.backends.single`)."""
+
+
 class BackendSettings(_Section):
     """How each llama-server backend process is started and supervised."""
 
+    topology: Topology = Field(
+        default="auto",
+        description="single: one llama-server serves every mode, chosen per request "
+        "(speculative.n_max / speculative.types in the body; needs a binary that honours "
+        "them, fronde install's patch set); per-mode: one llama-server per mode; auto = "
+        "single when the binary honours the fields (checked at start) and the settings allow "
+        "it (no swap residency, no remote mode, plain_args only --backend-sampling), else "
+        "per-mode",
+    )
     ctx_size: int = Field(
         default=4096, ge=256, le=1_048_576, description="-c: context size in tokens"
     )

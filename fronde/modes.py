@@ -15,7 +15,13 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-__all__ = ["FALLBACK_FLOOR", "Mode", "SpeculationSettings", "mode_args"]
+__all__ = [
+    "BACKEND_SAMPLING_FLAGS",
+    "FALLBACK_FLOOR",
+    "Mode",
+    "SpeculationSettings",
+    "mode_args",
+]
 
 
 class Mode(StrEnum):
@@ -27,6 +33,10 @@ class Mode(StrEnum):
     CASCADE = "cascade"
     DRAFT = "draft"
 
+
+BACKEND_SAMPLING_FLAGS = frozenset({"-bs", "--backend-sampling"})
+"""llama-server's flags for backend sampling (``common/arg.cpp``); b11434 also takes it per
+request (``backend_sampling``, ``tools/server/server-schema.cpp``)."""
 
 FALLBACK_FLOOR = Mode.NGRAM_MOD
 """The starting floor when none was measured (:mod:`fronde.evidence.calibration`): static

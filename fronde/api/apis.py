@@ -245,7 +245,7 @@ async def _count_tokens(request: Request, rt: RuntimeDep) -> Response:
     body = await read_json_body(request, rt.settings.server.max_body_bytes)
     check_message_list(body)
     mode = request.headers.get("x-fronde-mode")
-    return render(await rt.dispatcher.native_post(COUNT_TOKENS_PATH, body, mode))
+    return render(await rt.dispatcher.native.post(COUNT_TOKENS_PATH, body, mode))
 
 
 def _add(api: Api) -> None:

@@ -44,12 +44,12 @@ def _mode_name(request: Request) -> str | None:
 
 
 async def _get(request: Request, rt: RuntimeDep) -> Response:
-    return render(await rt.dispatcher.native_get(request.url.path, _mode_name(request)))
+    return render(await rt.dispatcher.native.get(request.url.path, _mode_name(request)))
 
 
 async def _post(request: Request, rt: RuntimeDep) -> Response:
     body = await read_json_body(request, rt.settings.server.max_body_bytes)
-    answer = await rt.dispatcher.native_post(request.url.path, body, _mode_name(request))
+    answer = await rt.dispatcher.native.post(request.url.path, body, _mode_name(request))
     return render(answer)
 
 

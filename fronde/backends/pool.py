@@ -1,11 +1,18 @@
-"""The pool: one supervised llama-server per mode, restarted when it crashes.
+"""The pool: the supervised llama-servers, one per mode or one for every mode.
 
-The pool owns the backends. Each started backend has one supervisor task that
+The pool owns the backends. Each started llama-server has one supervisor task that
 waits for the child to exit and, unless the pool is stopping, restarts it with
 exponential back-off, up to ``max_restarts`` within ``restart_window_s``; past
-that the mode is marked failed and left out. A mode whose model is missing (the
+that its modes are marked failed and left out. A mode whose model is missing (the
 draft mode on a profile without a draft model) is never started; it is listed in
 :attr:`BackendPool.left_out` with the reason, for ``/health`` and ``/v1/models``.
+
+The topology (:mod:`fronde.backends.single`) is settled in :meth:`BackendPool.start`:
+``single`` starts the one llama-server of every mode and checks that its binary honours
+the per-request fields; ``auto`` does the same and, where the binary does not (or the
+shared server cannot start), stops it and starts one llama-server per mode instead,
+logging why once (``topology.chosen``). One process is one point of failure: when it
+crashes every mode is down until its supervisor has restarted it.
 """
 
 from __future__ import annotations
@@ -16,23 +23,19 @@ import itertools
 import os
 import time
 from collections import deque
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from fronde.backends.process import BackendState, LaunchSpec, LlamaServerProcess, log_tail
+from fronde.backends.pool_plan import PlanTopology, PoolPlan, plan_pool
+from fronde.backends.process import BackendState, LlamaServerProcess, log_tail
 from fronde.backends.remote import RemoteMode
+from fronde.backends.single import SharedMode, SharedServer, per_request_support, remember_stock
 from fronde.config import Settings
-from fronde.errors import (
-    BackendStartError,
-    BackendUnavailableError,
-    ModelError,
-    ModeUnavailableError,
-)
+from fronde.errors import BackendStartError, BackendUnavailableError, ModeUnavailableError
 from fronde.logging import get_logger
-from fronde.modes import Mode, mode_args
-from fronde.runtime.models import Profile, chat_template_file, model_path
+from fronde.modes import Mode
+from fronde.runtime.models import Profile
 
 __all__ = ["Backend", "BackendPool", "PoolPlan", "plan_pool"]
 
@@ -42,98 +45,15 @@ RESTART_BACKOFF_S = (1.0, 2.0, 4.0, 8.0, 16.0, 30.0)
 """Wait before the n-th consecutive restart of a crashed backend, seconds."""
 
 
-@dataclass(frozen=True)
-class PoolPlan:
-    """What to start: a launch spec per local mode, remote URLs, the modes left out with why.
+Backend = LlamaServerProcess | RemoteMode | SharedMode
+"""A mode's backend: a local llama-server child, remote replicas, or its view of the
+llama-server that serves every mode."""
 
-    ``missing`` names the left-out modes whose model should be on disk and is not (a
-    warning: fetch it); the others are left out by design (a profile without a draft
-    model), which is information, not a fault.
-    """
+OwnBackend = LlamaServerProcess | RemoteMode
+"""A backend that serves one mode alone (per-mode)."""
 
-    specs: dict[Mode, LaunchSpec]
-    left_out: dict[Mode, str]
-    remote: dict[Mode, list[str]] = field(default_factory=dict[Mode, list[str]])
-    missing: frozenset[Mode] = frozenset()
-
-
-Backend = LlamaServerProcess | RemoteMode
-"""A mode's backend: a local llama-server child, or remote replicas."""
-
-
-def plan_pool(settings: Settings, profile: Profile, binary: Path, log_dir: Path) -> PoolPlan:
-    """Turn settings and a profile into one :class:`LaunchSpec` per runnable mode.
-
-    Args:
-        settings: Fronde settings (modes, backend and speculation parameters).
-        profile: the model profile (target, optional draft, extra server args).
-        binary: the llama-server executable.
-        log_dir: folder for the children's logs, one ``<mode>.log`` each.
-
-    Returns:
-        The plan. The draft mode is left out when the profile has no draft model
-        or its file is missing.
-
-    Raises:
-        ModelMissingError: the target model is not on disk (no mode could run).
-    """
-    b = settings.backend
-    specs: dict[Mode, LaunchSpec] = {}
-    left_out: dict[Mode, str] = {}
-    missing: set[Mode] = set()
-    remote = {m: urls for m, urls in settings.remote.items() if m in settings.modes}
-    if all(m in remote for m in settings.modes):
-        return PoolPlan(specs, left_out, remote)  # a proxy-only host needs no model
-    target = model_path(settings.models_dir, profile.target, profile.name)
-    common = [
-        "-m",
-        str(target),
-        "-c",
-        str(b.ctx_size),
-        "-t",
-        str(b.threads),
-        "-np",
-        str(b.parallel),
-    ]
-    # --alias: responses carry the public model name, never the GGUF's path.
-    common += ["--alias", settings.public_model, "--metrics", "--no-webui"]
-    if profile.chat_template:
-        template_file = chat_template_file(profile.chat_template, settings.models_dir)
-        if template_file is not None:
-            # Jinja on (b11434's default), so tools and response_format reach
-            # llama.cpp's chat handlers.
-            common += ["--jinja", "--chat-template-file", str(template_file)]
-        else:
-            # A built-in template name only works with Jinja off: under Jinja the
-            # name itself ("gemma") would be rendered as the template text.
-            common += ["--no-jinja", "--chat-template", profile.chat_template]
-    if b.n_gpu_layers is not None:
-        common += ["-ngl", str(b.n_gpu_layers)]
-    common += [*profile.server_args, *b.extra_args]
-    for mode in settings.modes:
-        if mode in remote:
-            continue
-        draft: Path | None = None
-        if mode is Mode.DRAFT:
-            if profile.draft is None:
-                left_out[mode] = (
-                    "no --draft given (fronde serve --model M.gguf --draft D.gguf)"
-                    if profile.is_local
-                    else f"profile {profile.name} has no draft model sharing the target's "
-                    "vocabulary"
-                )
-                continue
-            try:
-                draft = model_path(settings.models_dir, profile.draft, profile.name)
-            except ModelError as exc:
-                left_out[mode] = exc.message
-                missing.add(mode)
-                continue
-        args = [*common, *mode_args(mode, settings.speculation, draft)]
-        if mode is Mode.BASELINE:
-            args += b.plain_args
-        specs[mode] = LaunchSpec(mode, binary, args, log_dir / f"{mode}.log")
-    return PoolPlan(specs, left_out, remote, frozenset(missing))
+NO_FIELDS: Mapping[str, Any] = {}
+"""The request fields of a mode with a llama-server of its own: none."""
 
 
 def _slots_of(args: list[str]) -> int:
@@ -146,14 +66,21 @@ def _slots_of(args: list[str]) -> int:
 
 
 class BackendPool:
-    """Starts, supervises and stops one llama-server per planned mode.
+    """Starts, supervises and stops the llama-servers of the planned modes.
 
     Args:
         plan: from :func:`plan_pool`.
         start_timeout_s: per-start health deadline, seconds.
         stop_grace_s: SIGTERM to SIGKILL grace, seconds.
-        max_restarts: restarts allowed per mode within ``restart_window_s``.
+        max_restarts: restarts allowed per llama-server within ``restart_window_s``.
         restart_window_s: the window, seconds.
+
+    Attributes:
+        backends: each mode's backend, in :class:`Mode` order: its own process (or
+            remote replicas) per mode, or its :class:`SharedMode` view in single.
+        topology: ``single`` or ``per-mode`` once :meth:`start` settled it; ``auto``
+            before (the plan's).
+        topology_why: how it was settled, for ``/health`` and the log.
     """
 
     def __init__(
@@ -166,15 +93,28 @@ class BackendPool:
         restart_window_s: float = 300.0,
     ) -> None:
         self.left_out: dict[Mode, str] = dict(plan.left_out)
-        self.backends: dict[Mode, Backend] = {
+        per_mode: dict[Mode, OwnBackend] = {
             mode: LlamaServerProcess(spec, start_timeout_s, stop_grace_s)
             for mode, spec in plan.specs.items()
         }
         for mode, urls in plan.remote.items():
-            self.backends[mode] = RemoteMode(mode, urls, start_timeout_s=start_timeout_s)
-        self.backends = {m: self.backends[m] for m in Mode if m in self.backends}
+            per_mode[mode] = RemoteMode(mode, urls, start_timeout_s=start_timeout_s)
+        self.per_mode: dict[Mode, OwnBackend] = {m: per_mode[m] for m in Mode if m in per_mode}
+        """Each mode's own backend (what per-mode runs)."""
+        self.shared: SharedServer | None = None
+        """The llama-server of every mode (what single runs), if the plan has one."""
+        self.topology: PlanTopology = plan.topology
+        self.topology_why = plan.why
+        self._stock_file = plan.stock_file
+        self.backends: dict[Mode, Backend] = dict[Mode, Backend](self.per_mode)
+        if plan.single is not None and plan.topology != "per-mode":
+            shared = SharedServer(LlamaServerProcess(plan.single, start_timeout_s, stop_grace_s))
+            self.shared = shared
+            self.backends = {
+                m: SharedMode(m, shared, plan.fields.get(m, {})) for m in self.per_mode
+            }
         self.restarts: dict[Mode, int] = dict.fromkeys(self.backends, 0)
-        self._slots = {mode: _slots_of(spec.args) for mode, spec in plan.specs.items()}
+        self._slots = {id(p): _slots_of(p.spec.args) for p in self._processes()}
         """Each local server's ``-np``, read once: :meth:`local_slots` runs per request."""
         self._max_restarts = max_restarts
         self._window_s = restart_window_s
@@ -206,11 +146,21 @@ class BackendPool:
             restart_window_s=b.restart_window_s,
         )
 
+    def _processes(self) -> list[LlamaServerProcess]:
+        """Every local llama-server the pool may run, each once."""
+        local = [p for p in self.per_mode.values() if isinstance(p, LlamaServerProcess)]
+        return local + ([self.shared.process] if self.shared is not None else [])
+
     async def start(self) -> None:
-        """Start every backend concurrently and supervise the ones that came up.
+        """Settle the topology, start its llama-servers and supervise the ones that came up.
 
         Never raises for a failed backend: check :meth:`ready_modes`.
         """
+        if self.shared is not None and self.topology != "per-mode":
+            if await self._start_single(self.shared):
+                return
+        else:
+            log.info("topology.chosen", topology="per-mode", why=self.topology_why)
 
         async def start_one(mode: Mode) -> None:
             with contextlib.suppress(BackendStartError):
@@ -218,30 +168,75 @@ class BackendPool:
 
         await asyncio.gather(*(start_one(m) for m in self.backends))
 
-    async def start_mode(self, mode: Mode) -> None:
-        """Start ``mode``'s backend and supervise it (swap residency starts them one by one).
+    async def _start_single(self, shared: SharedServer) -> bool:
+        """Start the shared llama-server and check its binary; False: run per-mode instead.
 
-        A backend that fails to start is retried once on a fresh port (the port
-        race of :func:`~fronde.backends.process.free_port`), then marked failed.
+        ``single`` keeps it whatever happens (a server that fails, or a binary that does
+        not honour the fields, leaves every mode failed with the reason); ``auto`` stops
+        it and falls back to one llama-server per mode.
+        """
+        modes, proc = tuple(self.backends), shared.process
+        try:
+            await self._started(proc)
+        except BackendStartError as exc:
+            why = f"the llama-server of every mode did not start: {exc.message}"
+        else:
+            why = await per_request_support(proc.url)
+            if why is None:
+                shared.checked = True  # its modes read ready from now on
+                asked, self.topology = self.topology, "single"
+                self.topology_why = f"backend.topology = {asked}: {proc.spec.binary} honours "
+                self.topology_why += "per-request speculation"
+                log.info("topology.chosen", topology="single", why=self.topology_why)
+                self._supervise_in_background(modes, proc)
+                return True
+            why = f"{proc.spec.binary} does not honour per-request speculation: {why}"
+            if self._stock_file is not None:  # the next start goes per-mode at once
+                remember_stock(self._stock_file, proc.spec.binary, why)
+            await proc.stop()
+        if self.topology == "single":
+            proc.state, proc.last_error = BackendState.FAILED, f"backend.topology = single: {why}"
+            log.error("topology.failed", topology="single", why=why)
+            return True
+        self.topology, self.topology_why = "per-mode", why
+        self.backends = dict[Mode, Backend](self.per_mode)
+        self.shared = None  # stopped: its port may be another server's now (local_slots)
+        log.info("topology.chosen", topology="per-mode", why=why)
+        return False
+
+    async def start_mode(self, mode: Mode) -> None:
+        """Start ``mode``'s own backend and supervise it (swap residency starts them one by one).
 
         Raises:
             BackendStartError: both attempts failed (the last one's reason).
         """
-        proc = self.backends[mode]
+        proc = self.per_mode[mode]
+        await self._started(proc)
+        self._supervise_in_background((mode,), proc)
+
+    async def _started(self, proc: OwnBackend) -> None:
+        """Start ``proc``, retried once on a fresh port if it fails, then marked failed.
+
+        The retry is for the port race of :func:`~fronde.backends.process.free_port`.
+
+        Raises:
+            BackendStartError: both attempts failed (the last one's reason).
+        """
         for attempt in (1, 2):
             try:
                 await proc.start()
+                return
             except BackendStartError as exc:
                 log.error(
                     "backend.start_failed", mode=str(proc.mode), attempt=attempt, error=exc.message
                 )
                 if attempt == 2:
                     raise
-                continue
-            task = asyncio.create_task(self._supervise(mode, proc))
-            self._supervisors.add(task)
-            task.add_done_callback(self._supervisors.discard)
-            return
+
+    def _supervise_in_background(self, modes: tuple[Mode, ...], proc: OwnBackend) -> None:
+        task = asyncio.create_task(self._supervise(modes, proc))
+        self._supervisors.add(task)
+        task.add_done_callback(self._supervisors.discard)
 
     async def stop_mode(self, mode: Mode) -> None:
         """Stop ``mode``'s backend on purpose (its supervisor sees STOPPING and ends)."""
@@ -251,6 +246,15 @@ class BackendPool:
         """True when ``mode`` has a backend and it is READY."""
         proc = self.backends.get(mode)
         return proc is not None and proc.state is BackendState.READY
+
+    def fields(self, mode: Mode) -> Mapping[str, Any]:
+        """The body fields that make a request run as ``mode`` on its backend.
+
+        Empty for a mode with a llama-server of its own; in single, the mode's
+        :func:`~fronde.backends.single.mode_fields`.
+        """
+        backend = self.backends.get(mode)
+        return backend.fields if isinstance(backend, SharedMode) else NO_FIELDS
 
     def count_load_with(self, load: Callable[[str], int]) -> None:
         """Balance remote replicas by ``load(url)``: requests in flight (the client counts)."""
@@ -263,13 +267,12 @@ class BackendPool:
 
         A remote replica's (and an unknown URL's) slots are not this pool's: 0.
         """
-        for mode, slots in self._slots.items():
-            backend = self.backends[mode]
-            if isinstance(backend, LlamaServerProcess) and backend.port and backend.url == url:
-                return slots
+        for proc in self._processes():
+            if proc.port and proc.url == url:
+                return self._slots[id(proc)]
         return 0
 
-    async def _supervise(self, mode: Mode, proc: Backend) -> None:
+    async def _supervise(self, modes: tuple[Mode, ...], proc: OwnBackend) -> None:
         if isinstance(proc, RemoteMode):
             return  # its health loop is its supervisor; the llama-servers are not ours
         recent: deque[float] = deque()
@@ -297,20 +300,20 @@ class BackendPool:
             if self._stopping:
                 return
             recent.append(now)
-            self.restarts[mode] += 1
+            for mode in modes:
+                self.restarts[mode] += 1
             try:
                 await proc.start()
                 consecutive = 0
-                log.info("backend.restarted", mode=str(proc.mode), restarts=self.restarts[mode])
+                restarts = self.restarts[modes[0]]
+                log.info("backend.restarted", mode=str(proc.mode), restarts=restarts)
             except BackendStartError as exc:
                 consecutive += 1
                 log.error("backend.restart_failed", mode=str(proc.mode), error=exc.message)
 
     def ready_modes(self) -> list[Mode]:
         """Return the modes whose backend is READY now, in :class:`Mode` order."""
-        return [
-            m for m in Mode if m in self.backends and self.backends[m].state is BackendState.READY
-        ]
+        return [m for m, b in self.backends.items() if b.state is BackendState.READY]
 
     def get(self, mode: Mode) -> Backend:
         """Return the READY backend for ``mode``.
@@ -330,7 +333,10 @@ class BackendPool:
         return proc
 
     def status(self) -> dict[str, Any]:
-        """Return a JSON-ready view of every mode: state, url, pid, restarts, error."""
+        """Return a JSON-ready view of every mode: state, url, pid, restarts, error.
+
+        In single every mode shows the one llama-server (the same url and pid).
+        """
         out: dict[str, Any] = {}
         for mode, proc in self.backends.items():
             out[str(mode)] = {
@@ -348,7 +354,7 @@ class BackendPool:
 
     def pids(self) -> list[int]:
         """Return the PIDs of children that are still running."""
-        return [p.pid for p in self.backends.values() if p.pid is not None and p.returncode is None]
+        return [p.pid for p in self._processes() if p.pid is not None and p.returncode is None]
 
     async def stop(self) -> None:
         """Stop supervising and stop every child (SIGTERM, grace, SIGKILL, reap)."""
@@ -359,5 +365,6 @@ class BackendPool:
         for task in tasks:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
-        await asyncio.gather(*(p.stop() for p in self.backends.values()))
+        shared = [self.shared.process] if self.shared is not None else []
+        await asyncio.gather(*(p.stop() for p in [*self.per_mode.values(), *shared]))
         log.info("pool.stopped", pid=os.getpid())

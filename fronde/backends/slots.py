@@ -31,6 +31,10 @@ came (b11434 sends them when it has given the request a slot); a whole answer's 
 come with its end, so for one Fronde reads ``/slots`` every :data:`WATCH_S` until a slot
 it does not hold shows busy (the loose request placed) or the loose request ends.
 
+A probed answer's segments on one server run on one slot (:meth:`SlotPins.keep`): the
+probe's, whose KV cache holds the prompt and the tokens so far, so a continuation there
+prefills only what is new (``cache_prompt``); the slot stays held between the segments.
+
 Only for llama-servers Fronde started itself (``backend.pin_slots``): a remote replica's
 slots are shared with clients Fronde does not see. A slot is let go when Fronde's request
 ends; after a client that left, llama-server frees it 0.05–1.5 s later, and b11434 holds
@@ -42,6 +46,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
+from collections import Counter
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -127,6 +132,7 @@ class SlotPins:
     def __init__(self) -> None:
         self._count: Callable[[str], int] = _unpinned
         self._taken: dict[str, set[int]] = {}
+        self._kept: dict[str, Counter[int]] = {}  # slots kept between a splice's segments
         self._loose: dict[str, Pin] = {}  # the loose generation in flight, per backend
         self._blind: set[str] = set()  # backends whose GET /slots failed: never loose
 
@@ -150,12 +156,13 @@ class SlotPins:
     def _take(self, base_url: str, n: int) -> int | None:
         """:meth:`take` on a backend of ``n`` slots, the request known to be pinnable."""
         taken = self._taken.setdefault(base_url, set())
-        free = [i for i in range(n) if i not in taken]
+        held = self.held(base_url)
+        free = [i for i in range(n) if i not in held]
         if not free:
             return None
         # Runs of consecutive held ids after taking i: one fewer where i joins two, the
         # same where it extends one, one more where it stands alone.
-        slot = max(free, key=lambda i: ((i - 1 in taken) + (i + 1 in taken), -i))
+        slot = max(free, key=lambda i: ((i - 1 in held) + (i + 1 in held), -i))
         taken.add(slot)
         return slot
 
@@ -182,7 +189,7 @@ class SlotPins:
         n = self._pinnable(base_url, path, body)
         if not n:
             return None
-        idle = not self._taken.get(base_url) and base_url not in self._loose
+        idle = not self.held(base_url) and base_url not in self._loose
         if idle and base_url not in self._blind:
             pin = Pin(None, early=early)
             self._loose[base_url] = pin
@@ -285,6 +292,23 @@ class SlotPins:
         if slot is not None:
             self._taken.get(base_url, set()).discard(slot)
 
+    def keep(self, base_url: str, slot: int) -> None:
+        """Hold ``slot`` of ``base_url`` for requests that name it themselves (``id_slot``).
+
+        A probed answer keeps its probe's slot until it ends, so that its next segment
+        there finds the slot free and its cache whole; each :meth:`keep` needs one
+        :meth:`unkeep`.
+        """
+        self._kept.setdefault(base_url, Counter())[slot] += 1
+
+    def unkeep(self, base_url: str, slot: int) -> None:
+        """Let go of one :meth:`keep` of ``slot``."""
+        kept = self._kept.get(base_url)
+        if kept is not None and kept[slot] > 0:
+            kept[slot] -= 1
+            if not kept[slot]:
+                del kept[slot]
+
     def held(self, base_url: str) -> frozenset[int]:
-        """The slot ids held on ``base_url`` now."""
-        return frozenset(self._taken.get(base_url, ()))
+        """The slot ids held on ``base_url`` now: taken by a request, or kept."""
+        return frozenset(self._taken.get(base_url, ())) | frozenset(self._kept.get(base_url, ()))

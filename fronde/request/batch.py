@@ -18,6 +18,7 @@ from __future__ import annotations
 import time
 from typing import Any, cast
 
+from fronde.backends.single import with_fields
 from fronde.backends.swap_ports import Lease
 from fronde.errors import FrondeError
 from fronde.logging import get_logger
@@ -144,8 +145,9 @@ async def _run_one(
     try:
         decision.winner = mode if mode is not decision.plan.mode else None
         url = d.pool.get(mode).url
+        sent = with_fields(body, d.pool.fields(mode))  # the mode, on a server of every mode
         with adm.generating(mode):
-            data = await answer_whole(d.client, url, PATHS[kind], body, str(mode))
+            data = await answer_whole(d.client, url, PATHS[kind], sent, str(mode))
     except FrondeError as exc:
         adm.close("error", exc.message)
         return _item_error(index, exc)

@@ -15,11 +15,7 @@ errors carry them too.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
-from contextlib import AsyncExitStack
 from typing import Any, cast
-
-import anyio
 
 from fronde.backends.client import BackendClient
 from fronde.backends.pool import BackendPool
@@ -27,7 +23,6 @@ from fronde.backends.swap import SwapScheduler
 from fronde.config import Settings
 from fronde.errors import (
     BackendConnectionError,
-    BackendStreamError,
     BackendUnavailableError,
     ContextLengthError,
     FrondeError,
@@ -39,12 +34,12 @@ from fronde.request.admission import Admission, Arrival
 from fronde.request.agent_apis import Api
 from fronde.request.hindsight import Hindsight
 from fronde.request.native import Kind, max_new_tokens, splice_safe
-from fronde.request.relay import sse_error_event
-from fronde.request.reply import Answer, Streamed, Whole
+from fronde.request.native_calls import NativeCalls
+from fronde.request.reply import Answer, Whole
 from fronde.request.sender import Sender
 from fronde.request.tools import ToolTemplate, honour_tool_choice
 from fronde.router.cache import cache_key
-from fronde.router.choice import forced_mode, parse_mode
+from fronde.router.choice import forced_mode
 from fronde.router.classify import RequestClass, classify, request_text, unsafe_fields
 from fronde.router.engine import Decision, Router
 from fronde.router.plan import Route
@@ -92,6 +87,8 @@ class Dispatcher:
         gated = settings.effective_max_parallel_decodes() == 1
         self.hindsight = Hindsight(client, router, wait_idle=gated)
         self.sender = Sender(settings, pool, client, router, self.hindsight)
+        self.native = NativeCalls(pool, client, router)
+        """llama-server's own endpoints, passed through (not routed)."""
 
     def _template_url(self) -> str:
         """A backend whose ``/props`` tells the chat template: baseline, else any ready one.
@@ -282,6 +279,12 @@ class Dispatcher:
         except (BackendConnectionError, BackendUnavailableError) as exc:
             # Nothing reached the client yet: serve from another ready mode.
             alt = self._retry_mode(decision)
+            if alt is None and self.pool.topology == "single":
+                # Every mode's server failed: the supervisor restarts it, come back then.
+                raise BackendUnavailableError(
+                    f"the llama-server of every mode failed ({exc.message}); it is being "
+                    "restarted: retry"
+                ) from exc
             if alt is None:
                 raise
             log.warning("route.retried", failed=str(plan.mode), mode=str(alt), error=exc.message)
@@ -315,76 +318,17 @@ class Dispatcher:
 
         Forced requests are not moved (the client asked for that mode), nor are
         unsafe-for-spec ones (only baseline may serve them), nor requests under swap
-        residency (only the leased mode is sure to stay up). Otherwise the plan's floor,
-        then baseline, then any other ready mode.
+        residency (only the leased mode is sure to stay up), nor any in single (every
+        mode is the one llama-server that failed). Otherwise the plan's floor, then
+        baseline, then any other ready mode.
         """
         plan = decision.plan
         if plan.route in (Route.FORCED, Route.UNSAFE) or self.swap is not None:
             return None
+        if self.pool.topology == "single":
+            return None  # every mode is the same llama-server: no other to go to
         ready = [m for m in self.pool.ready_modes() if m is not plan.mode]
         for m in (plan.floor, Mode.BASELINE, *ready):
             if m is not None and m in ready:
                 return m
         return None
-
-    # --- llama-server's own endpoints, passed through ------------------------------------
-
-    def _native_target(self, name: str | None) -> tuple[Mode, str]:
-        """The backend a native call goes to: (mode, base URL).
-
-        Raises:
-            UnknownModeError, ModeUnavailableError: the named mode does not exist or
-                is not run here.
-            BackendUnavailableError: no backend is ready.
-        """
-        if name:
-            mode = parse_mode(name, param="mode")
-        else:
-            ready = self.pool.ready_modes()
-            if not ready:
-                raise BackendUnavailableError("no backend is ready yet")
-            mode = Mode.BASELINE if Mode.BASELINE in ready else ready[0]
-        return mode, self.pool.get(mode).url
-
-    async def native_get(self, path: str, mode_name: str | None) -> Whole:
-        """``GET path`` on the named mode's backend (baseline, or the first ready, if None)."""
-        mode, url = self._native_target(mode_name)
-        data = await self.client.get_json(url, path)
-        return Whole(data, {"x-fronde-mode": str(mode)})
-
-    async def native_post(self, path: str, body: dict[str, Any], mode_name: str | None) -> Answer:
-        """``POST path`` on the named mode's backend, body as sent.
-
-        ``/completion`` takes a decode slot; streamed, it is relayed byte for byte and
-        ends with an in-band error event if the backend breaks.
-        """
-        mode, url = self._native_target(mode_name)
-        headers = {"x-fronde-mode": str(mode)}
-        if path != "/completion":
-            return Whole(await self.client.post_json(url, path, body), headers)
-        adm = Admission(self.router)
-        await adm.take_slot()
-        if not body.get("stream"):
-            try:
-                return Whole(await self.client.post_json(url, path, body), headers)
-            finally:
-                adm.release()
-        stack = AsyncExitStack()
-        stack.callback(adm.release)
-        try:
-            upstream = await stack.enter_async_context(self.client.stream(url, path, body))
-        except BaseException:
-            await stack.aclose()
-            raise
-
-        async def events() -> AsyncIterator[bytes]:
-            try:
-                async for part in upstream.raw():
-                    yield part
-            except BackendStreamError as exc:
-                yield b"\n" + sse_error_event(f"backend {mode} failed mid-stream: {exc.cause}")
-            finally:
-                with anyio.CancelScope(shield=True):  # see Sender.send
-                    await stack.aclose()
-
-        return Streamed(events(), headers, stack.aclose)

@@ -24,6 +24,7 @@ Source: OpenAI API reference, "Predicted Outputs" and ``completion_tokens_detail
 from __future__ import annotations
 
 import difflib
+from collections.abc import Mapping
 from typing import Any, cast
 
 from fronde.backends.client import BackendClient
@@ -58,16 +59,20 @@ def prediction_text(body: dict[str, Any]) -> str | None:
     return None
 
 
-async def feed_pool(client: BackendClient, url: str, text: str) -> bool:
+async def feed_pool(
+    client: BackendClient, url: str, text: str, fields: Mapping[str, Any] | None = None
+) -> bool:
     """Put ``text``'s n-grams in the pool of the ngram-mod server at ``url``.
 
-    One native ``/completion`` of one greedy token whose prompt is ``text``. A failure is
-    logged and ignored (the request then runs without the feed).
+    One native ``/completion`` of one greedy token whose prompt is ``text``, with the
+    mode's ``fields`` where one server serves every mode. A failure is logged and
+    ignored (the request then runs without the feed).
 
     Returns:
         Whether the backend answered.
     """
     body = {"prompt": text, "n_predict": 1, "temperature": 0, "cache_prompt": True}
+    body |= fields or {}
     try:
         await client.post_json(url, "/completion", body)
     except BackendError as exc:

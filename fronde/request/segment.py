@@ -40,6 +40,8 @@ class Segment:
         truncated: llama-server stopped because the slot's context was full (its final
             event's ``truncated``, ``tools/server/server-context.cpp``): nothing can
             follow, on any backend.
+        slot: the slot it ran on (its last event's ``id_slot``: b11434 sets it in the
+            final result only, ``send_final_response``, and sends -1 before), or None.
     """
 
     mode: Mode
@@ -48,6 +50,7 @@ class Segment:
     stop_type: str | None = None
     timings: dict[str, Any] = field(default_factory=dict[str, Any])
     truncated: bool = False
+    slot: int | None = None
     trail: TimingsTrail = field(default_factory=TimingsTrail, repr=False, compare=False)
 
     @property
@@ -159,6 +162,9 @@ async def segment_stream(
                 continue
             if "error" in event:
                 raise BackendConnectionError(f"{seg.mode} failed: {event['error']}")
+            slot = event.get("id_slot")
+            if isinstance(slot, int) and slot >= 0:  # b11434 sends -1 until the last event
+                seg.slot = slot
             seg.tokens.extend(int(t) for t in event.get("tokens") or ())
             seg.timings = seg.trail.add(event.get("timings")) or seg.timings
             piece = event.get("content") or ""

@@ -20,6 +20,7 @@ import anyio
 
 from fronde.backends.client import BackendClient, UpstreamStream
 from fronde.backends.pool import BackendPool
+from fronde.backends.single import with_fields
 from fronde.config import Settings
 from fronde.errors import FrondeError
 from fronde.modes import Mode
@@ -155,11 +156,12 @@ class Sender:
         """
         decision = cast("Decision", adm.decision)
         url = self.pool.get(mode).url
+        fields = self.pool.fields(mode)  # the mode, where one server serves every mode
         self._overhead(decision, headers)
         prediction = prediction_text(body) if self.settings.router.feed_prediction else None
         if prediction is not None and mode in FEEDS_POOL:
             t0 = time.monotonic()
-            fed = await feed_pool(self.client, url, prediction)
+            fed = await feed_pool(self.client, url, prediction, fields)
             headers["x-fronde-prediction-feed-ms"] = f"{(time.monotonic() - t0) * 1000:.1f}"
             headers["x-fronde-prediction-fed"] = "true" if fed else "false"
 
@@ -171,7 +173,7 @@ class Sender:
             # Streamed upstream all the same (fronde.request.collect): cancellable.
             with adm.generating(mode):
                 data = await answer_whole(
-                    self.client, url, PATHS[kind], body, str(mode), on_timings
+                    self.client, url, PATHS[kind], with_fields(body, fields), str(mode), on_timings
                 )
             answer = text_of(kind, data)
             self.hindsight.after(decision, mode, url, kind, body, text=answer)
@@ -182,7 +184,7 @@ class Sender:
         stack.callback(adm.count(mode))
         # Stop strings in a stream are Fronde's (see fronde.request.relay): llama-server
         # would drop the text it held back for a partial match at the budget.
-        upstream_body, stops = OwnedStops.take(body, chat=kind == "chat")
+        upstream_body, stops = OwnedStops.take(with_fields(body, fields), chat=kind == "chat")
         # Open the upstream before answering: a failure before the first byte is
         # still an ordinary HTTP error (raised here), not a broken 200 stream.
         try:
@@ -233,13 +235,14 @@ class Sender:
         decision = cast("Decision", adm.decision)
         url = self.pool.get(mode).url
         self._overhead(decision, headers)
+        sent = with_fields(body, self.pool.fields(mode))
 
         def on_timings(timings: dict[str, Any]) -> None:
             self.router.record(decision, mode, Timings.parse(timings))
 
         if not body.get("stream", False):
             with adm.generating(mode):
-                data = await self.client.post_json(url, api.path, body)
+                data = await self.client.post_json(url, api.path, sent)
             data = data if api.whole is None else api.whole(body)(data)
             timings = data.get("timings")
             if isinstance(timings, dict):
@@ -248,7 +251,7 @@ class Sender:
         stack = AsyncExitStack()
         stack.callback(adm.count(mode))
         try:
-            upstream = await stack.enter_async_context(self.client.stream(url, api.path, body))
+            upstream = await stack.enter_async_context(self.client.stream(url, api.path, sent))
         except BaseException:
             await stack.aclose()
             raise

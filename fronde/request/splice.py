@@ -12,8 +12,17 @@ over the same token ids; a hand-over neither loses nor invents text:
 - Every hand-over sends token ids (the prompt's ids plus every id generated so
   far), never text, so nothing is re-tokenized differently: the chat template is
   rendered with ``/apply-template``, tokenized once with ``/tokenize``, and each
-  segment asks ``/completion`` for ``return_tokens``. With ``cache_prompt`` on, a
-  backend continuing its own segment does not prefill the prompt again.
+  segment asks ``/completion`` for ``return_tokens``.
+- **A segment continues on its own slot.** A segment sent to a llama-server that ran
+  an earlier segment of the answer names that segment's slot (``id_slot``, learned from
+  its events) with ``cache_prompt`` on, and the slot is kept from other requests
+  (:meth:`~fronde.backends.slots.SlotPins.keep`) until the answer ends: the server
+  prefills only the tokens that are new, not the prompt again. In the single topology
+  (one llama-server serves every mode, :mod:`fronde.backends.single`) that is every
+  hand-over: the floor continues from the candidate's KV cache. Per mode, a hand-over to
+  another server still prefills the whole prompt there.
+- Each segment carries its mode's request fields on a server of every mode
+  (:meth:`~fronde.backends.pool.BackendPool.fields`).
 - Every segment **streams** from its backend, also for a client that wants one JSON
   answer: llama-server b11434 stops a streamed task as soon as its connection closes
   and runs a non-streamed one to the end, so a client that leaves must find a stream
@@ -49,6 +58,7 @@ from typing import Any, cast
 
 from fronde.backends.client import BackendClient
 from fronde.backends.pool import BackendPool
+from fronde.backends.single import with_fields
 from fronde.modes import Mode
 from fronde.request.admission import Admission
 from fronde.request.native import Kind, max_new_tokens, segment_params
@@ -114,6 +124,8 @@ class Splice:
         self.prefix = assistant_prefill(kind, body)
         """Text the answer starts with: a final assistant message that is continued."""
         self.segments: list[Segment] = []
+        self.slots: dict[str, int] = {}
+        """The slot of each backend (base URL) that ran a segment, kept until the end."""
         self.prompt: list[int] = []
         self._ready: list[str] = []  # released text not yet handed to the caller
 
@@ -211,7 +223,10 @@ class Splice:
         url = self.pool.get(mode).url
         context = await self._context()
         self.segments.append(seg)
-        pieces = segment_stream(self.client, url, seg, context, self.params, n_predict)
+        params = with_fields(self.params, self.pool.fields(mode))
+        if url in self.slots:  # its cache holds the prompt and the tokens so far
+            params = {**params, "id_slot": self.slots[url]}
+        pieces = segment_stream(self.client, url, seg, context, params, n_predict)
         with self.admission.generating(mode):
             async with contextlib.aclosing(pieces):
                 async for piece in pieces:
@@ -219,11 +234,22 @@ class Splice:
                     yield
                     if self.matcher.stopped:
                         break  # closing the stream (aclosing) stops the generation
+        # No await since the stream let its slot go: kept before another request takes it.
+        self._keep(url, seg.slot)
         if self.matcher.stopped:
             seg.stop_type = "word"
         self.router.record(self.decision, mode, Timings.parse(seg.timings))
         self._end_segment(seg)
         yield
+
+    def _keep(self, url: str, slot: int | None) -> None:
+        """Keep ``url``'s slot ``slot`` for the next segments there, until the answer ends."""
+        if slot is None or url in self.slots:
+            return
+        self.slots[url] = slot
+        pins = self.client.pins
+        pins.keep(url, slot)
+        self.admission.on_release(lambda: pins.unkeep(url, slot))
 
     async def _whole(self, mode: Mode, n_predict: int) -> Segment:
         """Run a segment to its end (a probe), its text kept for the caller."""

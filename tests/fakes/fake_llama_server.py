@@ -36,6 +36,17 @@ rest is ignored) plus knobs in the manner of llama-swap's ``cmd/fake-model``:
 - ``--fake-per-request-spec``: a llama-server with Fronde's patch set, which honours the
   per-request ``speculative.*`` fields, refuses bad ones with a 400 and says so in
   ``/props`` (see ``tests/fakes/per_request_spec.py``); without it they are ignored.
+- ``--fake-per-request``: behave as a llama-server built with Fronde's patch set
+  (``/work/notes/spec-contract.md``): ``/props`` says ``speculative_per_request``; a body's
+  ``speculative.n_max`` (0: no draft) and ``speculative.types`` (a subset of
+  ``--spec-type``, else HTTP 400) decide whether it drafts; ``timings`` carry
+  ``draft_n_max``. Without it the fields are ignored, as a stock b11434 does.
+- ``--fake-props-only``: ``/props`` says ``speculative_per_request`` but the fields are
+  ignored (a binary whose word its behaviour belies).
+- ``--fake-slot N``: the slot a native ``/completion`` without ``id_slot`` runs on, and each
+  slot keeps the ids of its last request as its cache: ``prompt_n`` counts only the ids
+  past the cached prefix (``cache_prompt``); without it ``prompt_n`` is 10 and the slot 0.
+  The final event names the slot (``id_slot``; the others -1, as b11434's).
 
 A body field ``fake_backend_error: true`` gets a llama-server-style HTTP 400.
 ``/v1/completions`` with ``prompt`` a list of prompts answers as b11434 does with one
@@ -159,6 +170,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--fake-record", default=None)
     p.add_argument("--fake-token-log", default=None)
     p.add_argument("--fake-per-request-spec", action="store_true")
+    p.add_argument("--fake-per-request", action="store_true")
+    p.add_argument("--fake-props-only", action="store_true")
+    p.add_argument("--fake-slot", type=int, default=None)
     p.add_argument("--version", action="store_true")
     args, _unknown = p.parse_known_args(argv)
     return args
@@ -260,11 +274,33 @@ def responses_item_known(item: Any) -> bool:
 def build_app(args: argparse.Namespace) -> FastAPI:
     app = FastAPI()
     started = time.monotonic()
-    spec = args.spec_type != "none"
+    configured = [t for t in args.spec_type.split(",") if t != "none"]
 
-    def timings(n: int) -> dict[str, Any]:
+    def drafts(body: dict[str, Any] | None) -> bool:
+        """Whether a request drafts: per the contract's fields with --fake-per-request."""
+        if not configured:
+            return False
+        if not args.fake_per_request or body is None:
+            return True
+        types = body.get("speculative.types", configured)
+        return bool(types) and body.get("speculative.n_max") != 0
+
+    def refusal(body: dict[str, Any]) -> JSONResponse | None:
+        """The patched server's 400 for a field it cannot honour (--fake-per-request)."""
+        if not args.fake_per_request:
+            return None
+        types: list[str] = body.get("speculative.types") or []
+        n_max = body.get("speculative.n_max")
+        bad = [t for t in types if t not in configured]
+        if not bad and (n_max is None or (isinstance(n_max, int) and n_max >= 0)):
+            return None
+        message = f"speculative type {bad} not configured" if bad else "bad speculative.n_max"
+        error = {"code": 400, "message": message, "type": "invalid_request_error"}
+        return JSONResponse({"error": error}, 400)
+
+    def timings(n: int, body: dict[str, Any] | None = None, prompt_n: int = 10) -> dict[str, Any]:
         t: dict[str, Any] = {
-            "prompt_n": 10,
+            "prompt_n": prompt_n,
             "prompt_ms": 10.0,
             "prompt_per_second": 1000.0,
             "predicted_n": n,
@@ -274,10 +310,12 @@ def build_app(args: argparse.Namespace) -> FastAPI:
         cap = DRAFT_CAP.get()  # a request's speculative.n_max (--fake-per-request-spec)
         if cap is not None:
             t["draft_n_max"] = cap
-        if spec and n > 1 and cap != 0:
+        if drafts(body) and n > 1 and cap != 0:
             drafted = 2 * n
             t["draft_n"] = drafted
             t["draft_n_accepted"] = round(drafted * args.fake_accept_rate)
+        if args.fake_per_request:
+            t["draft_n_max"] = 16 if drafts(body) else 0
         return t
 
     @app.get("/health")
@@ -287,6 +325,7 @@ def build_app(args: argparse.Namespace) -> FastAPI:
         return JSONResponse({"status": "ok"})
 
     busy = [0]  # generations running now, for /slots
+    cached: dict[int, list[int]] = {}  # slot → the ids its cache holds (--fake-slot)
     predicted = [0]  # tokens generated so far, for /metrics
 
     async def generate(body: dict[str, Any], request: Request) -> AsyncGenerator[str]:
@@ -400,7 +439,7 @@ def build_app(args: argparse.Namespace) -> FastAPI:
             usage = {"prompt_tokens": 10, "completion_tokens": n, "total_tokens": 10 + n}
             kind = "chat.completion" if chat else "text_completion"
             out = {"id": "fake-1", "object": kind, "model": model, "usage": usage}
-            out |= {"choices": [choice(text, finish, False)], "timings": timings(n)}
+            out |= {"choices": [choice(text, finish, False)], "timings": timings(n, body)}
             received = {"body": body, "headers": dict(request.headers)}
             return JSONResponse(out | {"fake_received": received})
 
@@ -417,7 +456,7 @@ def build_app(args: argparse.Namespace) -> FastAPI:
                         chunk: dict[str, Any] = {"id": "fake-1", "object": obj, "model": model}
                         chunk["choices"] = [choice(t, finish, True)]
                         if per_token or finish:
-                            chunk["timings"] = timings(n)
+                            chunk["timings"] = timings(n, body)
                         if finish:
                             received = {"body": body, "headers": dict(request.headers)}
                             chunk["fake_received"] = received
@@ -500,6 +539,8 @@ def build_app(args: argparse.Namespace) -> FastAPI:
 
     async def handle(request: Request, chat: bool) -> Any:
         body = await request.json()
+        if (refused := refusal(body)) is not None:
+            return refused
         if body.get("fake_backend_error"):  # a knob for a backend-side 400
             return JSONResponse(
                 {
@@ -568,7 +609,7 @@ def build_app(args: argparse.Namespace) -> FastAPI:
                         "completion_tokens": n_max,
                         "total_tokens": 10 + n_max,
                     },
-                    "timings": timings(n_max),
+                    "timings": timings(n_max, body),
                     # What reached the backend, for pass-through tests.
                     "fake_received": {"body": body, "headers": dict(request.headers)},
                 }
@@ -592,7 +633,7 @@ def build_app(args: argparse.Namespace) -> FastAPI:
                     chunk: dict[str, Any] = {"id": "fake-1", "object": obj, "model": model}
                     chunk["choices"] = [delta]
                     if body.get("timings_per_token"):
-                        chunk["timings"] = timings(n)
+                        chunk["timings"] = timings(n, body)
                     parts = split_write(json.dumps(chunk, ensure_ascii=False).encode())
                     for k, part in enumerate(parts):
                         yield b"data: " + part if part.startswith(b"{") else part
@@ -609,7 +650,7 @@ def build_app(args: argparse.Namespace) -> FastAPI:
                 "object": obj,
                 "model": model,
                 "choices": [final],
-                "timings": timings(n),
+                "timings": timings(n, body),
                 "fake_received": {"body": body, "headers": dict(request.headers)},
             }
             yield f"data: {json.dumps(last)}\n\n".encode()
@@ -643,10 +684,10 @@ def build_app(args: argparse.Namespace) -> FastAPI:
     @app.get("/props")
     async def props() -> JSONResponse:  # pyright: ignore[reportUnusedFunction]
         caps = {"supports_tools": not args.fake_no_tool_template, "supports_tool_calls": True}
-        out = {"model_alias": args.alias, "spec_type": args.spec_type, "chat_template_caps": caps}
-        if args.fake_per_request_spec:
-            out["speculative_per_request"] = True
-        return JSONResponse(out)
+        props = {"model_alias": args.alias, "spec_type": args.spec_type, "chat_template_caps": caps}
+        if args.fake_per_request_spec or args.fake_per_request or args.fake_props_only:
+            props["speculative_per_request"] = True
+        return JSONResponse(props)
 
     @app.post("/detokenize")
     async def detokenize(request: Request) -> JSONResponse:  # pyright: ignore[reportUnusedFunction]
@@ -686,6 +727,16 @@ def build_app(args: argparse.Namespace) -> FastAPI:
             )
         if args.fake_hang:
             await asyncio.sleep(3600)
+        if (refused := refusal(body)) is not None:
+            return refused
+        slot = int(body.get("id_slot", -1))
+        slot = slot if slot >= 0 else (args.fake_slot or 0)
+        held = cached.get(slot, []) if body.get("cache_prompt", True) else []
+        reused = next((i for i, (a, b) in enumerate(zip(held, ids, strict=False)) if a != b), None)
+        reused = min(len(held), len(ids)) if reused is None else reused
+        prompt_n = max(1, len(ids) - reused)  # llama-server evaluates at least one
+        prompt_n = prompt_n if args.fake_slot is not None else 10
+        seen = cached[slot] = list(ids)  # the slot's cache: the prompt, then each token
         n_predict = int(body.get("n_predict", -1))
         limit = n_predict if n_predict >= 0 else 64
         # A full context stops the generation as llama-server does (``truncated``).
@@ -713,6 +764,7 @@ def build_app(args: argparse.Namespace) -> FastAPI:
                         return
                     await asyncio.sleep(1.0 / args.fake_tps)
                     last = tok
+                    seen.append(tok)
                     yield [tok], piece(tok)
             finally:
                 busy[0] -= 1
@@ -739,7 +791,8 @@ def build_app(args: argparse.Namespace) -> FastAPI:
                 "stopping_word": stopping_word[0] if stopping_word else "",
                 "tokens_predicted": n,
                 "tokens_evaluated": len(ids),
-                "timings": timings(n),
+                "id_slot": slot,
+                "timings": timings(n, body, prompt_n),
             }
 
         if not body.get("stream"):
@@ -765,8 +818,9 @@ def build_app(args: argparse.Namespace) -> FastAPI:
                     continue
                 if t or p:
                     event: dict[str, Any] = {"content": carried + p, "tokens": t, "stop": False}
+                    event["id_slot"] = -1  # b11434 names the slot in the final event only
                     if body.get("timings_per_token"):
-                        event["timings"] = timings(n)
+                        event["timings"] = timings(n, body, prompt_n)
                     carried = ""
                     yield f"data: {json.dumps(event)}\n\n".encode()
                 if st:

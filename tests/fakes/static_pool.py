@@ -1,4 +1,4 @@
-"""What a :class:`~fronde.request.splice.Splice` asks of a pool: a backend's URL."""
+"""What a :class:`~fronde.request.splice.Splice` asks of a pool: a backend's URL, its fields."""
 
 from __future__ import annotations
 
@@ -20,6 +20,9 @@ class _Urls:
 
     def get(self, mode: Mode) -> _At:
         return _At(self.urls[mode])
+
+    def fields(self, mode: Mode) -> dict[str, object]:
+        return {}  # a server per mode: no request fields
 
 
 def static_pool(urls: dict[Mode, str]) -> BackendPool:

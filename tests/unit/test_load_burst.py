@@ -76,8 +76,13 @@ class _Backend:
 class _Pool:
     """Every mode ready, each at its own URL."""
 
+    topology = "per-mode"
+
     def __init__(self) -> None:
         self.backends = {m: _Backend(f"http://{m}") for m in READY}
+
+    def fields(self, mode: Mode) -> dict[str, Any]:
+        return {}  # a server per mode: no request fields
 
     def ready_modes(self) -> list[Mode]:
         return list(self.backends)

@@ -38,6 +38,25 @@ def test_the_lowest_free_id_is_taken_and_a_gap_is_filled_first() -> None:
     assert pins.held("http://b") == {0, 1, 2, 3}
 
 
+def test_a_kept_slot_is_held_until_every_keep_is_let_go() -> None:
+    """A probed answer keeps its probe's slot between segments (fronde.request.splice)."""
+    pins = pins_of(4)
+    pins.keep("http://b", 0)
+    pins.keep("http://b", 0)  # two answers' keeps (a counter, not a set)
+    pin = pins.begin("http://b", CHAT, {})  # not loose: the server is not idle
+    assert pin is not None and pin.slot == 1
+    pins.end("http://b", pin)
+    assert pins.take("http://b", CHAT, {}) == 1  # beside the kept one, never on it
+    pins.give("http://b", 1)
+    pins.unkeep("http://b", 0)
+    assert pins.held("http://b") == {0}
+    pins.unkeep("http://b", 0)
+    pins.unkeep("http://b", 0)  # one too many: a no-op
+    assert pins.held("http://b") == frozenset()
+    pin = pins.begin("http://b", CHAT, {})
+    assert pin is not None and pin.loose  # idle again: the server places it
+
+
 def test_a_slot_next_to_the_held_ones_is_taken_before_a_lower_one() -> None:
     pins = pins_of(8)
     for _ in range(3):

@@ -172,8 +172,7 @@ class UpstreamStream:
         self._resp = resp
         self.url = url
         self.settle_ms = settle_ms
-        """Time spent learning the slot of a request the server placed, before this
-        one was sent, ms (:meth:`~fronde.backends.slots.SlotPins.settle`)."""
+        """Time spent learning the slot of a request the server placed first, ms."""
 
     def _broken(self, exc: Exception) -> BackendStreamError:
         name = type(exc).__name__
@@ -224,11 +223,9 @@ class UpstreamStream:
     def raw(self) -> AsyncIterator[bytes]:
         """The body's bytes as they arrive.
 
-        Over the aiohttp transport the pieces come from aiohttp's own reader: httpx's
-        three generator layers in between (its bound stream, ``aiter_raw``'s chunker,
-        the transport's ``iter_chunked``) cost 0.04 ms a streamed token on the 2-core
-        CPU, a quarter of what the whole relay costs (``scripts/relay_cost.py``). The
-        response is still httpx's, closed by it.
+        Over the aiohttp transport, from aiohttp's own reader: httpx's three generator
+        layers in between cost 0.04 ms a streamed token on the 2-core CPU
+        (``scripts/relay_cost.py``). The response is still httpx's, closed by it.
 
         Raises:
             BackendStreamError: the body broke (while iterating).
@@ -241,8 +238,7 @@ class UpstreamStream:
 
 def _aiohttp_response(resp: httpx.Response) -> aiohttp.ClientResponse | None:
     """The aiohttp response under an httpx-aiohttp one (its stream unread), else None."""
-    stream = getattr(resp.stream, "_stream", None)  # httpx's BoundAsyncStream
-    native = getattr(stream, "_aiohttp_response", None)  # httpx-aiohttp's stream
+    native = getattr(getattr(resp.stream, "_stream", None), "_aiohttp_response", None)
     return native if isinstance(native, aiohttp.ClientResponse) else None
 
 

@@ -236,6 +236,19 @@ def test_the_openai_routes_honour_the_fields(cascade: str) -> None:
     assert "draft_n" not in r.json()["timings"]
 
 
+def test_the_messages_route_honours_the_fields(cascade: str) -> None:
+    # b11434's Anthropic converter builds a new body from a short list of keys: without
+    # patch 0006 a Messages request asking for no draft drafted with every speculator.
+    body = {"messages": [{"role": "user", "content": COPY_PROMPT}], "max_tokens": N_TOKENS}
+    body |= {"temperature": 0, "speculative.n_max": 0, "speculative.types": ["ngram-mod"]}
+    r = httpx.post(cascade + "/v1/messages", json=body, timeout=300)
+    assert r.status_code == 200, r.text
+    params = httpx.get(cascade + "/slots", timeout=10).json()[0]["params"]
+    assert params["speculative.n_max"] == 0 and params["speculative.types"] == "ngram-mod"
+    refused(cascade, {"messages": body["messages"], "speculative.types": ["draft-simple"]},
+            "/v1/messages")  # fmt: skip
+
+
 def test_props_says_so_with_the_servers_own_types(cascade: str) -> None:
     props = httpx.get(cascade + "/props", timeout=10).json()
     assert props[PER_REQUEST_FLAG] is True

@@ -26,6 +26,14 @@ def _is_token_id(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
+def _is_prompt_item(value: object) -> bool:
+    # b11434's tokenize_input_prompts: a string, a token id, a list of them (one prompt),
+    # or a multimodal object; anything else (null, a number with a fraction) it cannot read.
+    if isinstance(value, list):
+        return all(isinstance(v, str) or _is_token_id(v) for v in cast("list[Any]", value))
+    return isinstance(value, str | dict) or _is_token_id(value)
+
+
 def prompt_count(prompt: object) -> int:
     """How many prompts, hence choices, a ``prompt`` field holds (llama-server's rule).
 
@@ -53,7 +61,8 @@ def check_prompt(body: dict[str, Any]) -> None:
         body: a ``/v1/completions`` body whose ``prompt`` is a string or a list.
 
     Raises:
-        InvalidRequestError: ``prompt`` is an empty list (HTTP 400, ``param: prompt``).
+        InvalidRequestError: ``prompt`` is an empty list, or holds an item that is not a
+            string, a token id, a list of them or an object (HTTP 400, ``param: prompt``).
     """
     prompt = body.get("prompt")
     if not isinstance(prompt, list):
@@ -61,5 +70,9 @@ def check_prompt(body: dict[str, Any]) -> None:
     items = cast("list[Any]", prompt)
     if not items:
         raise InvalidRequestError("'prompt' must not be an empty list", param="prompt")
+    if not all(_is_prompt_item(p) for p in items):
+        raise InvalidRequestError(
+            "'prompt' items must be strings, token ids or lists of them", param="prompt"
+        )
     if len(items) == 1 and isinstance(items[0], str):
         body["prompt"] = items[0]

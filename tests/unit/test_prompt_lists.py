@@ -144,6 +144,16 @@ def test_an_empty_prompt_list_is_an_openai_400(plain: TestClient, stream: bool) 
     assert "x-fronde-mode" not in r.headers  # refused before any backend saw it
 
 
+@pytest.mark.parametrize("prompt", [[None, None], ["a", None], [1.5], [["a", None]], [True]])
+def test_a_prompt_list_item_llama_server_cannot_read_is_an_openai_400(
+    plain: TestClient, prompt: list[Any]
+) -> None:
+    r = plain.post("/v1/completions", json={"model": "fronde", "prompt": prompt, "max_tokens": 4})
+    assert r.status_code == 400, r.text
+    assert r.json()["error"]["param"] == "prompt"
+    assert "x-fronde-mode" not in r.headers
+
+
 # --- parallel slots: the prompts' chunks interleave --------------------------------------
 
 

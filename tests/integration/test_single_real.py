@@ -80,7 +80,11 @@ async def pool_on(
 ) -> AsyncGenerator[BackendPool]:
     """The pool ``fronde serve`` would start on ``profile`` with ``binary`` (topology auto)."""
     settings = load_settings(
-        profile=profile, modes=modes, llama_server=binary, cache_dir=tmp_path / "cache"
+        profile=profile,
+        modes=modes,
+        llama_server=binary,
+        cache_dir=tmp_path / "cache",
+        backend={"topology": "auto"},
     )
     pool = BackendPool.from_settings(settings, profile_of(settings), binary, tmp_path)
     await pool.start()

@@ -83,9 +83,8 @@ def test_auto_plans_the_one_server_beside_the_per_mode_ones(tmp_path: Path) -> N
     profile = load_profile(REPO_MODELS, "gpu-qwen3-8b")
     for m in profile.models:
         (tmp_path / m.file).write_bytes(b"gguf")
-    settings = load_settings(
-        models_dir=tmp_path, cache_dir=tmp_path, backend={"plain_args": ["--backend-sampling"]}
-    )
+    backend = {"plain_args": ["--backend-sampling"], "topology": "auto"}
+    settings = load_settings(models_dir=tmp_path, cache_dir=tmp_path, backend=backend)
     plan = plan_pool(settings, profile, Path("/bin/llama-server"), tmp_path)
     assert (plan.topology, set(plan.specs)) == ("auto", set(Mode))  # per-mode: the fallback
     assert plan.single is not None
@@ -114,6 +113,7 @@ def test_auto_plans_per_mode_where_the_settings_need_it(
     profile = load_profile(REPO_MODELS, "cpu-gemma-270m")
     with (tmp_path / profile.target.file).open("wb") as f:
         f.truncate(profile.target.size or 1)
+    overrides = {**overrides, "backend": {"topology": "auto", **overrides.get("backend", {})}}
     settings = load_settings(models_dir=tmp_path, cache_dir=tmp_path, **overrides)
     plan = plan_pool(settings, profile, Path("/bin/llama-server"), tmp_path)
     assert (plan.topology, plan.single) == ("per-mode", None)
@@ -196,7 +196,9 @@ async def test_auto_remembers_a_stock_binary_until_it_is_rebuilt(
     profile = load_profile(REPO_MODELS, "cpu-gemma-270m")
     with (tmp_path / profile.target.file).open("wb") as f:
         f.truncate(profile.target.size or 1)
-    settings = load_settings(models_dir=tmp_path, cache_dir=tmp_path, modes=MODES)
+    settings = load_settings(
+        models_dir=tmp_path, cache_dir=tmp_path, modes=MODES, backend={"topology": "auto"}
+    )
     plan = plan_pool(settings, profile, binary, tmp_path)
     assert plan.topology == "auto"
     pool = BackendPool(plan, stop_grace_s=1)
@@ -240,6 +242,7 @@ async def test_the_check_reads_behaviour_not_only_props(fake_binary: Path, tmp_p
 
 def single_client(binary: Path, tmp_path: Path, *knobs: str, **overrides: Any) -> TestClient:
     plan = single_plan(binary, tmp_path, "--fake-per-request", *knobs)
+    overrides = {**overrides, "backend": {"topology": "auto", **overrides.get("backend", {})}}
     settings = load_settings(cache_dir=tmp_path, models_dir=tmp_path, **overrides)
     pool = BackendPool(plan, stop_grace_s=1.0)
     return TestClient(create_app(settings, pool=pool), raise_server_exceptions=False)

@@ -223,23 +223,10 @@ class UpstreamStream:
     def raw(self) -> AsyncIterator[bytes]:
         """The body's bytes as they arrive.
 
-        Over the aiohttp transport, from aiohttp's own reader: httpx's three generator
-        layers in between cost 0.04 ms a streamed token on the 2-core CPU
-        (``scripts/relay_cost.py``). The response is still httpx's, closed by it.
-
         Raises:
             BackendStreamError: the body broke (while iterating).
         """
-        native = _aiohttp_response(self._resp)
-        if native is not None:
-            return self._guarded(native.content.iter_any())
         return self._guarded(self._resp.aiter_raw())
-
-
-def _aiohttp_response(resp: httpx.Response) -> aiohttp.ClientResponse | None:
-    """The aiohttp response under an httpx-aiohttp one (its stream unread), else None."""
-    native = getattr(getattr(resp.stream, "_stream", None), "_aiohttp_response", None)
-    return native if isinstance(native, aiohttp.ClientResponse) else None
 
 
 class BackendClient:

@@ -95,10 +95,10 @@ Topology = Literal["auto", "single", "per-mode"]
 class BackendSettings(_Section):
     """How each llama-server backend process is started and supervised."""
 
-    # per-mode by default: on a server started with speculators, b11434 runs a non-streamed
-    # request to its end after its client left (26-174 s measured on the 2-core CPU, stock
-    # and patched alike), where the plain server stops it at once; one server for every
-    # mode would hold a baseline request's slot for a client that has gone.
+    # per-mode by default: with single, the real-server test that a non-streamed client
+    # who leaves frees its slot failed (SmolLM2: the slot stayed busy seconds after the
+    # bound); llama-server stops a request whose client left only while it streams, and
+    # something on the single path still reaches it unstreamed. docs/configuration.md.
     topology: Topology = Field(
         default="per-mode",
         description="single: one llama-server serves every mode, chosen per request "

@@ -56,22 +56,35 @@ COPY = "def add(a, b):\n    return a + b\n\n\ndef sub(a, b):\n    return a - b\n
 PROBE_TOKENS = 48
 
 
+def installed_binary() -> tuple[Path, bool]:
+    """The llama-server `fronde install` left, and whether it carries Fronde's patch set."""
+    require_real_parts()
+    settings = load_settings()
+    binary = find_llama_binary(settings.cache_dir, settings.llama_server)
+    meta = binary.parent.parent / "install.json"  # written by fronde install beside bin/
+    patched = meta.is_file() and bool(json.loads(meta.read_text()).get("patches"))
+    return binary, patched
+
+
 def patched_binary() -> Path:
-    """The patched llama-server, or a skip that says how to name one."""
+    """``FRONDE_PATCHED_LLAMA_SERVER``, else the installed one if patched, else a skip."""
     path = os.environ.get(PATCHED_ENV)
-    if not path:
-        pytest.skip(
-            f"no patched llama-server: set {PATCHED_ENV} to one built with Fronde's patches"
-        )
-    if not Path(path).is_file():
-        pytest.skip(f"{PATCHED_ENV}={path} is not a file")
-    return Path(path)
+    if path:
+        if not Path(path).is_file():
+            pytest.skip(f"{PATCHED_ENV}={path} is not a file")
+        return Path(path)
+    binary, patched = installed_binary()
+    if not patched:
+        pytest.skip(f"{binary} is stock: `fronde install` builds the patched one")
+    return binary
 
 
 def stock_binary() -> Path:
-    require_real_parts()
-    settings = load_settings()
-    return find_llama_binary(settings.cache_dir, settings.llama_server)
+    """The installed llama-server if stock, else a skip (``fronde install --no-patches``)."""
+    binary, patched = installed_binary()
+    if patched:
+        pytest.skip(f"{binary} carries Fronde's patch set: these tests need a stock build")
+    return binary
 
 
 @asynccontextmanager
@@ -211,6 +224,7 @@ def test_a_crash_of_the_one_server_ends_every_request_and_it_comes_back(tmp_path
         "FRONDE_LLAMA_SERVER": str(binary),
         "FRONDE_BACKEND__PARALLEL": "4",
         "FRONDE_ROUTER__MAX_PARALLEL_DECODES": "4",
+        "FRONDE_BACKEND__TOPOLOGY": "auto",
     }
     serve = start_serve(
         tmp_path, *(a for m in ("baseline", "ngram-mod") for a in ("--mode", m)), env=env

@@ -66,6 +66,9 @@ class Arm:
             in every request (:func:`~fronde.bench.passes.timed_pass`).
         unflags: static arms: flags (without a value) taken out of the argv, e.g.
             ``--backend-sampling`` from the plain arm's ``backend.plain_args``.
+        alone: Fronde arms with ``force``: start that mode alone (``--mode``); False
+            starts every mode and only the requests name ``force`` (the one-server
+            topology's plain requests beside its speculating ones).
     """
 
     name: str
@@ -79,6 +82,7 @@ class Arm:
     servers: int = 1
     pin: bool = False
     unflags: tuple[str, ...] = ()
+    alone: bool = True
 
     @property
     def routed(self) -> bool:
@@ -229,7 +233,7 @@ async def started(
                 await asyncio.to_thread(proxy.__exit__, None, None, None)
         return
     extra: tuple[str, ...] = ("--profile", settings.profile) if settings.model is None else ()
-    if arm.force is not None:
+    if arm.force is not None and arm.alone:
         extra += ("--mode", str(arm.force))
     timeout_s = settings.backend.start_timeout_s + 30
     # running_serve polls synchronously; a thread keeps the event loop free.

@@ -63,7 +63,9 @@ ArmOpt = Annotated[
         "--arm",
         help="arms to run, NAME or NAME@1,8,32 for its own c (repeatable): plain, "
         "pinned, plain-nobs or plain-bs, default, cascade, plain2, s-simple, fr-plain, "
-        "router, router-b, router-t [default: all but plain-nobs and plain-bs]",
+        "router, router-b, router-t (one server per mode), single-b, fr-sbase (one "
+        "server for every mode: a patched build) [default: all but plain-nobs, plain-bs, "
+        "single-b and fr-sbase]",
     ),
 ]
 SlotsOpt = Annotated[

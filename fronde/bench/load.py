@@ -36,8 +36,8 @@ from fronde.errors import FrondeError
 from fronde.modes import Mode
 
 __all__ = [
-    "BACKEND_SAMPLING", "CLIENTS", "CONTROLS", "PINNED", "PROXY", "ROUTERS", "SPREAD",
-    "LoadSetup", "arm_about", "load_setup", "spec_of",
+    "BACKEND_SAMPLING", "CLIENTS", "CONTROLS", "PINNED", "PROXY", "ROUTED", "ROUTERS",
+    "SINGLE", "SINGLE_PLAIN", "SPREAD", "LoadSetup", "arm_about", "load_setup", "spec_of",
 ]  # fmt: skip
 
 CLIENTS: tuple[int, ...] = (1, 2, 4, 8, 16, 32)
@@ -77,7 +77,30 @@ what the hop and Fronde's slot placement change, a router arm ÷ ``fr-plain`` wh
 routing adds (:mod:`~fronde.bench.load_ratios`). Not in the verdict's best static arm."""
 
 ROUTERS = {"marginal": "router", "threshold": "router-t", "best": "router-b"}
-"""The router arm of each placement of the measured load rule."""
+"""The router arm of each placement of the measured load rule, one llama-server per mode
+(``backend.topology = per-mode``)."""
+
+SINGLE = "single-b"
+"""Fronde routing (measured load rule, best placement) with one llama-server for every
+mode (``backend.topology = single``: a patched build, :mod:`fronde.backends.single`)."""
+
+ROUTED = (*ROUTERS.values(), SINGLE)
+"""Every router arm's name."""
+
+PER_MODE = ("FRONDE_BACKEND__TOPOLOGY", "per-mode")
+ONE_SERVER = ("FRONDE_BACKEND__TOPOLOGY", "single")
+
+SINGLE_PLAIN = Arm(
+    "fr-sbase",
+    "fronde",
+    Mode.BASELINE,
+    env=(ONE_SERVER,),
+    alone=False,
+    about="Fronde's one llama-server for every mode, every request forced to baseline "
+    "(`speculative.n_max` 0): does a request that drafts nothing decode as on `plain`?",
+)
+"""Every mode on one server, every request plain: ``fr-sbase ÷ fr-plain`` is what the
+speculators a request does not use cost it (the issue's goal: none)."""
 
 PINNED = Arm(
     "pinned",
@@ -106,7 +129,7 @@ PLAIN_BS = Arm(
 )
 """The plain arm with :data:`BACKEND_SAMPLING`, where ``backend.plain_args`` do not."""
 
-CONTROLS = frozenset({SPREAD.name, PROXY.name, PINNED.name})
+CONTROLS = frozenset({SPREAD.name, PROXY.name, PINNED.name, SINGLE_PLAIN.name})
 """Arms that are no single server a user runs unchanged: not in the verdict's best
 static arm."""
 
@@ -133,8 +156,9 @@ def arm_about(name: str) -> str:
 
     The name itself for an arm this code does not know (a run of older code).
     """
-    known = {a.name: a.about for a in (*ARMS, SPREAD, PROXY)}
+    known = {a.name: a.about for a in (*ARMS, SPREAD, PROXY, PINNED, SINGLE_PLAIN)}
     known |= {r: _router_about(p) for p, r in ROUTERS.items()}
+    known[SINGLE] = _router_about("best") + ", one llama-server for every mode"
     known |= {f"s-{short}": _probe_about(m) for m, short in SHORT.items()}
     return known.get(name, name)
 
@@ -202,16 +226,22 @@ class LoadSetup:
 
 
 def _router_arms(env: tuple[tuple[str, str], ...]) -> dict[str, Arm]:
-    """A router arm per placement of the measured rule (:data:`ROUTERS`), on ``env``."""
-    return {
+    """The router arms on ``env``: one per placement of the measured rule.
+
+    :data:`ROUTERS` run one server per mode, :data:`SINGLE` (best placement) one server.
+    """
+    arms = {
         ROUTERS[p]: Arm(
             ROUTERS[p],
             "fronde",
-            env=(*env, ("FRONDE_ROUTER__LOAD_PLACEMENT", p)),
+            env=(*env, PER_MODE, ("FRONDE_ROUTER__LOAD_PLACEMENT", p)),
             about=_router_about(p),
         )
         for p in ("marginal", "best", "threshold")
     }
+    placement = ("FRONDE_ROUTER__LOAD_PLACEMENT", "best")
+    arms[SINGLE] = Arm(SINGLE, "fronde", env=(*env, ONE_SERVER, placement), about=arm_about(SINGLE))
+    return arms
 
 
 def _calibrate(run: Settings, static: list[Arm]) -> dict[Mode, str]:
@@ -287,7 +317,8 @@ def load_setup(
     )
     routers = _router_arms(env)
     variant = PLAIN_NOBS if BACKEND_SAMPLING in static_argv(known["plain"], run)[1] else PLAIN_BS
-    every = [*static, PINNED, variant, replace(PROXY, env=env), *routers.values()]
+    proxies = [replace(PROXY, env=(*env, PER_MODE)), replace(SINGLE_PLAIN, env=(*env, ONE_SERVER))]
+    every = [*static, PINNED, variant, *proxies, *routers.values()]
     if arms is None:  # the default arms
         named = [ROUTERS[p] for p in placements]
         chosen = [a.name for a in static] + [PINNED.name] * bool(timed)

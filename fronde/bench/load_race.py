@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from itertools import combinations
 from typing import Any
 
-from fronde.bench.load import CONTROLS, ROUTERS
+from fronde.bench.load import CONTROLS, ROUTED
 from fronde.bench.load_rows import level_c
 
 __all__ = ["RACE_ABOUT", "RACE_HEAD", "race_lines"]
@@ -36,7 +36,7 @@ RACE_ABOUT = (
 )
 """What the race lines are, under :data:`RACE_HEAD` on the page."""
 
-_NOT_ONE_SERVER = {*CONTROLS, *ROUTERS.values()}
+_NOT_ONE_SERVER = {*CONTROLS, *ROUTED}
 
 
 def _rate(times: dict[str, tuple[int, float]], items: Sequence[str]) -> float:
@@ -97,7 +97,7 @@ def race_lines(samples: Sequence[dict[str, Any]], loops: Sequence[str]) -> list[
         routers = [
             f"{a} {_rate(arms[a], items) / top:.2f}×"
             for a in sorted(arms)
-            if a in ROUTERS.values() and set(items) <= set(arms[a])
+            if a in ROUTED and set(items) <= set(arms[a])
         ]
         where = f"session {session}, " if session else ""
         head = f"- {where}rep {rep}, {len(items)} items: best single {best} {top:.0f} tok/s; "

@@ -11,7 +11,10 @@ alone was 1.89–2.14×, and the router's own share over the pinned server 1.07�
   ``fr-plain ÷ plain`` (Fronde with one mode forced: its slot placement and its hop);
 - **routing**: ``<router arm> ÷ fr-plain`` and ``<router arm> ÷ pinned`` (what the
   choice of mode and server adds over one-mode placement);
-- **together**: ``<router arm> ÷ plain``.
+- **together**: ``<router arm> ÷ plain``;
+- **topology**: ``single-b ÷ router-b`` (one llama-server for every mode against one per
+  mode, both routing) and ``fr-sbase ÷ fr-plain`` (a plain request on the one server
+  beside its speculators against the plain server alone).
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from fronde.bench.load import PINNED, PROXY, ROUTERS
+from fronde.bench.load import PINNED, PROXY, ROUTED, ROUTERS, SINGLE, SINGLE_PLAIN
 from fronde.bench.load_sessions import session_ratios
 
 __all__ = ["Ratios", "ratio_lines", "ratio_sets"]
@@ -32,6 +35,8 @@ ABOUT = {
     "slots; no routing)",
     "routing": "What routing adds (the choice of mode and server, over one-mode placement)",
     "together": "Both together (a router arm against the plain server)",
+    "topology": "One llama-server for every mode against one per mode (the router; "
+    "a request forced to plain decoding)",
 }
 
 
@@ -48,11 +53,12 @@ def ratio_sets(
     Returns:
         Only the ratios both of whose arms were measured in one session.
     """
-    routers = [r for r in ROUTERS.values() if r in arms]
+    routers = [r for r in ROUTED if r in arms]
     pairs = {
         "placement": [(PINNED.name, "plain"), (PROXY.name, "plain")],
         "routing": [(r, d) for r in routers for d in (PROXY.name, PINNED.name)],
         "together": [(r, "plain") for r in routers],
+        "topology": [(SINGLE, ROUTERS["best"]), (SINGLE_PLAIN.name, PROXY.name)],
     }
     out: Ratios = {}
     for kind, wanted in pairs.items():

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from statistics import median
 from typing import Any
 
-from fronde.bench.load import CONTROLS, ROUTERS
+from fronde.bench.load import CONTROLS, ROUTED
 from fronde.bench.load_rows import LoadRow, load_rows
 from fronde.bench.load_sessions import by_session
 
@@ -22,8 +22,8 @@ __all__ = ["held_out_ratios", "routed", "session_verdicts", "single", "verdict_l
 
 
 def routed(arm: str) -> bool:
-    """Whether ``arm`` is a router arm (:data:`~fronde.bench.load.ROUTERS`)."""
-    return arm in ROUTERS.values()
+    """Whether ``arm`` is a router arm (:data:`~fronde.bench.load.ROUTED`)."""
+    return arm in ROUTED
 
 
 def single(arm: str) -> bool:
@@ -84,7 +84,7 @@ def verdict_lines(rows: Sequence[LoadRow]) -> list[str]:
     on the in-sample one.
     """
     out: list[str] = []
-    names = [a for a in ROUTERS.values() if any(r.arm == a for r in rows)] or ["router"]
+    names = [a for a in ROUTED if any(r.arm == a for r in rows)] or ["router"]
     for name in names:
         for c in sorted({r.c for r in rows}):
             best = _best_static(rows, c)

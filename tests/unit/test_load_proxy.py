@@ -16,6 +16,7 @@ import pytest
 
 from fronde.bench.load import PROXY, load_setup
 from fronde.bench.load_page import load_markdown
+from fronde.bench.load_ratios import ratio_sets
 from fronde.bench.load_report import report_load
 from fronde.bench.load_rows import load_rows
 from fronde.bench.load_sessions import session_ratios
@@ -140,3 +141,28 @@ def test_each_row_gives_its_servers_own_decode_rate() -> None:
     page = load_markdown([row, bare], [], "t", {}, None)
     assert "| ttft s | srv | load |" in page
     assert "| 0.010 | 35 | " in page and "| 0.010 | - | " in page
+
+
+def test_the_one_server_arms_name_their_topology_and_the_router_arms_theirs(
+    fake_gemma: Callable[[int], Settings],
+) -> None:
+    """``single-b`` and ``fr-sbase`` ask for one llama-server for every mode, the router
+    arms and ``fr-plain`` for one per mode: with ``auto`` the default, an arm that named
+    neither would change topology with the binary it found."""
+    arms = {"fr-plain": None, "router-b": None, "single-b": None, "fr-sbase": None}
+    setup = load_setup(fake_gemma(400), "completion", 16, 1, (1, 4), 4, items=3, arms=arms)
+    by = {a.name: a for a in setup.router.arms}
+    topology = {name: dict(a.env)["FRONDE_BACKEND__TOPOLOGY"] for name, a in by.items()}
+    assert topology == {
+        "fr-plain": "per-mode", "router-b": "per-mode", "single-b": "single", "fr-sbase": "single",
+    }  # fmt: skip
+    assert dict(by["single-b"].env)["FRONDE_ROUTER__LOAD_PLACEMENT"] == "best"
+    assert by["single-b"].routed and by["fr-sbase"].force is Mode.BASELINE
+    # fr-sbase starts every mode (no --mode): its requests share the server with drafts.
+    assert by["fr-plain"].alone and not by["fr-sbase"].alone
+    samples = [*_samples("router-b", 10), *_samples("single-b", 12)]
+    samples += [*_samples("fr-plain", 10), *_samples("fr-sbase", 9)]
+    ratios = ratio_sets(samples, [], ["router-b", "single-b", "fr-plain", "fr-sbase"])
+    topo = ratios["topology"]
+    assert topo["single-b ÷ router-b"] == pytest.approx({2: 1.2})
+    assert topo["fr-sbase ÷ fr-plain"] == pytest.approx({2: 0.9})

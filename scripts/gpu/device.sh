@@ -12,6 +12,8 @@
 #   hop            what each part of Fronde's hop does to a server (scripts/gpu/hop_probe.py)
 #   batched        llama-batched-bench: one model's decode tok/s against parallel sequences
 #   burst-hop      what Fronde adds to a burst's first tokens, fake servers (scripts/burst_hop.py)
+#   topology       memory, start time and a mode-changing workload of each topology, every
+#                  model carried (scripts/topology_cost.py; TOPO_SLOTS, TOPO_CTX, TOPO_ROUNDS)
 #   atlas | verdict | load   the measurements; results are tarred into $OUT (PROFILE=...);
 #                  load takes the plan in LOAD_* variables and, with LOAD_CHECK, runs the
 #                  outside client on the run (scripts/gpu/outside_check.py)
@@ -316,6 +318,18 @@ case "${1:?step}" in
       fi
     fi
     tar czf "$OUT/$name.tgz" --exclude=logs --exclude=outside-logs -C /root/fronde-results "$name"
+    ;;
+  topology)
+    # One llama-server for every mode, one per mode, one per mode with one resident:
+    # GPU memory (nvidia-smi), ready time and 12 requests whose mode changes each time,
+    # for each model on this machine, at the load runs' slots and context.
+    for profile in cpu-gemma-270m cpu-smollm2-135m; do
+      gguf=$(sed -n 's/^file = "\(.*\)"$/\1/p' "models/$profile.toml" | head -1)
+      [ -f "models/$gguf" ] || { echo "topology: no models/$gguf, $profile left out"; continue; }
+      FRONDE_PROFILE=$profile python3 scripts/topology_cost.py --profile "$profile" \
+        --slots "${TOPO_SLOTS:-32}" --ctx "${TOPO_CTX:-65536}" --rounds "${TOPO_ROUNDS:-1}" \
+        --out "$OUT/topology-$profile.jsonl" || echo "topology: $profile failed"
+    done
     ;;
   *) echo "device.sh: unknown step $1" >&2; exit 2 ;;
 esac

@@ -95,12 +95,10 @@ Topology = Literal["auto", "single", "per-mode"]
 class BackendSettings(_Section):
     """How each llama-server backend process is started and supervised."""
 
-    # per-mode by default: with single, the real-server test that a non-streamed client
-    # who leaves frees its slot failed (SmolLM2: the slot stayed busy seconds after the
-    # bound); llama-server stops a request whose client left only while it streams, and
-    # something on the single path still reaches it unstreamed. docs/configuration.md.
+    # auto by default: one llama-server for every mode wherever the binary honours the
+    # per-request fields (fronde install's patched build) and the settings allow it.
     topology: Topology = Field(
-        default="per-mode",
+        default="auto",
         description="single: one llama-server serves every mode, chosen per request "
         "(speculative.n_max / speculative.types in the body; needs a binary that honours "
         "them, fronde install's patch set); per-mode: one llama-server per mode; auto = "

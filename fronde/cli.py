@@ -285,6 +285,28 @@ def models_fetch(
         err.print(f"{path}: {how}", markup=False, highlight=False)
 
 
+@models_app.command("self-draft")
+def models_self_draft(
+    draft: Annotated[Path, typer.Argument(help="a quantized GGUF, e.g. the shipped Q4_1 file")],
+    config: ConfigOpt = None,
+) -> None:
+    """Write DRAFT as F16 (llama-quantize) and print how to serve that target with DRAFT.
+
+    The pair tests the draft path on real parts; it is not a speed claim: the target is
+    the draft's own weights, so nearly every draft is accepted.
+    """
+    import shlex
+
+    from fronde.runtime.requant import self_draft_pair
+
+    settings = settings_from(config, {})
+    pair = self_draft_pair(draft, settings.cache_dir)
+    how = "written" if pair.made else "already there"
+    err.print(f"{pair.target}: {how}", markup=False, highlight=False)
+    # stdout: the command alone, for a script (a path test of the draft mode, not a speed claim)
+    typer.echo(shlex.join(["fronde", "serve", *pair.serve_args]))
+
+
 def main() -> None:
     """Console-script entry point: run the CLI, turning Fronde errors into one line.
 

@@ -16,7 +16,6 @@ per domain and mode over the expected-speedup surface.
 
 from __future__ import annotations
 
-import subprocess
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -32,6 +31,7 @@ from fronde.bench.workloads import Workload, load_workload
 from fronde.config import Settings
 from fronde.errors import FrondeError
 from fronde.modes import Mode, mode_args
+from fronde.runtime.requant import run_llama_quantize
 
 __all__ = [
     "QUANTIZE_TYPES", "SHIPPED", "atlas_arms", "check_quants", "requantize", "run_atlas",
@@ -91,17 +91,10 @@ def requantize(llama_quantize: Path, source: Path, qtype: str, out_dir: Path) ->
     Raises:
         FrondeError: llama-quantize failed (its last lines).
     """
-    out_dir.mkdir(parents=True, exist_ok=True)
     out = out_dir / f"{source.stem}-requant-{qtype}.gguf"
     if out.is_file() and out.stat().st_size > 0:
         return out
-    partial = out.with_suffix(".partial")
-    argv = [str(llama_quantize), "--allow-requantize", str(source), str(partial), qtype]
-    done = subprocess.run(argv, capture_output=True, text=True, check=False)
-    if done.returncode != 0:
-        tail = (done.stderr or done.stdout).strip().splitlines()[-2:]
-        raise FrondeError(f"llama-quantize {qtype} failed ({done.returncode}): {' | '.join(tail)}")
-    partial.replace(out)
+    run_llama_quantize(llama_quantize, source, out, qtype)
     return out
 
 

@@ -109,6 +109,15 @@ def _topology(settings: Settings, local: list[Mode], binary: Path) -> tuple[Plan
         return "per-mode", why
     if len(local) < 2:
         return "per-mode", "one mode: one llama-server either way"
+    if Mode.DRAFT in local:
+        # b11434 feeds every slot's tokens to the draft model on each step
+        # (common_speculative_process in update_slots), whatever a request's
+        # speculative.n_max: on one server a request that drafts nothing would pay for
+        # the draft model (docs/llama-patches.md). Asked for by name, single still runs.
+        return "per-mode", (
+            "the draft mode is up: one server would decode every request on the draft "
+            "model too (backend.topology = single runs it anyway)"
+        )
     stock = known_stock(settings.cache_dir / STOCK_FILE, binary)
     if stock is not None:
         return "per-mode", f"{stock}; delete {settings.cache_dir / STOCK_FILE} to check again"

@@ -79,14 +79,21 @@ def test_each_mode_is_its_fields() -> None:
     assert mode_fields(Mode.NGRAM_MOD, backend_sampling=True) == FIELDS[Mode.NGRAM_MOD]
 
 
-def test_auto_plans_the_one_server_beside_the_per_mode_ones(tmp_path: Path) -> None:
+def test_single_plans_the_one_server_beside_the_per_mode_ones(tmp_path: Path) -> None:
     profile = load_profile(REPO_MODELS, "gpu-qwen3-8b")
     for m in profile.models:
         (tmp_path / m.file).write_bytes(b"gguf")
     backend = {"plain_args": ["--backend-sampling"], "topology": "auto"}
     settings = load_settings(models_dir=tmp_path, cache_dir=tmp_path, backend=backend)
     plan = plan_pool(settings, profile, Path("/bin/llama-server"), tmp_path)
-    assert (plan.topology, set(plan.specs)) == ("auto", set(Mode))  # per-mode: the fallback
+    # auto: a draft model on the one server would decode every request's tokens too.
+    assert (plan.topology, plan.single) == ("per-mode", None)
+    assert "draft mode" in plan.why
+    settings = settings.model_copy(
+        update={"backend": settings.backend.model_copy(update={"topology": "single"})}
+    )
+    plan = plan_pool(settings, profile, Path("/bin/llama-server"), tmp_path)
+    assert (plan.topology, set(plan.specs)) == ("single", set(Mode))  # per-mode: the fallback
     assert plan.single is not None
     args = plan.single.args
     assert value(args, "--spec-type") == "ngram-simple,ngram-mod,draft-simple"

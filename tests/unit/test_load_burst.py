@@ -27,7 +27,7 @@ from fronde.request import Dispatcher
 from fronde.request.reply import Streamed
 from fronde.router.classify import RequestClass
 from fronde.router.engine import Router
-from fronde.router.plan import Plan, Route, RouterPolicy
+from fronde.router.plan import Plan, Route, RouterPolicy, Situation
 from fronde.router.policy import plan_route
 
 # Speculation serves more at a low load, plain decoding from load 3 on (a GPU's shape).
@@ -49,13 +49,15 @@ def test_requests_arriving_with_this_one_count_in_the_load() -> None:
     def at(in_flight: dict[Mode, int], arriving: int) -> Plan:
         return plan_route(
             RequestClass.GENERAL,
-            ready=READY,
-            speed=lambda m, c: None,
-            policy=POLICY,
-            in_flight=in_flight,
-            curves=CURVES,
-            slots=32,
-            arriving=arriving,
+            Situation(
+                ready=READY,
+                speed=lambda m, c: None,
+                policy=POLICY,
+                in_flight=in_flight,
+                curves=CURVES,
+                slots=32,
+                arriving=arriving,
+            ),
         )
 
     # Alone, nothing arriving: the ordinary rules (the floor).

@@ -19,15 +19,15 @@ Sources: OpenAI API reference "Create a model response"; Anthropic API reference
 
 from __future__ import annotations
 
-from typing import Any, cast
-
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
 from fronde.api.asgi import answered, render
 from fronde.api.deps import RuntimeDep
 from fronde.api.schema import check_number, read_json_body
+from fronde.client_request import PassedRequest
 from fronde.errors import InvalidRequestError, NotFoundError
+from fronde.json_types import JSON, JSONObject
 from fronde.request.agent_apis import INFILL, MESSAGES, RESPONSES, Api
 
 __all__ = [
@@ -56,7 +56,7 @@ def _fail(message: str, param: str) -> InvalidRequestError:
     return InvalidRequestError(message, param=param)
 
 
-def _budget(body: dict[str, Any], name: str, default: int) -> None:
+def _budget(body: JSONObject, name: str, default: int) -> None:
     """Check the integer budget ``name``; set it to ``default`` when absent."""
     v = body.get(name)
     if v is None:
@@ -65,7 +65,7 @@ def _budget(body: dict[str, Any], name: str, default: int) -> None:
         raise _fail(f"'{name}' must be an integer of at least 1", name)
 
 
-def _shared(body: dict[str, Any], temperature_max: float) -> None:
+def _shared(body: JSONObject, temperature_max: float) -> None:
     """``stream``, ``model``, ``temperature``, ``top_p``, ``tools``: types and ranges."""
     if "stream" in body and not isinstance(body["stream"], bool):
         raise _fail("'stream' must be a boolean", "stream")
@@ -77,7 +77,7 @@ def _shared(body: dict[str, Any], temperature_max: float) -> None:
         raise _fail("'tools' must be an array", "tools")
 
 
-def _text_only(kind: Any, at: str) -> None:
+def _text_only(kind: JSON, at: str) -> None:
     if kind in ("input_image", "input_file", "image", "document", "input_audio"):
         raise _fail(
             f"'{at}' is a part of type {kind!r}; this model reads text only "
@@ -86,7 +86,7 @@ def _text_only(kind: Any, at: str) -> None:
         )
 
 
-def check_responses(body: dict[str, Any], default_max_tokens: int) -> None:
+def check_responses(body: JSONObject, default_max_tokens: int) -> None:
     """Check an OpenAI Responses body; set ``max_output_tokens`` when absent.
 
     An input item with a ``role`` and no ``type`` (the SDKs' shorthand,
@@ -105,15 +105,15 @@ def check_responses(body: dict[str, Any], default_max_tokens: int) -> None:
     items = body.get("input")
     if not isinstance(items, str | list):
         raise _fail("'input' must be a string or an array of input items", "input")
-    for i, raw in enumerate(cast("list[Any]", items) if isinstance(items, list) else []):
+    for i, raw in enumerate(items if isinstance(items, list) else []):
         if not isinstance(raw, dict):
             raise _fail(f"'input[{i}]' must be an object", f"input[{i}]")
-        item = cast("dict[str, Any]", raw)
+        item = raw
         if item.get("type") is None and isinstance(item.get("role"), str):
             item["type"] = "message"
         content = item.get("content")
-        for j, part in enumerate(cast("list[Any]", content) if isinstance(content, list) else []):
-            kind = cast("dict[str, Any]", part).get("type") if isinstance(part, dict) else None
+        for j, part in enumerate(content if isinstance(content, list) else []):
+            kind = part.get("type") if isinstance(part, dict) else None
             _text_only(kind, f"input[{i}].content[{j}]")
     if body.get("previous_response_id"):
         raise _fail(
@@ -131,7 +131,7 @@ def check_responses(body: dict[str, Any], default_max_tokens: int) -> None:
     _budget(body, "max_output_tokens", default_max_tokens)
 
 
-def check_messages(body: dict[str, Any], default_max_tokens: int) -> None:
+def check_messages(body: JSONObject, default_max_tokens: int) -> None:
     """Check an Anthropic Messages body; set ``max_tokens`` when absent.
 
     Anthropic requires ``max_tokens``; Fronde lends ``server.default_max_tokens``
@@ -148,7 +148,7 @@ def check_messages(body: dict[str, Any], default_max_tokens: int) -> None:
         raise _fail("'system' must be a string or an array of text blocks", "system")
     stops = body.get("stop_sequences")
     if stops is not None and not (
-        isinstance(stops, list) and all(isinstance(s, str) for s in cast("list[Any]", stops))
+        isinstance(stops, list) and all(isinstance(s, str) for s in stops)
     ):
         raise _fail("'stop_sequences' must be an array of strings", "stop_sequences")
     if body.get("tool_choice") is not None and not isinstance(body["tool_choice"], dict):
@@ -158,7 +158,7 @@ def check_messages(body: dict[str, Any], default_max_tokens: int) -> None:
     _budget(body, "max_tokens", default_max_tokens)
 
 
-def check_message_list(body: dict[str, Any]) -> None:
+def check_message_list(body: JSONObject) -> None:
     """Check an Anthropic body's ``messages`` (Messages, and its token count).
 
     Raises:
@@ -169,26 +169,26 @@ def check_message_list(body: dict[str, Any]) -> None:
     messages = body.get("messages")
     if not isinstance(messages, list) or not messages:
         raise _fail("'messages' must be a non-empty array", "messages")
-    for i, raw in enumerate(cast("list[Any]", messages)):
+    for i, raw in enumerate(messages):
         where = f"messages[{i}]"
         if not isinstance(raw, dict):
             raise _fail(f"'{where}' must be an object", where)
-        msg = cast("dict[str, Any]", raw)
+        msg = raw
         role = msg.get("role")
         if not isinstance(role, str) or role not in _ANTHROPIC_ROLES:
             raise _fail(f'\'{where}.role\' must be "user" or "assistant"', f"{where}.role")
         content = msg.get("content")
         if not isinstance(content, str | list):
             raise _fail(f"'{where}.content' must be a string or an array of blocks", where)
-        for j, block in enumerate(cast("list[Any]", content) if isinstance(content, list) else []):
+        for j, block in enumerate(content if isinstance(content, list) else []):
             at = f"{where}.content[{j}]"
-            kind = cast("dict[str, Any]", block).get("type") if isinstance(block, dict) else None
+            kind = block.get("type") if isinstance(block, dict) else None
             _text_only(kind, at)
             if not isinstance(kind, str) or kind not in _ANTHROPIC_TEXT_BLOCKS:
                 raise _fail(f"'{at}' must be a block of type text, tool_use or tool_result", at)
 
 
-def check_infill(body: dict[str, Any], default_max_tokens: int) -> None:
+def check_infill(body: JSONObject, default_max_tokens: int) -> None:
     """Check a llama-server ``/infill`` body; set ``n_predict`` when absent.
 
     Raises:
@@ -202,10 +202,7 @@ def check_infill(body: dict[str, Any], default_max_tokens: int) -> None:
     extra = body.get("input_extra")
     if extra is not None and not (
         isinstance(extra, list)
-        and all(
-            isinstance(e, dict) and isinstance(cast("dict[str, Any]", e).get("text"), str)
-            for e in cast("list[Any]", extra)
-        )
+        and all(isinstance(e, dict) and isinstance(e.get("text"), str) for e in extra)
     ):
         raise _fail("'input_extra' must be an array of {filename, text} objects", "input_extra")
     _shared(body, 2.0)
@@ -225,7 +222,8 @@ async def _routed(request: Request, rt: RuntimeDep) -> Response:
     api, check = _CHECKS[request.url.path]
     body = await read_json_body(request, rt.settings.server.max_body_bytes)
     check(body, rt.settings.server.default_max_tokens)
-    work = rt.dispatcher.answer(api.kind, body, request.headers.get("x-fronde-mode"), api)
+    passed = PassedRequest.parse(body)
+    work = rt.dispatcher.answer(api.kind, passed, request.headers.get("x-fronde-mode"), api)
     return await answered(request.receive, work)
 
 

@@ -15,7 +15,9 @@ from fastapi.responses import JSONResponse, Response
 from fronde.api.asgi import answered, until_disconnect
 from fronde.api.deps import RuntimeDep
 from fronde.api.schema import check_chat, check_completion, read_json_body
+from fronde.client_request import ChatRequest, CompletionRequest
 from fronde.errors import FrondeError, InvalidRequestError
+from fronde.json_types import JSON, JSONObject
 from fronde.request import MAX_BATCH, PATHS, BatchItem, run_batch
 from fronde.request.prompts import check_prompt
 
@@ -29,7 +31,8 @@ async def chat_completions(request: Request, rt: RuntimeDep) -> Response:
     """OpenAI ``POST /v1/chat/completions``, streamed or not."""
     body = await read_json_body(request, rt.settings.server.max_body_bytes)
     check_chat(body, rt.settings.server.default_max_tokens)
-    work = rt.dispatcher.answer("chat", body, request.headers.get("x-fronde-mode"))
+    chat = ChatRequest.parse(body)
+    work = rt.dispatcher.answer("chat", chat, request.headers.get("x-fronde-mode"))
     return await answered(request.receive, work)
 
 
@@ -43,7 +46,8 @@ async def completions(request: Request, rt: RuntimeDep) -> Response:
     body = await read_json_body(request, rt.settings.server.max_body_bytes)
     check_completion(body, rt.settings.server.default_max_tokens)
     check_prompt(body)
-    work = rt.dispatcher.answer("text", body, request.headers.get("x-fronde-mode"))
+    text = CompletionRequest.parse(body)
+    work = rt.dispatcher.answer("text", text, request.headers.get("x-fronde-mode"))
     return await answered(request.receive, work)
 
 
@@ -86,18 +90,18 @@ async def router_state(rt: RuntimeDep) -> dict[str, Any]:
     return rt.state()
 
 
-def _checked(index: int, item: Any, default_max_tokens: int) -> BatchItem:
-    """One batch item checked like a single request: (kind, body), or its error."""
+def _checked(index: int, item: JSON, default_max_tokens: int) -> BatchItem:
+    """One batch item checked like a single request: (kind, request), or its error."""
     try:
         if not isinstance(item, dict):
             raise InvalidRequestError(f"requests[{index}] is not a JSON object")
-        body: dict[str, Any] = {**cast("dict[str, Any]", item), "stream": False}
+        body: JSONObject = {**cast("JSONObject", item), "stream": False}
         if "messages" in body:
             check_chat(body, default_max_tokens)
-            return "chat", body
+            return "chat", ChatRequest.parse(body)
         check_completion(body, default_max_tokens)
         check_prompt(body)
-        return "text", body
+        return "text", CompletionRequest.parse(body)
     except FrondeError as exc:
         return exc
 
@@ -120,7 +124,7 @@ async def post_batch(request: Request, rt: RuntimeDep) -> Response:
     items = body.get("requests")
     if not isinstance(items, list):
         raise InvalidRequestError("the body needs a list `requests`", param="requests")
-    listed = cast("list[Any]", items)
+    listed: list[JSON] = items
     if len(listed) > MAX_BATCH:
         raise InvalidRequestError(f"at most {MAX_BATCH} requests per batch", param="requests")
     limit = rt.settings.server.default_max_tokens

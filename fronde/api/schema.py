@@ -28,11 +28,12 @@ from __future__ import annotations
 import json
 import math
 import re
-from typing import Any, cast
+from typing import cast
 
 from starlette.requests import Request
 
 from fronde.errors import InvalidRequestError, PayloadTooLargeError, UnsupportedMediaTypeError
+from fronde.json_types import JSON, JSONObject
 
 __all__ = [
     "ROLES",
@@ -61,7 +62,7 @@ def _path(parts: list[str | int]) -> str:
     return out or "body"
 
 
-def _find_unsendable(value: Any, parts: list[str | int]) -> tuple[str, str] | None:
+def _find_unsendable(value: JSON, parts: list[str | int]) -> tuple[str, str] | None:
     """The first value JSON cannot carry on: ``(path, what)``, or None."""
     if isinstance(value, float) and not math.isfinite(value):
         return _path(parts), f"{value} is not a JSON number"
@@ -72,12 +73,12 @@ def _find_unsendable(value: Any, parts: list[str | int]) -> tuple[str, str] | No
             return _path(parts), "it holds a lone UTF-16 surrogate (half of an emoji?)"
         return None
     if isinstance(value, dict):
-        for k, v in cast("dict[str, Any]", value).items():
+        for k, v in value.items():
             found = _find_unsendable(k, [*parts, "(key)"]) or _find_unsendable(v, [*parts, k])
             if found:
                 return found
     elif isinstance(value, list):
-        for i, v in enumerate(cast("list[Any]", value)):
+        for i, v in enumerate(value):
             found = _find_unsendable(v, [*parts, i])
             if found:
                 return found
@@ -107,7 +108,7 @@ def _check_json_type(content_type: str | None) -> None:
     )
 
 
-async def read_json_body(request: Request, max_bytes: int) -> dict[str, Any]:
+async def read_json_body(request: Request, max_bytes: int) -> JSONObject:
     """Read and parse a JSON object body, refusing more than ``max_bytes`` bytes.
 
     Raises:
@@ -144,15 +145,16 @@ async def read_json_body(request: Request, max_bytes: int) -> dict[str, Any]:
         raise InvalidRequestError(f"request body is not valid JSON: {exc}") from exc
     if not isinstance(body, dict):
         raise InvalidRequestError("request body must be a JSON object")
+    body = cast("JSONObject", body)  # json.loads makes JSON values only
     if odd or _SURROGATE_ESCAPE.search(raw):  # rare: only then walk the whole body
         found = _find_unsendable(body, [])
         if found is not None:
             where, what = found
             raise InvalidRequestError(f"'{where}' cannot be used: {what}", param=where)
-    return cast("dict[str, Any]", body)
+    return body
 
 
-def check_number(body: dict[str, Any], name: str, lo: float, hi: float) -> None:
+def check_number(body: JSONObject, name: str, lo: float, hi: float) -> None:
     """Check that ``body[name]``, when present, is a number from ``lo`` to ``hi``.
 
     Raises:
@@ -165,7 +167,7 @@ def check_number(body: dict[str, Any], name: str, lo: float, hi: float) -> None:
         raise InvalidRequestError(f"'{name}' must be a number from {lo:g} to {hi:g}", param=name)
 
 
-def _integer(body: dict[str, Any], name: str, lo: int, hi: int | None = None) -> int | None:
+def _integer(body: JSONObject, name: str, lo: int, hi: int | None = None) -> int | None:
     v = body.get(name)
     if v is None:
         return None
@@ -175,7 +177,7 @@ def _integer(body: dict[str, Any], name: str, lo: int, hi: int | None = None) ->
     return v
 
 
-def check_common(body: dict[str, Any], default_max_tokens: int) -> None:
+def check_common(body: JSONObject, default_max_tokens: int) -> None:
     """Check the fields chat and text completions share; set the token budget.
 
     Args:
@@ -209,8 +211,7 @@ def check_common(body: dict[str, Any], default_max_tokens: int) -> None:
     _integer(body, "seed", -(2**63), 2**64 - 1)
     stop = body.get("stop")
     if stop is not None and not (
-        isinstance(stop, str)
-        or (isinstance(stop, list) and all(isinstance(s, str) for s in cast("list[Any]", stop)))
+        isinstance(stop, str) or (isinstance(stop, list) and all(isinstance(s, str) for s in stop))
     ):
         raise InvalidRequestError("'stop' must be a string or an array of strings", param="stop")
     options = body.get("stream_options")
@@ -226,7 +227,7 @@ def check_common(body: dict[str, Any], default_max_tokens: int) -> None:
         body["max_completion_tokens"] = chosen
 
 
-def check_chat(body: dict[str, Any], default_max_tokens: int) -> None:
+def check_chat(body: JSONObject, default_max_tokens: int) -> None:
     """Check a ``/v1/chat/completions`` body (see :func:`check_common`).
 
     Raises:
@@ -238,11 +239,11 @@ def check_chat(body: dict[str, Any], default_max_tokens: int) -> None:
     messages = body.get("messages")
     if not isinstance(messages, list) or not messages:
         raise InvalidRequestError("'messages' must be a non-empty array", param="messages")
-    for i, raw in enumerate(cast("list[Any]", messages)):
+    for i, raw in enumerate(messages):
         where = f"messages[{i}]"
         if not isinstance(raw, dict):
             raise InvalidRequestError(f"'{where}' must be an object", param=where)
-        msg = cast("dict[str, Any]", raw)
+        msg = raw
         role = msg.get("role")
         if not isinstance(role, str) or role not in ROLES:
             raise InvalidRequestError(
@@ -258,7 +259,7 @@ def check_chat(body: dict[str, Any], default_max_tokens: int) -> None:
                 param=f"{where}.content",
             )
         if isinstance(content, list):
-            _check_parts(cast("list[Any]", content), f"{where}.content")
+            _check_parts(content, f"{where}.content")
         _check_message_strings(msg, where)
         if role == "developer":
             msg["role"] = "system"
@@ -284,7 +285,7 @@ _OPTIONAL_STRINGS = ("name", "tool_call_id", "reasoning_content")
 """Message fields that are strings when present; a ``null`` one is dropped."""
 
 
-def _check_message_strings(msg: dict[str, Any], where: str) -> None:
+def _check_message_strings(msg: JSONObject, where: str) -> None:
     """Drop null optional strings; check them and the assistant's ``tool_calls``."""
     for name in _OPTIONAL_STRINGS:
         if name in msg and msg[name] is None:
@@ -299,11 +300,11 @@ def _check_message_strings(msg: dict[str, Any], where: str) -> None:
         raise InvalidRequestError(
             f"'{where}.tool_calls' must be an array", param=f"{where}.tool_calls"
         )
-    for j, raw in enumerate(cast("list[Any]", calls)):
+    for j, raw in enumerate(calls):
         at = f"{where}.tool_calls[{j}]"
         if not isinstance(raw, dict):
             raise InvalidRequestError(f"'{at}' must be an object", param=at)
-        call = cast("dict[str, Any]", raw)
+        call = raw
         if call.get("id", "") is None:
             del call["id"]
         elif not isinstance(call.get("id", ""), str):
@@ -312,12 +313,12 @@ def _check_message_strings(msg: dict[str, Any], where: str) -> None:
             raise InvalidRequestError(f"'{at}.type' must be \"function\"", param=f"{at}.type")
         call["type"] = "function"
         fn = call.get("function")
-        if not isinstance(fn, dict) or not isinstance(fn.get("name"), str):  # pyright: ignore[reportUnknownMemberType]
+        if not isinstance(fn, dict) or not isinstance(fn.get("name"), str):
             raise InvalidRequestError(
                 f"'{at}.function' must be an object with a string 'name'",
                 param=f"{at}.function",
             )
-        args = cast("dict[str, Any]", fn).get("arguments")
+        args = fn.get("arguments")
         if not isinstance(args, str | dict):
             raise InvalidRequestError(
                 f"'{at}.function.arguments' must be a JSON string",
@@ -325,13 +326,13 @@ def _check_message_strings(msg: dict[str, Any], where: str) -> None:
             )
 
 
-def _check_parts(parts: list[Any], where: str) -> None:
+def _check_parts(parts: list[JSON], where: str) -> None:
     """Content parts: text only (the profiles' models read no images, audio or files)."""
     for j, raw in enumerate(parts):
         at = f"{where}[{j}]"
         if not isinstance(raw, dict):
             raise InvalidRequestError(f"'{at}' must be an object", param=at)
-        part = cast("dict[str, Any]", raw)
+        part = raw
         kind = part.get("type")
         if not isinstance(kind, str) or kind not in TEXT_PART_TYPES:
             raise InvalidRequestError(
@@ -343,7 +344,7 @@ def _check_parts(parts: list[Any], where: str) -> None:
             raise InvalidRequestError(f"'{at}.text' must be a string", param=f"{at}.text")
 
 
-def check_completion(body: dict[str, Any], default_max_tokens: int) -> None:
+def check_completion(body: JSONObject, default_max_tokens: int) -> None:
     """Check a ``/v1/completions`` body (see :func:`check_common`).
 
     Raises:

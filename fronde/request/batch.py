@@ -20,6 +20,7 @@ from typing import Any, cast
 
 from fronde.backends.single import with_fields
 from fronde.backends.swap_ports import Lease
+from fronde.client_request import ClientRequest
 from fronde.errors import FrondeError
 from fronde.logging import get_logger
 from fronde.modes import Mode
@@ -42,10 +43,10 @@ log = get_logger(__name__)
 MAX_BATCH = 1024
 """Most requests in one batch."""
 
-BatchItem = tuple[Kind, dict[str, Any]] | FrondeError
-"""One checked item, ``(kind, body)``, or the error the API found in it."""
+BatchItem = tuple[Kind, ClientRequest] | FrondeError
+"""One checked item, ``(kind, request)``, or the error the API found in it."""
 
-_Planned = dict[Mode, list[tuple[int, Kind, dict[str, Any], Decision]]]
+_Planned = dict[Mode, list[tuple[int, Kind, ClientRequest, Decision]]]
 
 
 def _item_error(index: int, exc: FrondeError) -> dict[str, Any]:
@@ -61,10 +62,11 @@ async def _plan(d: Dispatcher, item: BatchItem, ready: list[Mode]) -> tuple[Kind
     """
     if isinstance(item, FrondeError):
         raise item
-    kind, body = item
+    kind, req = item
     if kind == "chat":
-        await honour_tool_choice(body, d.tools.supports_tools)
-    forced = forced_mode(None, body.get("model"))
+        await honour_tool_choice(req, d.tools.supports_tools)
+    body = req.wire()
+    forced = forced_mode(None, req.model)
     cls = d.classified(body, forced, ready)
     budget = max_new_tokens(body)
     return kind, d.router.plan(cls, cache_key(body), ready, forced, budget=budget)
@@ -89,8 +91,8 @@ async def run_batch(d: Dispatcher, items: list[BatchItem]) -> dict[str, Any]:
         except FrondeError as exc:
             results[i] = _item_error(i, exc)
             continue
-        body = cast("tuple[Kind, dict[str, Any]]", item)[1]
-        planned.setdefault(decision.plan.mode, []).append((i, kind, body, decision))
+        req = cast("tuple[Kind, ClientRequest]", item)[1]
+        planned.setdefault(decision.plan.mode, []).append((i, kind, req, decision))
     resident = set(d.swap.resident) if d.swap is not None else set(d.pool.ready_modes())
     order = sorted(planned, key=lambda m: (m not in resident, min(i for i, *_ in planned[m])))
     try:
@@ -120,8 +122,8 @@ async def _run_groups(
                 unsafe = any(dec.plan.route is Route.UNSAFE for *_, dec in group)
                 lease = await d.swap.acquire(mode, fallback=not unsafe)
             use = lease.mode if lease is not None else mode
-            for i, kind, body, decision in group:
-                results[i] = await _run_one(d, i, kind, body, decision, use)
+            for i, kind, req, decision in group:
+                results[i] = await _run_one(d, i, kind, req, decision, use)
         except FrondeError as exc:
             for i, _, _, decision in group:
                 if results[i] is None:
@@ -137,7 +139,7 @@ async def _run_groups(
 
 
 async def _run_one(
-    d: Dispatcher, index: int, kind: Kind, body: dict[str, Any], decision: Decision, mode: Mode
+    d: Dispatcher, index: int, kind: Kind, req: ClientRequest, decision: Decision, mode: Mode
 ) -> dict[str, Any]:
     """One item on ``mode`` (non-streamed), behind the decode gate."""
     adm = Admission(d.router, decision)
@@ -145,7 +147,7 @@ async def _run_one(
     try:
         decision.winner = mode if mode is not decision.plan.mode else None
         url = d.pool.get(mode).url
-        sent = with_fields(body, d.pool.fields(mode))  # the mode, on a server of every mode
+        sent = with_fields(req.wire(), d.pool.fields(mode))  # the mode, on a server of every mode
         with adm.generating(mode):
             data = await answer_whole(d.client, url, PATHS[kind], sent, str(mode))
     except FrondeError as exc:

@@ -15,11 +15,12 @@ errors carry them too.
 from __future__ import annotations
 
 import asyncio
-from typing import Any, cast
+from typing import cast
 
 from fronde.backends.client import BackendClient
 from fronde.backends.pool import BackendPool
 from fronde.backends.swap import SwapScheduler
+from fronde.client_request import ClientRequest
 from fronde.config import Settings
 from fronde.errors import (
     BackendConnectionError,
@@ -28,6 +29,7 @@ from fronde.errors import (
     FrondeError,
 )
 from fronde.evidence.bucket import self_overlap
+from fronde.json_types import JSONObject
 from fronde.logging import get_logger
 from fronde.modes import Mode
 from fronde.request.admission import Admission, Arrival
@@ -49,7 +51,7 @@ __all__ = ["Dispatcher"]
 log = get_logger(__name__)
 
 
-def _probe_eligible(kind: Kind, body: dict[str, Any]) -> bool:
+def _probe_eligible(kind: Kind, body: JSONObject) -> bool:
     """Whether a probed request may be handed over; else it runs whole.
 
     A hand-over is a :class:`~fronde.request.splice.Splice`. The probe path renders and
@@ -116,13 +118,13 @@ class Dispatcher:
     # --- one request -------------------------------------------------------------------
 
     async def answer(
-        self, kind: Kind, body: dict[str, Any], mode_header: str | None, api: Api | None = None
+        self, kind: Kind, req: ClientRequest, mode_header: str | None, api: Api | None = None
     ) -> Answer:
         """Answer one checked request, streamed or not.
 
         Args:
             kind: ``chat`` or ``text`` (for ``api``, the kind of its view).
-            body: the request body (checked by the API's schema).
+            req: the request (checked by the API's schema, typed at its edge).
             mode_header: the client's ``x-fronde-mode`` header, if any.
             api: None for OpenAI chat and text completions; else the other API the body
                 speaks (:mod:`fronde.request.agent_apis`): routed on its chat view,
@@ -135,9 +137,10 @@ class Dispatcher:
         arrival = Arrival(self.router)
         try:
             if kind == "chat":  # chat, and the APIs routed as chat (Responses, Messages)
-                await honour_tool_choice(body, self.tools.supports_tools, api)
-            view = body if api is None else api.view(body)
-            forced = forced_mode(mode_header, view.get("model"))
+                await honour_tool_choice(req, self.tools.supports_tools, api)
+            # The router reads the body's JSON (the class, the cache key, the bucket).
+            view = req.wire() if api is None else api.view(req.wire())
+            forced = forced_mode(mode_header, req.model)
             gathered = forced is None and self.router.places_by_load
             if gathered:
                 # The requests that came with this one are counted (Arrival) before
@@ -152,7 +155,7 @@ class Dispatcher:
             arrival.close()  # after the plan, the admission closes it
             raise
         try:
-            answer = await self._serve(adm, kind, body, headers, api)
+            answer = await self._serve(adm, kind, req, headers, api)
         except FrondeError as exc:
             adm.close("error", exc.message)
             exc.headers.update(headers)  # an error still says which mode was chosen
@@ -171,7 +174,7 @@ class Dispatcher:
 
     def classified(
         self,
-        body: dict[str, Any],
+        body: JSONObject,
         forced: Mode | None,
         ready: list[Mode],
         tools_ignored: bool = False,
@@ -193,7 +196,7 @@ class Dispatcher:
         return classify(body, edit_block_chars=r.edit_block_chars, unsafe=unsafe, text=text)
 
     async def _admit(
-        self, kind: Kind, body: dict[str, Any], forced: Mode | None, arrival: Arrival
+        self, kind: Kind, body: JSONObject, forced: Mode | None, arrival: Arrival
     ) -> tuple[Admission, dict[str, str]]:
         """Classify and plan the request: its admission and the decision's headers.
 
@@ -250,7 +253,7 @@ class Dispatcher:
         self,
         adm: Admission,
         kind: Kind,
-        body: dict[str, Any],
+        req: ClientRequest,
         headers: dict[str, str],
         api: Api | None = None,
     ) -> Answer:
@@ -266,15 +269,15 @@ class Dispatcher:
 
         async def send(to: Mode) -> Answer:
             if api is not None:
-                return await self.sender.pass_api(adm, api, body, to, headers)
-            return await self.sender.send(adm, kind, body, to, headers)
+                return await self.sender.pass_api(adm, api, req, to, headers)
+            return await self.sender.send(adm, kind, req, to, headers)
 
         try:
             # A probe hands over between two backends; with swap residency only the
             # leased one is sure to stay up, so the probed mode answers in full.
-            probe = plan.route is Route.PROBE and api is None and _probe_eligible(kind, body)
+            probe = plan.route is Route.PROBE and api is None and _probe_eligible(kind, req.wire())
             if probe and self.swap is None:
-                return await self.sender.probe(adm, kind, body, headers)
+                return await self.sender.probe(adm, kind, req, headers)
             return await send(mode)
         except (BackendConnectionError, BackendUnavailableError) as exc:
             # Nothing reached the client yet: serve from another ready mode.

@@ -21,8 +21,10 @@ import anyio
 from fronde.backends.client import BackendClient, UpstreamStream
 from fronde.backends.pool import BackendPool
 from fronde.backends.single import with_fields
+from fronde.client_request import ClientRequest
 from fronde.config import Settings
 from fronde.errors import FrondeError
+from fronde.json_types import JSONObject
 from fronde.modes import Mode
 from fronde.request.admission import Admission
 from fronde.request.agent_apis import Api
@@ -52,13 +54,13 @@ DONE_INSIDE = b"\n" + DONE_BYTES
 ERROR_PREFIX = b'\ndata: {"error"'
 
 
-def include_usage(body: dict[str, Any]) -> bool:
+def include_usage(body: JSONObject) -> bool:
     """The client's ``stream_options.include_usage``."""
     options = body.get("stream_options")
-    return isinstance(options, dict) and bool(cast("dict[str, Any]", options).get("include_usage"))
+    return isinstance(options, dict) and bool(options.get("include_usage"))
 
 
-def _sse(obj: dict[str, Any]) -> bytes:
+def _sse(obj: JSONObject) -> bytes:
     return b"data: " + json.dumps(obj, ensure_ascii=False).encode() + b"\n\n"
 
 
@@ -146,7 +148,7 @@ class Sender:
             adm.close(outcome, None if outcome != "error" else "error in the stream")
 
     async def send(
-        self, adm: Admission, kind: Kind, body: dict[str, Any], mode: Mode, headers: dict[str, str]
+        self, adm: Admission, kind: Kind, req: ClientRequest, mode: Mode, headers: dict[str, str]
     ) -> Answer:
         """Pass the request through to ``mode``'s OpenAI endpoint, recording its timings.
 
@@ -157,6 +159,7 @@ class Sender:
         decision = cast("Decision", adm.decision)
         url = self.pool.get(mode).url
         fields = self.pool.fields(mode)  # the mode, where one server serves every mode
+        body = req.wire()
         self._overhead(decision, headers)
         prediction = prediction_text(body) if self.settings.router.feed_prediction else None
         if prediction is not None and mode in FEEDS_POOL:
@@ -169,7 +172,7 @@ class Sender:
             self.router.record(decision, mode, Timings.parse(timings))
             self.router.settle_whole_probe(decision, mode)
 
-        if not body.get("stream", False):
+        if not req.stream:
             # Streamed upstream all the same (fronde.request.collect): cancellable.
             with adm.generating(mode):
                 data = await answer_whole(
@@ -223,7 +226,7 @@ class Sender:
         return Streamed(events(), headers, close, self.settings.server.sse_keepalive_s)
 
     async def pass_api(
-        self, adm: Admission, api: Api, body: dict[str, Any], mode: Mode, headers: dict[str, str]
+        self, adm: Admission, api: Api, req: ClientRequest, mode: Mode, headers: dict[str, str]
     ) -> Answer:
         """Pass another API's request as sent to ``mode``'s endpoint for it.
 
@@ -235,12 +238,13 @@ class Sender:
         decision = cast("Decision", adm.decision)
         url = self.pool.get(mode).url
         self._overhead(decision, headers)
+        body = req.wire()
         sent = with_fields(body, self.pool.fields(mode))
 
         def on_timings(timings: dict[str, Any]) -> None:
             self.router.record(decision, mode, Timings.parse(timings))
 
-        if not body.get("stream", False):
+        if not req.stream:
             with adm.generating(mode):
                 data = await self.client.post_json(url, api.path, sent)
             data = data if api.whole is None else api.whole(body)(data)
@@ -273,7 +277,7 @@ class Sender:
         return Streamed(events(), headers, close, self.settings.server.sse_keepalive_s)
 
     async def probe(
-        self, adm: Admission, kind: Kind, body: dict[str, Any], headers: dict[str, str]
+        self, adm: Admission, kind: Kind, req: ClientRequest, headers: dict[str, str]
     ) -> Answer:
         """Probe-and-continue (:mod:`fronde.request.splice`), in OpenAI's shape.
 
@@ -282,12 +286,12 @@ class Sender:
         plain HTTP error, streamed or not.
         """
         decision = cast("Decision", adm.decision)
-        stream = bool(body.get("stream", False))
+        stream, body = req.stream, req.wire()
         splice = Splice(self.client, self.pool, adm, kind, body, stream=stream)
         await splice.prepare()  # render + tokenize: errors here are still plain HTTP errors
         self._overhead(decision, headers)  # the probe's render + tokenize round trips count
         await splice.start()
-        model = str(body.get("model") or self.settings.public_model)
+        model = req.model or self.settings.public_model
         if stream:
             return self._probe_stream(adm, splice, kind, model, include_usage(body), headers)
         text = "".join([piece async for piece in splice.run()])

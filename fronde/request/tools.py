@@ -26,10 +26,12 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import cast
 
 from fronde.backends.client import BackendClient
+from fronde.client_request import ClientRequest
 from fronde.errors import BackendError, InvalidRequestError
+from fronde.json_types import JSON, JSONObject
 from fronde.request.agent_apis import Api
 
 __all__ = ["ToolChoiceUnsupportedError", "ToolTemplate", "honour_tool_choice"]
@@ -69,7 +71,7 @@ _WORDS = {
 }
 
 
-def _chat_words(api: str, choice: Any) -> Any:
+def _chat_words(api: str, choice: JSON) -> JSON:
     """``choice`` of ``api`` as chat's ``tool_choice`` (a named one: chat's object).
 
     Raises:
@@ -81,38 +83,36 @@ def _chat_words(api: str, choice: Any) -> Any:
         if api == "responses":  # a string, as chat's
             return choice
         raise InvalidRequestError(f"'tool_choice' must be {_WORDS[api].forms}", param="tool_choice")
-    entry = cast("dict[str, Any]", choice)
-    kind = entry.get("type")
+    kind = choice.get("type")
     if kind == {"responses": "function", "messages": "tool"}[api]:
-        return {"type": "function", "function": {"name": entry.get("name")}}
+        return {"type": "function", "function": {"name": choice.get("name")}}
     if api == "responses":
-        return entry
+        return choice
     plain = {"auto": "auto", "none": "none", "any": "required"}.get(str(kind))
     if plain is None:
         raise InvalidRequestError(f"'tool_choice' must be {_WORDS[api].forms}", param="tool_choice")
     return plain
 
 
-def _tool_name(tool: Any) -> Any:
+def _tool_name(tool: JSON) -> JSON:
     """A tool's name: chat's ``function.name``, or the ``name`` of Responses and Messages."""
     if not isinstance(tool, dict):
         return None
-    entry = cast("dict[str, Any]", tool)
-    fn = entry.get("function")
-    return cast("dict[str, Any]", fn).get("name") if isinstance(fn, dict) else entry.get("name")
+    fn = tool.get("function")
+    return fn.get("name") if isinstance(fn, dict) else tool.get("name")
 
 
-def _named(choice: dict[str, Any], tools: list[Any], api: str) -> list[Any]:
+def _named(choice: JSONObject, tools: list[JSON], api: str) -> list[JSON]:
     """The tools narrowed to the function ``choice`` (chat's words) names.
 
     Raises:
         InvalidRequestError: ``choice`` is malformed or names no tool of the request.
     """
     fn = choice.get("function")
-    name = cast("dict[str, Any]", fn).get("name") if isinstance(fn, dict) else None
+    name = fn.get("name") if isinstance(fn, dict) else None
     if choice.get("type") != "function" or not isinstance(name, str):
         raise InvalidRequestError(f"'tool_choice' must be {_WORDS[api].forms}", param="tool_choice")
-    picked: list[Any] = [t for t in tools if _tool_name(t) == name]
+    picked: list[JSON] = [t for t in tools if _tool_name(t) == name]
     if not picked:
         raise InvalidRequestError(
             f"'tool_choice' names the function {name!r}, which is not in 'tools'",
@@ -141,13 +141,9 @@ class ToolTemplate:
                 props = await self.client.get_json(self.url(), "/props")
             except BackendError:
                 return None
-            props_d = cast("dict[str, Any]", props) if isinstance(props, dict) else {}
+            props_d = cast("JSONObject", props) if isinstance(props, dict) else {}
             caps = props_d.get("chat_template_caps")
-            value = (
-                cast("dict[str, Any]", caps).get("supports_tools")
-                if isinstance(caps, dict)
-                else None
-            )
+            value = caps.get("supports_tools") if isinstance(caps, dict) else None
             if not isinstance(value, bool):
                 return None
             self.known = value
@@ -155,14 +151,14 @@ class ToolTemplate:
 
 
 async def honour_tool_choice(
-    body: dict[str, Any],
+    req: ClientRequest,
     supports_tools: Callable[[], Awaitable[bool | None]],
     api: Api | None = None,
 ) -> None:
     """Narrow a named ``tool_choice`` to its tool; refuse what the profile cannot force.
 
     Args:
-        body: a checked body, changed in place: a named choice keeps only the named
+        req: a checked request, changed in place: a named choice keeps only the named
             tool, and is sent as ``required`` (Messages: as it came; module docstring).
         supports_tools: whether the chat template describes tools (None: unknown).
         api: the other API the body speaks (Responses or Messages); None: chat.
@@ -175,8 +171,8 @@ async def honour_tool_choice(
             describe tools.
     """
     name = "chat" if api is None else api.name
-    tools = body.get("tools")
-    choice = _chat_words(name, body.get("tool_choice"))
+    tools = req.get("tools")
+    choice = _chat_words(name, req.get("tool_choice"))
     if choice is None or choice in ("auto", "none"):
         return
     if not tools:
@@ -185,9 +181,9 @@ async def honour_tool_choice(
             param="tool_choice",
         )
     if isinstance(choice, dict):
-        body["tools"] = _named(cast("dict[str, Any]", choice), cast("list[Any]", tools), name)
+        req.set("tools", _named(choice, cast("list[JSON]", tools), name))
         if name != "messages":
-            body["tool_choice"] = "required"
+            req.set("tool_choice", "required")
     elif choice != "required":
         raise InvalidRequestError(
             f"'tool_choice' is {choice!r}; expected {_WORDS[name].forms}", param="tool_choice"

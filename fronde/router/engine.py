@@ -27,7 +27,7 @@ from fronde.modes import Mode
 from fronde.router.cache import RouteCache
 from fronde.router.classify import RequestClass
 from fronde.router.decision import NOT_ROUTED, Decision, Status, rounded
-from fronde.router.plan import Route, RouterPolicy
+from fronde.router.plan import Route, RouterPolicy, Situation
 from fronde.router.policy import plan_route
 from fronde.router.ports import RouterEvents, StateStore
 from fronde.router.views import RouterViews
@@ -166,8 +166,7 @@ class Router(RouterViews):
         # With parallel slots (a GPU) a mode also has to clear the book's own misses on it;
         # one generation at a time (a CPU) keeps the rule its verdicts measured.
         errors = book.mode_errors() if book is not None and self.slots > 1 else None
-        plan = plan_route(
-            cls,
+        at = Situation(
             ready=ready,
             speed=lambda mode, c: ms.trusted_speed(mode, c, now),
             policy=self.policy,
@@ -185,6 +184,7 @@ class Router(RouterViews):
             curves=self.load_curves,
             slots=self.slots,
         )
+        plan = plan_route(cls, at)
         decision = Decision(plan, cls, key, now, rid=f"r{next(self._ids)}", bucket=bucket)
         self._ready = frozenset(ready)
         if plan.route is not Route.FORCED:

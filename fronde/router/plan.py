@@ -1,20 +1,21 @@
 """A routing plan and what it is made of: why (:class:`Route`), where (:class:`Plan`), how.
 
 The vocabulary of the policy (:mod:`fronde.router.policy`, whose module docstring
-gives the rules): :func:`~fronde.router.policy.plan_route` reads the constants of a
-:class:`RouterPolicy` and a :data:`SpeedFn` and returns a :class:`Plan`.
+gives the rules): :func:`~fronde.router.policy.plan_route` reads a request's class and a
+:class:`Situation` (the constants of a :class:`RouterPolicy`, a :data:`SpeedFn`, what the
+router knows of the backends now) and returns a :class:`Plan`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Literal
 
 from fronde.config_sections import ROUTER_DEFAULTS, ProbePolicy
 from fronde.modes import FALLBACK_FLOOR, Mode
-from fronde.router.placement import Placement
+from fronde.router.placement import LoadModel, Placement
 
 __all__ = [
     "MARGIN",
@@ -23,6 +24,7 @@ __all__ = [
     "Plan",
     "Route",
     "RouterPolicy",
+    "Situation",
     "SpeedFn",
 ]
 
@@ -106,3 +108,51 @@ class Plan:
 
 SpeedFn = Callable[[Mode, str], float | None]
 """(mode, class) → EMA decode tok/s, or None if unmeasured."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Situation:
+    """What the router knows when it plans one request: the input of ``plan_route``.
+
+    One value instead of a keyword list repeated by each rule; a rule that must not see a
+    field gets a copy without it (``dataclasses.replace``).
+
+    Attributes:
+        ready: modes whose backend is ready now.
+        speed: EMA lookup, (mode, class) → decode tok/s or None.
+        policy: constants, the load rule among them.
+        budget: the request's token budget (``max_tokens``), or None when open.
+        forced: a mode the client named, if any (already checked to exist).
+        cached: the prompt-hash cache's mode for this request, if any.
+        quarantined: modes kept out after a collapse.
+        probation: modes out of quarantine but not yet re-probed.
+        busy: modes whose backend has no free slot (for the ``spread`` rule).
+        active: modes with a request in flight (for the ``serialize`` rule).
+        speedups: the counterfactual book's predicted speed-up over baseline per
+            mode for the request's bucket (rule 4½), or None.
+        errors: the book's median error per mode on its own predictions, which a mode
+            must also clear to leave the floor (``choose_predicted``), or None.
+        in_flight: requests in flight per mode (for the ``measured`` rule).
+        curves: the measured load curves (``measured`` rule); None acts as ``spread``.
+        slots: requests one backend serves at once (llama-server ``-np``).
+        arriving: other requests received and not yet in flight (``measured`` rule: they
+            count in the load, so that clients starting at once are placed for the
+            load they make together).
+    """
+
+    ready: Collection[Mode]
+    speed: SpeedFn
+    policy: RouterPolicy
+    budget: int | None = None
+    forced: Mode | None = None
+    cached: Mode | None = None
+    quarantined: Collection[Mode] = ()
+    probation: Collection[Mode] = ()
+    busy: Collection[Mode] = ()
+    active: Collection[Mode] = ()
+    speedups: Mapping[Mode, float] | None = None
+    errors: Mapping[Mode, float] | None = None
+    in_flight: Mapping[Mode, int] | None = None
+    curves: LoadModel | None = None
+    slots: int = 1
+    arriving: int = 0

@@ -71,11 +71,12 @@ baseline cut aggregate throughput from 40 to 16.5 tok/s.
 from __future__ import annotations
 
 from collections.abc import Collection, Mapping, Sequence
+from dataclasses import replace
 
 from fronde.modes import Mode
 from fronde.router.classify import RequestClass
-from fronde.router.placement import Load, LoadModel, Placement, place
-from fronde.router.plan import Plan, Route, RouterPolicy, SpeedFn
+from fronde.router.placement import Load, Placement, place
+from fronde.router.plan import Plan, Route, RouterPolicy, Situation, SpeedFn
 
 __all__ = [
     "choose_floor",
@@ -207,48 +208,35 @@ def probe_allowed(policy: RouterPolicy, budget: int | None, candidate_tok_s: flo
             return long and candidate_tok_s is None
 
 
-def _plan(
-    cls: RequestClass,
-    *,
-    ready: Collection[Mode],
-    speed: SpeedFn,
-    policy: RouterPolicy,
-    budget: int | None = None,
-    forced: Mode | None = None,
-    cached: Mode | None = None,
-    quarantined: Collection[Mode] = (),
-    probation: Collection[Mode] = (),
-    busy: Collection[Mode] = (),
-    speedups: Mapping[Mode, float] | None = None,
-    errors: Mapping[Mode, float] | None = None,
-) -> Plan:
-    """The rules without the ``serialize`` load rule; arguments as :func:`plan_route`."""
+def _plan(cls: RequestClass, at: Situation) -> Plan:
+    """The rules without the load rules; arguments as :func:`plan_route`."""
+    policy, speed, ready, quarantined = at.policy, at.speed, at.ready, at.quarantined
     if cls is RequestClass.UNSAFE:
         # A correctness rule: no speed rule (quarantine, busy) and no forced mode moves
         # it; speculation breaks logprobs and is untested with grammars and tools.
         return Plan(Route.UNSAFE, Mode.BASELINE)
-    if forced is not None:
-        return Plan(Route.FORCED, forced)
-    usable = [m for m in Mode if m in ready and m not in quarantined and m not in probation]
+    if at.forced is not None:
+        return Plan(Route.FORCED, at.forced)
+    usable = [m for m in Mode if m in ready and m not in quarantined and m not in at.probation]
     if not usable:
         # Everything quarantined: serve from a ready backend rather than refuse.
         usable = [m for m in Mode if m in ready]
     floor = choose_floor(cls, usable, speed, policy)
     predicted = (
-        choose_predicted(speedups, usable, floor, policy.predict_band, errors)
-        if speedups and policy.predict
+        choose_predicted(at.speedups, usable, floor, policy.predict_band, at.errors)
+        if at.speedups and policy.predict
         else None
     )
     if cls is RequestClass.EDIT and predicted is not None:
-        return _unbusy(Plan(Route.PREDICTED, predicted), usable, busy, floor)
+        return _unbusy(Plan(Route.PREDICTED, predicted), usable, at.busy, floor)
     if cls is RequestClass.EDIT:
         route = Route.EDIT if policy.edit_mode in usable else Route.FALLBACK
         mode = policy.edit_mode if route is Route.EDIT else floor
-        return _unbusy(Plan(route, mode), usable, busy, floor)
-    if cached is not None and cached in usable:
-        return _unbusy(Plan(Route.CACHE, cached), usable, busy, floor)
+        return _unbusy(Plan(route, mode), usable, at.busy, floor)
+    if at.cached is not None and at.cached in usable:
+        return _unbusy(Plan(Route.CACHE, at.cached), usable, at.busy, floor)
     if predicted is not None:
-        return _unbusy(Plan(Route.PREDICTED, predicted), usable, busy, floor)
+        return _unbusy(Plan(Route.PREDICTED, predicted), usable, at.busy, floor)
     # A mode on probation is probed before it gets traffic again.
     probe_pool = [m for m in Mode if m in ready and m not in quarantined]
     # The first available aggressive mode is the candidate; the others stand in
@@ -256,9 +244,9 @@ def _plan(
     # prove, and probing it would only cost the floor a second prefill.
     candidate = next((m for m in policy.aggressive if m in probe_pool), None)
     if candidate is None or candidate == floor:
-        return _unbusy(Plan(Route.FALLBACK, floor), usable, busy, floor)
-    if candidate in busy or not probe_allowed(policy, budget, speed(candidate, str(cls))):
-        return _unbusy(Plan(Route.FALLBACK, floor), usable, busy, floor)
+        return _unbusy(Plan(Route.FALLBACK, floor), usable, at.busy, floor)
+    if candidate in at.busy or not probe_allowed(policy, at.budget, speed(candidate, str(cls))):
+        return _unbusy(Plan(Route.FALLBACK, floor), usable, at.busy, floor)
     return Plan(Route.PROBE, candidate, floor, speed(floor, str(cls)))
 
 
@@ -304,50 +292,12 @@ def _measured(plan: Plan, load: Load, placement: Placement) -> Plan:
     return plan if target is None else _to(plan, target)
 
 
-def plan_route(
-    cls: RequestClass,
-    *,
-    ready: Collection[Mode],
-    speed: SpeedFn,
-    policy: RouterPolicy,
-    budget: int | None = None,
-    forced: Mode | None = None,
-    cached: Mode | None = None,
-    quarantined: Collection[Mode] = (),
-    probation: Collection[Mode] = (),
-    busy: Collection[Mode] = (),
-    active: Collection[Mode] = (),
-    speedups: Mapping[Mode, float] | None = None,
-    errors: Mapping[Mode, float] | None = None,
-    in_flight: Mapping[Mode, int] | None = None,
-    curves: LoadModel | None = None,
-    slots: int = 1,
-    arriving: int = 0,
-) -> Plan:
+def plan_route(cls: RequestClass, at: Situation) -> Plan:
     """Decide how to route one request (pure; see the module docstring for the rules).
 
     Args:
         cls: the request's static class.
-        ready: modes whose backend is ready now.
-        speed: EMA lookup, (mode, class) → decode tok/s or None.
-        policy: constants, the load rule among them.
-        budget: the request's token budget (``max_tokens``), or None when open.
-        forced: a mode the client named, if any (already checked to exist).
-        cached: the prompt-hash cache's mode for this request, if any.
-        quarantined: modes kept out after a collapse.
-        probation: modes out of quarantine but not yet re-probed.
-        busy: modes whose backend has no free slot (for the ``spread`` rule).
-        active: modes with a request in flight (for the ``serialize`` rule).
-        speedups: the counterfactual book's predicted speed-up over baseline per
-            mode for the request's bucket (rule 4½), or None.
-        errors: the book's median error per mode on its own predictions, which a mode
-            must also clear to leave the floor (:func:`choose_predicted`), or None.
-        in_flight: requests in flight per mode (for the ``measured`` rule).
-        curves: the measured load curves (``measured`` rule); None acts as ``spread``.
-        slots: requests one backend serves at once (llama-server ``-np``).
-        arriving: other requests received and not yet in flight (``measured`` rule: they
-            count in the load, so that clients starting at once are placed for the
-            load they make together).
+        at: what the router knows now (:class:`~fronde.router.plan.Situation`).
 
     Returns:
         The plan.
@@ -355,26 +305,16 @@ def plan_route(
     Raises:
         ValueError: no ready mode at all (the caller answers 503 before that).
     """
+    policy = at.policy
     measured = policy.load_rule == "measured"
-    plan = _plan(
-        cls,
-        ready=ready,
-        speed=speed,
-        policy=policy,
-        budget=budget,
-        forced=forced,
-        cached=cached,
-        quarantined=quarantined,
-        probation=probation,
-        busy=busy if policy.load_rule == "spread" or (measured and curves is None) else (),
-        speedups=speedups,
-        errors=errors,
-    )
-    if measured and curves is not None:
-        usable = [m for m in Mode if m in ready and m not in quarantined]
-        load = Load(in_flight or {}, usable, curves, slots, policy.load_band, arriving)
+    # The busy set is read only by the spread rule (and measured without its curves).
+    spread = policy.load_rule == "spread" or (measured and at.curves is None)
+    plan = _plan(cls, at if spread else replace(at, busy=()))
+    if measured and at.curves is not None:
+        usable = [m for m in Mode if m in at.ready and m not in at.quarantined]
+        load = Load(at.in_flight or {}, usable, at.curves, at.slots, policy.load_band, at.arriving)
         plan = _measured(plan, load, policy.load_placement)
     if policy.load_rule == "serialize":
-        usable = [m for m in Mode if m in ready and m not in quarantined]
-        plan = _serialize(plan, active, usable)
+        usable = [m for m in Mode if m in at.ready and m not in at.quarantined]
+        plan = _serialize(plan, at.active, usable)
     return plan

@@ -17,10 +17,16 @@ from fronde.evidence.ngram_replay import NgramModTable, shadow_ngram_mod
 from fronde.modes import Mode, SpeculationSettings
 from fronde.router.classify import RequestClass
 from fronde.router.engine import Router
-from fronde.router.plan import Route, RouterPolicy
+from fronde.router.plan import Plan, Route, RouterPolicy, Situation
 from fronde.router.policy import choose_predicted, plan_route
 
 from .test_api import serve, wait_healthy
+
+
+def _route(cls: RequestClass, **at: Any) -> Plan:
+    """``plan_route`` with the situation given as keywords (the tests' shorthand)."""
+    return plan_route(cls, Situation(**at))
+
 
 ALL = list(Mode)
 SPEC = SpeculationSettings(ngram_mod_n_match=4, ngram_mod_n_min=2, ngram_mod_n_max=8)
@@ -212,16 +218,16 @@ def test_plan_routes_on_predictions_after_the_cache_and_before_the_probe() -> No
     ups = {Mode.BASELINE: 1.0, Mode.NGRAM_SIMPLE: 1.1, Mode.NGRAM_MOD: 1.0, Mode.CASCADE: 1.6}
     policy = RouterPolicy(probe="always", floor=Mode.BASELINE)
     kw: dict[str, Any] = {"ready": ready, "speed": _no_speed, "policy": policy, "speedups": ups}
-    plan = plan_route(RequestClass.GENERAL, **kw)
+    plan = _route(RequestClass.GENERAL, **kw)
     assert (plan.route, plan.mode) == (Route.PREDICTED, Mode.CASCADE)
-    assert plan_route(RequestClass.GENERAL, cached=Mode.NGRAM_SIMPLE, **kw).route is Route.CACHE
-    edit = plan_route(RequestClass.EDIT, **kw)
+    assert _route(RequestClass.GENERAL, cached=Mode.NGRAM_SIMPLE, **kw).route is Route.CACHE
+    edit = _route(RequestClass.EDIT, **kw)
     assert (edit.route, edit.mode) == (Route.PREDICTED, Mode.CASCADE)
-    assert plan_route(RequestClass.UNSAFE, **kw).mode is Mode.BASELINE
+    assert _route(RequestClass.UNSAFE, **kw).mode is Mode.BASELINE
     off_kw: dict[str, Any] = kw | {"policy": RouterPolicy(predict=False)}
-    assert plan_route(RequestClass.GENERAL, **off_kw).route is Route.FALLBACK
+    assert _route(RequestClass.GENERAL, **off_kw).route is Route.FALLBACK
     without: dict[str, Any] = kw | {"speedups": None}
-    assert plan_route(RequestClass.GENERAL, **without).route is Route.PROBE
+    assert _route(RequestClass.GENERAL, **without).route is Route.PROBE
 
 
 def test_router_feeds_routed_answers_and_only_mirrors_forced_ones() -> None:

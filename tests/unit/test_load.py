@@ -37,7 +37,7 @@ from fronde.modes import Mode
 from fronde.router.building import build_router
 from fronde.router.classify import RequestClass
 from fronde.router.engine import Router
-from fronde.router.plan import Plan, Route, RouterPolicy
+from fronde.router.plan import Plan, Route, RouterPolicy, Situation
 from fronde.router.policy import plan_route
 
 ALL = set(Mode) - {Mode.DRAFT}
@@ -52,6 +52,11 @@ CURVES = LoadCurves(
     },
     "test",
 )
+
+
+def _route(cls: RequestClass, **at: Any) -> Plan:
+    """``plan_route`` with the situation given as keywords (the tests' shorthand)."""
+    return plan_route(cls, Situation(**at))
 
 
 # --- the curves -----------------------------------------------------------------------
@@ -134,7 +139,7 @@ def speeds(table: dict[tuple[Mode, str], float]) -> Callable[[Mode, str], float 
 MEASURED = RouterPolicy(
     load_rule="measured", floor=Mode.NGRAM_MOD, probe="never", load_placement="marginal"
 )
-route = partial(plan_route, ready=ALL, speed=speeds({}), policy=MEASURED, curves=CURVES, slots=32)
+route = partial(_route, ready=ALL, speed=speeds({}), policy=MEASURED, curves=CURVES, slots=32)
 
 
 def test_alone_a_request_is_planned_by_the_ordinary_rules() -> None:

@@ -20,6 +20,7 @@ import pytest
 
 from fronde.backends.client import BackendClient, UpstreamStream
 from fronde.backends.pool import BackendPool
+from fronde.client_request import ChatRequest
 from fronde.config import load_settings
 from fronde.evidence.calibration import LoadCurves
 from fronde.modes import Mode
@@ -27,7 +28,7 @@ from fronde.request import Dispatcher
 from fronde.request.reply import Streamed
 from fronde.router.classify import RequestClass
 from fronde.router.engine import Router
-from fronde.router.plan import Plan, Route, RouterPolicy
+from fronde.router.plan import Plan, Route, RouterPolicy, Situation
 from fronde.router.policy import plan_route
 
 # Speculation serves more at a low load, plain decoding from load 3 on (a GPU's shape).
@@ -49,13 +50,15 @@ def test_requests_arriving_with_this_one_count_in_the_load() -> None:
     def at(in_flight: dict[Mode, int], arriving: int) -> Plan:
         return plan_route(
             RequestClass.GENERAL,
-            ready=READY,
-            speed=lambda m, c: None,
-            policy=POLICY,
-            in_flight=in_flight,
-            curves=CURVES,
-            slots=32,
-            arriving=arriving,
+            Situation(
+                ready=READY,
+                speed=lambda m, c: None,
+                policy=POLICY,
+                in_flight=in_flight,
+                curves=CURVES,
+                slots=32,
+                arriving=arriving,
+            ),
         )
 
     # Alone, nothing arriving: the ordinary rules (the floor).
@@ -116,7 +119,10 @@ async def test_clients_that_start_at_once_are_placed_for_the_load_they_make() ->
     pool = cast("BackendPool", _Pool())
     dispatcher = Dispatcher(load_settings(), pool, client, router)
     body = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 8, "stream": True}
-    tasks = [asyncio.create_task(dispatcher.answer("chat", dict(body), None)) for _ in range(8)]
+    tasks = [
+        asyncio.create_task(dispatcher.answer("chat", ChatRequest.model_validate(body), None))
+        for _ in range(8)
+    ]
     for _ in range(100):
         await asyncio.sleep(0.01)
         if client.opened == 8:
@@ -143,8 +149,8 @@ async def test_a_request_waiting_for_a_slot_still_counts_in_the_load() -> None:
     router = Router(POLICY, slots=32, max_parallel_decodes=1, load_curves=CURVES)
     dispatcher = Dispatcher(load_settings(), cast("BackendPool", _Pool()), client, router)
     body = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 8, "stream": True}
-    first = asyncio.create_task(dispatcher.answer("chat", dict(body), None))
-    second = asyncio.create_task(dispatcher.answer("chat", dict(body), None))
+    first = asyncio.create_task(dispatcher.answer("chat", ChatRequest.model_validate(body), None))
+    second = asyncio.create_task(dispatcher.answer("chat", ChatRequest.model_validate(body), None))
     for _ in range(100):
         await asyncio.sleep(0.01)
         if client.opened == 1 and len(router.recent) == 2:
@@ -169,7 +175,9 @@ async def _ramp(gather_ms: float, clients: int = 8, spacing_s: float = 0.002) ->
     body = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 8, "stream": True}
     tasks: list[asyncio.Task[Any]] = []
     for _ in range(clients):
-        tasks.append(asyncio.create_task(dispatcher.answer("chat", dict(body), None)))
+        tasks.append(
+            asyncio.create_task(dispatcher.answer("chat", ChatRequest.model_validate(body), None))
+        )
         await asyncio.sleep(spacing_s)
     for _ in range(300):
         await asyncio.sleep(0.01)
@@ -218,7 +226,7 @@ async def test_a_stream_is_out_of_the_load_when_its_client_reads_the_end() -> No
     router = Router(POLICY, slots=32, max_parallel_decodes=128, load_curves=CURVES)
     dispatcher = Dispatcher(load_settings(), cast("BackendPool", _Pool()), client, router)
     body = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 8, "stream": True}
-    answer = await dispatcher.answer("chat", body, Mode.BASELINE.value)
+    answer = await dispatcher.answer("chat", ChatRequest.model_validate(body), Mode.BASELINE.value)
     assert isinstance(answer, Streamed)
     in_flight_at: list[int] = []
     pieces: list[bytes] = []
@@ -245,7 +253,7 @@ async def test_the_wait_for_a_burst_is_told_apart_from_the_rest_of_the_overhead(
     body = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 8, "stream": True}
 
     async def answered(mode: str | None = None) -> dict[str, str]:
-        answer = await dispatcher.answer("chat", dict(body), mode)
+        answer = await dispatcher.answer("chat", ChatRequest.model_validate(body), mode)
         assert isinstance(answer, Streamed)
         async for _ in answer.events:
             pass

@@ -12,12 +12,13 @@ router did.
 from __future__ import annotations
 
 from functools import partial
+from typing import Any
 
 from fronde.evidence.calibration import LoadCurves
 from fronde.modes import Mode
 from fronde.router.classify import RequestClass
 from fronde.router.placement import MOVE_FLOOR, Placement
-from fronde.router.plan import Plan, Route, RouterPolicy
+from fronde.router.plan import Plan, Route, RouterPolicy, Situation
 from fronde.router.policy import plan_route
 
 ALL = set(Mode) - {Mode.DRAFT}  # no draft model
@@ -32,15 +33,24 @@ GEMMA = {
 SPREAD = ((1, 1.05), (2, 0.83))
 
 
+def _route(cls: RequestClass, **at: Any) -> Plan:
+    """``plan_route`` with the situation given as keywords (the tests' shorthand)."""
+    return plan_route(cls, Situation(**at))
+
+
+def _unmeasured(mode: Mode, cls: str) -> float | None:
+    return None
+
+
 def _at(placement: Placement = "best") -> partial[Plan]:
     policy = RouterPolicy(
         load_rule="measured", floor=Mode.NGRAM_MOD, probe="never", load_placement=placement
     )
     return partial(
-        plan_route,
+        _route,
         RequestClass.GENERAL,
         ready=ALL,
-        speed=lambda m, c: None,
+        speed=_unmeasured,
         policy=policy,
         slots=16,
     )

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
+from typing import Any
 
 import pytest
 from pydantic import ValidationError
@@ -29,9 +30,15 @@ from fronde.modes import Mode, SpeculationSettings, mode_args
 from fronde.router.building import build_router
 from fronde.router.classify import RequestClass
 from fronde.router.engine import Router
-from fronde.router.plan import Plan, Route, RouterPolicy, SpeedFn
+from fronde.router.plan import Plan, Route, RouterPolicy, Situation, SpeedFn
 from fronde.router.policy import choose_floor, plan_route, probe_allowed
 from fronde.timings import Timings
+
+
+def _route(cls: RequestClass, **at: Any) -> Plan:
+    """``plan_route`` with the situation given as keywords (the tests' shorthand)."""
+    return plan_route(cls, Situation(**at))
+
 
 ROOT = Path(__file__).resolve().parents[2]
 ALL = {Mode.BASELINE, Mode.NGRAM_SIMPLE, Mode.NGRAM_MOD, Mode.CASCADE}
@@ -74,7 +81,7 @@ def test_auto_probes_only_long_or_open_budgets_of_an_unmeasured_candidate() -> N
     policy = RouterPolicy(floor=Mode.NGRAM_SIMPLE)
 
     def route(budget: int | None, speed: SpeedFn = UNMEASURED, p: RouterPolicy = policy) -> Plan:
-        return plan_route(GENERAL, ready=ALL, speed=speed, policy=p, budget=budget)
+        return _route(GENERAL, ready=ALL, speed=speed, policy=p, budget=budget)
 
     assert route(64) == Plan(Route.FALLBACK, Mode.NGRAM_SIMPLE)
     probe = Plan(Route.PROBE, Mode.NGRAM_MOD, Mode.NGRAM_SIMPLE, None)
@@ -98,11 +105,9 @@ def test_with_the_default_floor_the_preferred_candidate_is_the_floor() -> None:
     default = RouterPolicy()
     assert (default.floor, default.aggressive[0]) == (Mode.NGRAM_MOD, Mode.NGRAM_MOD)
     for budget in (None, 64, 1024):
-        plan = plan_route(GENERAL, ready=ALL, speed=UNMEASURED, policy=default, budget=budget)
+        plan = _route(GENERAL, ready=ALL, speed=UNMEASURED, policy=default, budget=budget)
         assert plan == Plan(Route.FALLBACK, Mode.NGRAM_MOD)
-    out = plan_route(
-        GENERAL, ready=ALL, speed=UNMEASURED, policy=default, quarantined={Mode.NGRAM_MOD}
-    )
+    out = _route(GENERAL, ready=ALL, speed=UNMEASURED, policy=default, quarantined={Mode.NGRAM_MOD})
     assert out == Plan(Route.PROBE, Mode.CASCADE, Mode.BASELINE, None)
 
 
@@ -178,7 +183,7 @@ def test_without_the_floor_modes_backend_baseline_starts() -> None:
         Mode.NGRAM_SIMPLE
     )
     # A quarantined floor is not usable: its class falls back to baseline.
-    plan = plan_route(
+    plan = _route(
         RequestClass.EDIT, ready=ALL, speed=UNMEASURED, policy=policy, quarantined={Mode.NGRAM_MOD}
     )
     assert plan == Plan(Route.FALLBACK, Mode.BASELINE)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from functools import partial
+from typing import Any
 
 import pytest
 
@@ -11,9 +12,15 @@ from fronde.evidence.measurement import STALE_S, Measurement, measurement_from_t
 from fronde.modes import Mode
 from fronde.router.cache import RouteCache, cache_key
 from fronde.router.classify import RequestClass, classify
-from fronde.router.plan import LoadRule, Plan, Route, RouterPolicy, SpeedFn
+from fronde.router.plan import LoadRule, Plan, Route, RouterPolicy, Situation, SpeedFn
 from fronde.router.policy import choose_floor, plan_route
 from fronde.timings import Timings
+
+
+def _route(cls: RequestClass, **at: Any) -> Plan:
+    """``plan_route`` with the situation given as keywords (the tests' shorthand)."""
+    return plan_route(cls, Situation(**at))
+
 
 CODE = "```python\n" + "def f(x):\n    return x + 1\n" * 40 + "```"  # ~1 000 chars
 JSON = "```json\n" + '{"id": 1, "name": "widget", "price": 9.5},\n' * 25 + "```"
@@ -259,7 +266,7 @@ def test_floor_starts_at_the_policy_floor_until_a_candidate_beats_it_by_the_marg
 
 def test_rule_order() -> None:
     s = speeds({(Mode.BASELINE, "general"): 40.0})
-    route = partial(plan_route, ready=ALL, speed=s, policy=ORIGINAL)
+    route = partial(_route, ready=ALL, speed=s, policy=ORIGINAL)
     assert route(RequestClass.EDIT, forced=Mode.BASELINE) == Plan(Route.FORCED, Mode.BASELINE)
     assert route(RequestClass.UNSAFE, cached=Mode.NGRAM_MOD) == Plan(Route.UNSAFE, Mode.BASELINE)
     assert route(RequestClass.EDIT, cached=Mode.BASELINE) == Plan(Route.EDIT, Mode.NGRAM_MOD)
@@ -270,12 +277,12 @@ def test_rule_order() -> None:
 
 
 def test_first_time_probe_has_no_floor_speed() -> None:
-    p = plan_route(RequestClass.GENERAL, ready=ALL, speed=speeds({}), policy=ORIGINAL)
+    p = _route(RequestClass.GENERAL, ready=ALL, speed=speeds({}), policy=ORIGINAL)
     assert p == Plan(Route.PROBE, Mode.NGRAM_MOD, Mode.BASELINE, None)
 
 
 def test_quarantine_and_probation() -> None:
-    route = partial(plan_route, ready=ALL, speed=speeds({}), policy=POLICY)
+    route = partial(_route, ready=ALL, speed=speeds({}), policy=POLICY)
     # ngram-mod quarantined: the next aggressive candidate is probed.
     p = route(RequestClass.GENERAL, quarantined={Mode.NGRAM_MOD})
     assert (p.route, p.mode) == (Route.PROBE, Mode.NGRAM_SIMPLE)
@@ -293,7 +300,7 @@ def test_quarantine_and_probation() -> None:
 
 def test_spread_rule_drops_to_an_idle_baseline() -> None:
     spread = RouterPolicy(load_rule="spread")
-    route = partial(plan_route, ready=ALL, speed=speeds({}), policy=spread)
+    route = partial(_route, ready=ALL, speed=speeds({}), policy=spread)
     assert route(RequestClass.GENERAL, busy={Mode.NGRAM_MOD}) == Plan(Route.FALLBACK, Mode.BASELINE)
     assert route(RequestClass.EDIT, busy={Mode.NGRAM_MOD}) == Plan(Route.FALLBACK, Mode.BASELINE)
     p = route(RequestClass.EDIT, busy={Mode.NGRAM_MOD, Mode.BASELINE})
@@ -317,7 +324,7 @@ def test_router_engine_load_rules() -> None:
 
 
 def test_serialize_keeps_everything_on_the_decoding_backend() -> None:
-    route = partial(plan_route, ready=ALL, speed=speeds({}), policy=ORIGINAL)
+    route = partial(_route, ready=ALL, speed=speeds({}), policy=ORIGINAL)
     active = {Mode.BASELINE}
     assert route(RequestClass.GENERAL, active=active) == Plan(Route.FALLBACK, Mode.BASELINE)
     assert route(RequestClass.EDIT, active=active) == Plan(Route.FALLBACK, Mode.BASELINE)
@@ -332,7 +339,7 @@ def test_unsafe_requests_never_go_to_a_speculative_mode() -> None:
     """Issue 17, case 6: a quarantined, busy or absent baseline moves nothing."""
     fast = speeds({(m, "unsafe-for-spec"): 100.0 for m in ALL})
     for rule in ("serialize", "spread", "off"):
-        route = partial(plan_route, ready=ALL, speed=fast, policy=RouterPolicy(load_rule=rule))
+        route = partial(_route, ready=ALL, speed=fast, policy=RouterPolicy(load_rule=rule))
         base = Plan(Route.UNSAFE, Mode.BASELINE)
         assert route(RequestClass.UNSAFE, quarantined={Mode.BASELINE}) == base
         assert route(RequestClass.UNSAFE, probation={Mode.BASELINE}) == base

@@ -15,6 +15,7 @@ from fastapi.testclient import TestClient
 from fronde.backends.client import BackendClient
 from fronde.backends.pool import BackendPool
 from fronde.bench.serve import running_serve, settled
+from fronde.client_request import CompletionRequest
 from fronde.config import load_settings
 from fronde.errors import BackendUnavailableError
 from fronde.modes import Mode
@@ -93,7 +94,7 @@ async def test_an_internal_error_ends_the_request_as_an_error_not_cancelled() ->
     d = dispatcher([Mode.BASELINE])
     body = {"prompt": "x", "max_tokens": 4}
     with pytest.raises(RuntimeError):
-        await d.answer("text", body, "baseline")
+        await d.answer("text", CompletionRequest.model_validate(body), "baseline")
     [row] = d.router.snapshot()["recent"]
     assert (row["status"], row["error"]) == ("error", "internal error: RuntimeError")
     assert not d.router.gate.locked()  # and its decode slot is free again
@@ -102,9 +103,9 @@ async def test_an_internal_error_ends_the_request_as_an_error_not_cancelled() ->
 @pytest.mark.anyio
 async def test_a_batch_with_no_backend_ready_answers_503_like_a_single_request() -> None:
     d = dispatcher([])
-    answer = await run_batch(d, [("text", {"prompt": "x", "max_tokens": 4})])
+    answer = await run_batch(d, [("text", CompletionRequest(prompt="x", max_tokens=4))])
     [item] = answer["data"]
     assert item["status"] == 503
     with pytest.raises(BackendUnavailableError) as single:
-        await d.answer("text", {"prompt": "x", "max_tokens": 4}, None)
+        await d.answer("text", CompletionRequest(prompt="x", max_tokens=4), None)
     assert single.value.status_code == 503

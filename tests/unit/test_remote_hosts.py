@@ -25,6 +25,7 @@ from fronde.api.app import create_app
 from fronde.backends.pool import BackendPool
 from fronde.backends.pool_plan import remote_plan
 from fronde.backends.process import free_port
+from fronde.backends.remote import UP_AFTER, Replica
 from fronde.backends.single import mode_fields
 from fronde.config import Settings, load_settings
 from fronde.errors import ConfigError
@@ -81,6 +82,18 @@ def test_remote_all_where_it_cannot_serve_is_one_line(
     with pytest.raises(ConfigError, match=re.escape(message)) as err:
         load_settings(cache_dir=tmp_path, **overrides)
     assert "\n" not in err.value.message
+
+
+def test_a_refused_host_stays_out_until_it_goes_down_and_comes_back() -> None:
+    r = Replica("http://h:1")
+    assert [r.due, r.observe(True), r.due] == [False, False, True]  # the next ok: check first
+    r.refuse("does not honour per-request speculation")
+    assert [r.observe(True) for _ in range(UP_AFTER + 2)] == [False] * (UP_AFTER + 2)
+    assert not r.up and r.settled and not r.due
+    assert r.last_error == "does not honour per-request speculation"
+    r.observe(False, "ConnectError")  # down (restarted, maybe with another binary)
+    assert not r.refused and r.last_error == "ConnectError"
+    assert [r.observe(True), r.due] == [False, True]  # checked again before it serves
 
 
 # --- fake hosts --------------------------------------------------------------------------

@@ -18,8 +18,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from fronde.backends.client import BackendClient, make_http_client
-from fronde.backends.pool import BackendPool, PoolPlan
-from fronde.backends.pool_plan import LOG_RUNS_KEPT, run_log_dir
+from fronde.backends.pool import BackendPool
+from fronde.backends.pool_plan import LOG_RUNS_KEPT, remote_plan, run_log_dir
 from fronde.backends.single import with_fields
 from fronde.backends.swap import SwapScheduler
 from fronde.config import Settings
@@ -68,11 +68,11 @@ def build_pool(settings: Settings) -> BackendPool:
         InstallError: no llama-server is installed and none is configured.
         ManifestError: the profile does not exist or is malformed.
     """
-    if all(m in settings.remote for m in settings.modes):
-        # A proxy-only host: every mode is remote, so no llama-server, model or
-        # profile manifest is needed here.
-        remote = {m: settings.remote[m] for m in settings.modes}
-        return BackendPool.from_plan(settings, PoolPlan({}, {}, remote))
+    proxy_only = remote_plan(settings)
+    if proxy_only is not None:
+        # Every mode served elsewhere (remote.<mode> each, or remote.all): no
+        # llama-server, model or profile manifest is needed here.
+        return BackendPool.from_plan(settings, proxy_only)
     profile = profile_of(settings)
     binary = find_llama_binary(settings.cache_dir, settings.llama_server)
     return BackendPool.from_settings(settings, profile, binary, run_log_dir(settings.cache_dir))

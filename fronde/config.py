@@ -39,9 +39,12 @@ from fronde.config_sections import (
 from fronde.errors import ConfigError
 from fronde.modes import BACKEND_SAMPLING_FLAGS, Mode, SpeculationSettings
 
-__all__ = ["DEFAULT_PROFILE", "Settings", "default_models_dir", "load_settings"]
+__all__ = ["DEFAULT_PROFILE", "REMOTE_ALL", "Settings", "default_models_dir", "load_settings"]
 
 DEFAULT_PROFILE = "cpu-smollm2-135m"
+
+REMOTE_ALL = "all"
+"""The ``remote`` key whose hosts serve every mode, the mode chosen per request."""
 
 _CONFIG_FILE: ContextVar[Path | None] = ContextVar("fronde_config_file", default=None)
 
@@ -118,22 +121,44 @@ class Settings(BaseSettings):
     log_level: Literal["debug", "info", "warning", "error"] = Field(
         default="info", description="minimum level logged"
     )
-    remote: dict[Mode, list[str]] = Field(
-        default_factory=dict[Mode, list[str]],
+    remote: dict[Mode | Literal["all"], list[str]] = Field(
+        default_factory=dict[Mode | Literal["all"], list[str]],
         description="mode → URLs of llama-servers run elsewhere (replicas, balanced by "
-        "least in flight); such a mode starts no local process",
+        "least in flight); such a mode starts no local process. `all` → hosts whose "
+        "llama-server honours the per-request fields (Fronde's patch set) and serves "
+        "every mode, each request carrying its mode (alone: no per-mode entry beside it)",
     )
 
     @field_validator("remote")
     @classmethod
-    def _remote_urls(cls, remote: dict[Mode, list[str]]) -> dict[Mode, list[str]]:
+    def _remote_urls(
+        cls, remote: dict[Mode | Literal["all"], list[str]]
+    ) -> dict[Mode | Literal["all"], list[str]]:
         for mode, urls in remote.items():
             if not urls:
                 raise ValueError(f"remote.{mode}: give at least one URL")
             for url in urls:
                 if not url.startswith(("http://", "https://")) or len(url) > 2048:
                     raise ValueError(f"remote.{mode}: {url!r} is not an http(s) URL")
+        if REMOTE_ALL in remote and len(remote) > 1:
+            others = ", ".join(str(m) for m in remote if m != REMOTE_ALL)
+            raise ValueError(
+                f"remote.all serves every mode from each host, so remote.{others} cannot "
+                "stand beside it: list the hosts under `all` (their llama-server honours "
+                "the per-request fields) or every remote mode under its own name (one "
+                "stock llama-server per mode, each with its own --spec-type)"
+            )
         return remote
+
+    @property
+    def remote_modes(self) -> dict[Mode, list[str]]:
+        """The modes served by their own llama-servers elsewhere (``remote.<mode>``)."""
+        return {m: urls for m, urls in self.remote.items() if isinstance(m, Mode)}
+
+    @property
+    def remote_hosts(self) -> list[str]:
+        """The hosts that serve every mode per request (``remote.all``); [] when none."""
+        return self.remote.get(REMOTE_ALL, [])
 
     @model_validator(mode="after")
     def _local_model(self) -> Settings:
@@ -170,6 +195,8 @@ class Settings(BaseSettings):
         """
         if self.residency == "swap":
             return "residency = swap starts and stops one llama-server per mode"
+        if self.remote_hosts:
+            return None  # no local server: the hosts' own flags are theirs
         remote = [str(m) for m in self.modes if m in self.remote]
         if remote:
             return f"remote modes ({', '.join(remote)}) are served per mode"
@@ -183,6 +210,18 @@ class Settings(BaseSettings):
 
     @model_validator(mode="after")
     def _topology(self) -> Settings:
+        if self.remote_hosts:
+            # Fronde starts no llama-server there: one per mode is not its to start.
+            why = self.single_conflict()
+            if self.backend.topology == "per-mode":
+                why = "backend.topology = per-mode"
+            if why is not None:
+                raise ValueError(
+                    f"remote.all serves every mode from one llama-server per host, but {why}: "
+                    "use backend.topology = auto or single, or list one stock llama-server "
+                    "per mode under remote.<mode>"
+                )
+            return self
         why = self.single_conflict() if self.backend.topology == "single" else None
         if why is not None:
             raise ValueError(f"backend.topology = single, but {why}: use per-mode or auto")

@@ -103,7 +103,7 @@ class BackendSettings(_Section):
         "(speculative.n_max / speculative.types in the body; needs a binary that honours "
         "them, fronde install's patch set); per-mode: one llama-server per mode; auto = "
         "single when the binary honours the fields (checked at start) and the settings allow "
-        "it (no swap residency, no remote mode, plain_args only --backend-sampling), else "
+        "it (no swap residency, no per-mode remote, plain_args only --backend-sampling), else "
         "per-mode",
     )
     ctx_size: int = Field(

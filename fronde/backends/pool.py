@@ -12,7 +12,9 @@ The topology (:mod:`fronde.backends.single`) is settled in :meth:`BackendPool.st
 the per-request fields; ``auto`` does the same and, where the binary does not (or the
 shared server cannot start), stops it and starts one llama-server per mode instead,
 logging why once (``topology.chosen``). One process is one point of failure: when it
-crashes every mode is down until its supervisor has restarted it.
+crashes every mode is down until its supervisor has restarted it. Remote hosts that
+serve every mode (``remote.all``, :mod:`fronde.backends.hosts`) run single too, each host
+checked at start; with them there is no fallback (nothing here to start per mode).
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from fronde.backends.hosts import HOSTS_LABEL, HostCheck, start_hosts
 from fronde.backends.pool_plan import PlanTopology, PoolPlan, plan_pool
 from fronde.backends.process import BackendState, LlamaServerProcess, log_tail
 from fronde.backends.remote import RemoteMode
@@ -63,6 +66,12 @@ def _slots_of(args: list[str]) -> int:
         if flag in ("-np", "--parallel") and value.isdigit():
             slots = int(value)
     return slots
+
+
+def _remote_of(backend: Backend) -> RemoteMode | None:
+    """The remote replicas behind ``backend`` (its own, or the hosts of every mode), if any."""
+    inner = backend.server.process if isinstance(backend, SharedMode) else backend
+    return inner if isinstance(inner, RemoteMode) else None
 
 
 class BackendPool:
@@ -107,7 +116,13 @@ class BackendPool:
         self.topology_why = plan.why
         self._stock_file = plan.stock_file
         self.backends: dict[Mode, Backend] = dict[Mode, Backend](self.per_mode)
-        if plan.single is not None and plan.topology != "per-mode":
+        self._hosts: tuple[RemoteMode, HostCheck] | None = None
+        """The remote hosts that serve every mode and their check, if the plan has them."""
+        if plan.hosts:
+            hosts = RemoteMode(HOSTS_LABEL, list(plan.hosts), start_timeout_s=start_timeout_s)
+            self.shared, self._hosts = SharedServer(hosts), (hosts, HostCheck(list(plan.fields)))
+            self.backends = {m: SharedMode(m, self.shared, f) for m, f in plan.fields.items()}
+        elif plan.single is not None and plan.topology != "per-mode":
             shared = SharedServer(LlamaServerProcess(plan.single, start_timeout_s, stop_grace_s))
             self.shared = shared
             self.backends = {
@@ -148,14 +163,21 @@ class BackendPool:
 
     def _processes(self) -> list[LlamaServerProcess]:
         """Every local llama-server the pool may run, each once."""
-        local = [p for p in self.per_mode.values() if isinstance(p, LlamaServerProcess)]
-        return local + ([self.shared.process] if self.shared is not None else [])
+        shared = [self.shared.process] if self.shared is not None else []
+        own = [*self.per_mode.values(), *shared]
+        return [p for p in own if isinstance(p, LlamaServerProcess)]
 
     async def start(self) -> None:
         """Settle the topology, start its llama-servers and supervise the ones that came up.
 
         Never raises for a failed backend: check :meth:`ready_modes`.
         """
+        if self._hosts is not None and self.shared is not None:
+            await start_hosts(self.shared, *self._hosts, self.topology_why)
+            for mode, reason in self._hosts[1].left_out.items():  # no host drafts for them
+                self.backends.pop(mode, None)
+                self.left_out[mode] = reason
+            return
         if self.shared is not None and self.topology != "per-mode":
             if await self._start_single(self.shared):
                 return
@@ -176,6 +198,8 @@ class BackendPool:
         it and falls back to one llama-server per mode.
         """
         modes, proc = tuple(self.backends), shared.process
+        if not isinstance(proc, LlamaServerProcess):
+            return False  # remote hosts: start() settles them
         try:
             await self._started(proc)
         except BackendStartError as exc:
@@ -259,8 +283,9 @@ class BackendPool:
     def count_load_with(self, load: Callable[[str], int]) -> None:
         """Balance remote replicas by ``load(url)``: requests in flight (the client counts)."""
         for backend in self.backends.values():
-            if isinstance(backend, RemoteMode):
-                backend.load = load
+            remote = _remote_of(backend)
+            if remote is not None:
+                remote.load = load
 
     def local_slots(self, url: str) -> int:
         """The ``-np`` of the llama-server this pool started at base ``url``; 0 if none.
@@ -346,8 +371,9 @@ class BackendPool:
                 "restarts": self.restarts[mode],
                 "error": proc.last_error,
             }
-            if isinstance(proc, RemoteMode):
-                out[str(mode)]["replicas"] = proc.replica_status()
+            remote = _remote_of(proc)
+            if remote is not None:
+                out[str(mode)]["replicas"] = remote.replica_status()
         for mode, reason in self.left_out.items():
             out[str(mode)] = {"state": "left-out", "error": reason}
         return out

@@ -4,7 +4,8 @@
 per-mode launch specs (one llama-server per mode), and, where ``backend.topology``
 allows it, the one launch spec that serves every local mode (:mod:`fronde.backends.single`)
 with each mode's request fields. Which of the two runs is settled when the pool
-starts (``auto`` checks the binary then).
+starts (``auto`` checks the binary then). :func:`remote_plan` plans a pool that needs no
+local model: every mode remote, or remote hosts that serve every mode (``remote.all``).
 """
 
 from __future__ import annotations
@@ -23,7 +24,14 @@ from fronde.errors import ModelError
 from fronde.modes import BACKEND_SAMPLING_FLAGS, Mode, mode_args
 from fronde.runtime.models import Profile, chat_template_file, model_path
 
-__all__ = ["LOG_RUNS_KEPT", "PlanTopology", "PoolPlan", "plan_pool", "run_log_dir"]
+__all__ = [
+    "LOG_RUNS_KEPT",
+    "PlanTopology",
+    "PoolPlan",
+    "plan_pool",
+    "remote_plan",
+    "run_log_dir",
+]
 
 PlanTopology = Literal["single", "per-mode", "auto"]
 """``single``: the shared spec runs; ``per-mode``: the per-mode specs run; ``auto``: the
@@ -45,7 +53,9 @@ class PoolPlan:
     warning: fetch it); the others are left out by design (a profile without a draft
     model), which is information, not a fault. ``single`` is the one llama-server that
     serves every mode of ``specs`` (None: per-mode only), ``fields`` each mode's body
-    fields on it, and ``topology`` which runs (``why``: how that was settled).
+    fields on it, and ``topology`` which runs (``why``: how that was settled). ``hosts``
+    are remote llama-servers that serve every mode of ``fields`` (``remote.all``): then
+    there is nothing local, and the pool checks each host at start.
     """
 
     specs: dict[Mode, LaunchSpec]
@@ -58,6 +68,7 @@ class PoolPlan:
     why: str = "backend.topology = per-mode"
     stock_file: Path | None = None
     """Where ``auto`` notes a binary that does not honour the fields (None: nowhere)."""
+    hosts: tuple[str, ...] = ()
 
 
 def _common_args(settings: Settings, profile: Profile, target: Path) -> list[str]:
@@ -145,9 +156,10 @@ def plan_pool(settings: Settings, profile: Profile, binary: Path, log_dir: Path)
     specs: dict[Mode, LaunchSpec] = {}
     left_out: dict[Mode, str] = {}
     missing: set[Mode] = set()
-    remote = {m: urls for m, urls in settings.remote.items() if m in settings.modes}
-    if all(m in remote for m in settings.modes):
-        return PoolPlan(specs, left_out, remote)  # a proxy-only host needs no model
+    proxy_only = remote_plan(settings)
+    if proxy_only is not None:
+        return proxy_only
+    remote = {m: urls for m, urls in settings.remote_modes.items() if m in settings.modes}
     target = model_path(settings.models_dir, profile.target, profile.name)
     common = _common_args(settings, profile, target)
     draft, no_draft, draft_missing = _draft_of(settings, profile)
@@ -176,6 +188,27 @@ def plan_pool(settings: Settings, profile: Profile, binary: Path, log_dir: Path)
     return PoolPlan(
         specs, left_out, remote, frozenset(missing), single, fields, topology, why, stock_file
     )
+
+
+def remote_plan(settings: Settings) -> PoolPlan | None:
+    """The plan of a host that only proxies (no model, binary or manifest here), or None.
+
+    Every mode remote (``remote.<mode>``): one set of replicas per mode. Hosts that serve
+    every mode (``remote.all``): ``single`` over them, each mode's requests carrying its
+    :func:`~fronde.backends.single.mode_fields` as on a local single server (baseline's
+    ``backend_sampling`` where ``backend.plain_args`` ask for it).
+    """
+    if settings.remote_hosts:
+        sampling = any(a in BACKEND_SAMPLING_FLAGS for a in settings.backend.plain_args)
+        fields = {m: mode_fields(m, backend_sampling=sampling) for m in Mode if m in settings.modes}
+        why = f"remote.all: {len(settings.remote_hosts)} host(s) serve every mode, each "
+        why += "checked for per-request speculation at start"
+        hosts = tuple(settings.remote_hosts)
+        return PoolPlan({}, {}, fields=fields, topology="single", why=why, hosts=hosts)
+    remote = settings.remote_modes
+    if all(m in remote for m in settings.modes):
+        return PoolPlan({}, {}, {m: remote[m] for m in settings.modes})
+    return None
 
 
 def run_log_dir(cache_dir: Path) -> Path:

@@ -7,6 +7,11 @@ flight. Health uses hysteresis so one slow answer does not flap a replica:
 
     unknown ──2 successes──▶ up ──3 failures──▶ down ──2 successes──▶ up
 
+With a :attr:`RemoteMode.check` (hosts that serve every mode, ``remote.all``:
+:mod:`fronde.backends.hosts`), a replica is checked before each time it would come up;
+one the check refuses stays out, with the reason as its error, until it goes down (a
+restart may bring another binary) and comes back.
+
 :class:`RemoteMode` offers the subset of
 :class:`~fronde.backends.process.LlamaServerProcess` the pool and the routes use
 (``url``, ``state``, ``start``, ``stop``, ``wait``), so the rest of Fronde does
@@ -17,7 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -51,17 +56,33 @@ class Replica:
     fails: int = 0
     oks: int = 0
     last_error: str | None = None
+    refused: bool = False
+    """The check refused it (``last_error`` says why): it stays out until it goes down."""
+
+    @property
+    def due(self) -> bool:
+        """One more successful health check would bring it up (so check it first)."""
+        return not self.up and not self.refused and self.oks + 1 >= UP_AFTER
+
+    @property
+    def settled(self) -> bool:
+        """Up, refused, or down for :data:`DOWN_AFTER` checks in a row (unreachable)."""
+        return self.up or self.refused or self.fails >= DOWN_AFTER
+
+    def refuse(self, why: str) -> None:
+        """Keep it out for ``why`` (a check it failed) until it goes down and comes back."""
+        self.refused, self.last_error = True, why
 
     def observe(self, ok: bool, error: str | None = None) -> bool:
         """Fold one health check in; return True when ``up`` changed."""
         if ok:
             self.oks, self.fails = self.oks + 1, 0
-            if not self.up and self.oks >= UP_AFTER:
+            if not self.up and not self.refused and self.oks >= UP_AFTER:
                 self.up, self.last_error = True, None
                 return True
         else:
             self.fails, self.oks = self.fails + 1, 0
-            self.last_error = error
+            self.last_error, self.refused = error, False
             if self.up and self.fails >= DOWN_AFTER:
                 self.up = False
                 return True
@@ -73,16 +94,21 @@ class RemoteMode:
     """The remote replicas of one mode, behind the interface of a local backend.
 
     Args:
-        mode: the mode they serve.
+        mode: the mode they serve (``remote.all``: every mode, per request).
         urls: their base URLs.
         load: base URL → requests in flight there (the backend client counts them).
         start_timeout_s: how long :meth:`start` waits for a first replica, seconds.
+        check: base URL → why that replica may not serve (None: it may), awaited before
+            it comes up; None: health alone decides.
+        failure: why the pool gave these replicas up at start (shown as the error).
     """
 
-    mode: Mode
+    mode: Mode | str
     urls: list[str]
     load: Callable[[str], int] = lambda _url: 0
     start_timeout_s: float = 180.0
+    check: Callable[[str], Awaitable[str | None]] | None = None
+    failure: str | None = None
     replicas: list[Replica] = field(default_factory=list[Replica])
     state: BackendState = BackendState.STOPPED
     starts: int = 0
@@ -98,6 +124,8 @@ class RemoteMode:
     @property
     def last_error(self) -> str | None:
         """Why no replica is up, or None."""
+        if self.failure is not None:
+            return self.failure
         if any(r.up for r in self.replicas):
             return None
         errors = [f"{r.url}: {r.last_error}" for r in self.replicas if r.last_error]
@@ -128,6 +156,11 @@ class RemoteMode:
                     ok, error = resp.status_code == 200, f"/health answered {resp.status_code}"
                 except httpx.HTTPError as exc:
                     ok, error = False, f"{type(exc).__name__}: {exc}"
+                if ok and self.check is not None and replica.due:
+                    why = await self.check(replica.url)
+                    if why is not None:
+                        replica.refuse(why)
+                        log.error("backend.replica_refused", url=replica.url, why=why)
                 if replica.observe(ok, None if ok else error):
                     event = "backend.replica_up" if replica.up else "backend.replica_down"
                     log.warning(
@@ -143,11 +176,16 @@ class RemoteMode:
             BackendStartError: none came up within ``start_timeout_s``.
         """
         self.starts += 1
+        self.failure = None
         self._stopped.clear()
         self.state = BackendState.STARTING
         self._tasks = [asyncio.create_task(self._watch(r)) for r in self.replicas]
         deadline = asyncio.get_running_loop().time() + self.start_timeout_s
         while not any(r.up for r in self.replicas):
+            if all(r.refused for r in self.replicas):  # no need to wait: none will serve
+                await self.stop()
+                self.state = BackendState.FAILED
+                raise BackendStartError(f"no replica of {self.mode} can serve: {self.last_error}")
             if asyncio.get_running_loop().time() > deadline:
                 await self.stop()
                 self.state = BackendState.FAILED

@@ -44,6 +44,7 @@ from typing import Any, cast
 import httpx
 
 from fronde.backends.process import BackendState, LlamaServerProcess
+from fronde.backends.remote import RemoteMode
 from fronde.modes import Mode, SpeculationSettings, mode_args
 
 __all__ = [
@@ -161,11 +162,12 @@ class SharedServer:
     modes (``auto`` may stop it and start one server per mode instead).
 
     Attributes:
-        process: the llama-server child.
+        process: the llama-server child, or the remote hosts that each run one
+            (``remote.all``: :mod:`fronde.backends.hosts`).
         checked: its binary honours the per-request fields (set by the pool).
     """
 
-    process: LlamaServerProcess
+    process: LlamaServerProcess | RemoteMode
     checked: bool = False
 
     @property
@@ -200,7 +202,7 @@ class SharedMode:
 
     @property
     def url(self) -> str:
-        """The shared process's base URL."""
+        """The shared process's base URL (remote hosts: the one with the fewest in flight)."""
         return self.server.process.url
 
     @property

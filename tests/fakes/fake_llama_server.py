@@ -37,7 +37,8 @@ rest is ignored) plus knobs in the manner of llama-swap's ``cmd/fake-model``:
   per-request ``speculative.*`` fields, refuses bad ones with a 400 and says so in
   ``/props`` (see ``tests/fakes/per_request_spec.py``); without it they are ignored.
 - ``--fake-per-request``: behave as a llama-server built with Fronde's patch set
-  (``/work/notes/spec-contract.md``): ``/props`` says ``speculative_per_request``; a body's
+  (``/work/notes/spec-contract.md``): ``/props`` says ``speculative_per_request`` (and shows
+  its ``--spec-type`` list, as patch 0004 does, under ``default_generation_settings``); a body's
   ``speculative.n_max`` (0: no draft) and ``speculative.types`` (a subset of
   ``--spec-type``, else HTTP 400) decide whether it drafts; ``timings`` carry
   ``draft_n_max``. Without it the fields are ignored, as a stock b11434 does.
@@ -684,9 +685,18 @@ def build_app(args: argparse.Namespace) -> FastAPI:
     @app.get("/props")
     async def props() -> JSONResponse:  # pyright: ignore[reportUnusedFunction]
         caps = {"supports_tools": not args.fake_no_tool_template, "supports_tool_calls": True}
-        props = {"model_alias": args.alias, "spec_type": args.spec_type, "chat_template_caps": caps}
+        props: dict[str, Any] = {
+            "model_alias": args.alias,
+            "spec_type": args.spec_type,
+            "chat_template_caps": caps,
+        }
+        # Patch 0004 shows the server's own speculators here; stock b11434 shows the
+        # defaults of an empty task_params ("none").
+        shown = "none"
         if args.fake_per_request_spec or args.fake_per_request or args.fake_props_only:
             props["speculative_per_request"] = True
+            shown = ",".join(configured) or "none"
+        props["default_generation_settings"] = {"params": {"speculative.types": shown}}
         return JSONResponse(props)
 
     @app.post("/detokenize")

@@ -244,13 +244,26 @@ def _router_arms(env: tuple[tuple[str, str], ...]) -> dict[str, Arm]:
     return arms
 
 
-def _calibrate(run: Settings, static: list[Arm]) -> dict[Mode, str]:
-    """Each mode's calibration arm; appends to ``static`` a server for each mode no arm runs."""
+def _calibrate(run: Settings, static: list[Arm], pinned: bool) -> dict[Mode, str]:
+    """Each mode's calibration arm; appends to ``static`` a server for each mode no arm runs.
+
+    With ``pinned`` (timed blocks) every calibration server is measured with client k on
+    slot k, as Fronde places its requests: the curves the router reads are then those of
+    the servers it runs, not of a user's unpinned one. On an H100 (gemma, the agent mix,
+    ``results/load-gpu-h100-cpu-gemma-270m-20261206-agent-fresh-topo``) the unpinned plain
+    server's curve read 383-420 tok/s at c = 2-16 and the pinned one 777-953, so the
+    router sent those loads to ngram-mod (452 at c = 8) and served 0.55-0.70× pinned.
+    """
     # One server per calibration: plain2's argv is plain's, never a mode's curve.
-    specs = {a.name: spec_of(static_argv(a, run)[1]) for a in static if a.servers == 1}
+    specs = {
+        a.name: spec_of(static_argv(a, run)[1])
+        for a in static
+        if a.servers == 1 and a.pin == pinned and not a.unflags
+    }
     calibration: dict[Mode, str] = {}
     for mode in run.modes:
         probe = Arm(f"s-{SHORT[mode]}", "static", force=mode, about=_probe_about(mode))
+        probe = replace(probe, pin=pinned, about=probe.about + ", pinned" * pinned)
         try:
             spec = spec_of(static_argv(probe, run)[1])
         except FrondeError:  # a mode with no backend (no draft model) is left out
@@ -309,7 +322,10 @@ def load_setup(
     run = settings.model_copy(update={"backend": backend})
     known = {a.name: a for a in ARMS}
     static = [known[n] for n in STATIC] + [SPREAD]
-    calibration = _calibrate(run, static)
+    # Timed: the calibration servers pinned, plain decoding's being the pinned arm.
+    candidates = static + [PINNED] * bool(timed)
+    calibration = _calibrate(run, candidates, pinned=timed is not None)
+    static += [a for a in candidates if a not in static and a is not PINNED]
     env = (
         ("FRONDE_BACKEND__PARALLEL", str(slots)),
         ("FRONDE_BACKEND__CTX_SIZE", str(ctx)),

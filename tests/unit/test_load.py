@@ -23,6 +23,7 @@ from fronde.bench.load_report import report_load
 from fronde.bench.load_rows import load_rows, looping_items, steady_window
 from fronde.bench.load_sessions import curves_from, session_curves, session_spread, spread_ratios
 from fronde.bench.load_verdict import held_out_ratios, session_verdicts, verdict_lines
+from fronde.bench.passes import Timed
 from fronde.bench.store import Store
 from fronde.config import Settings, load_settings
 from fronde.errors import FrondeError
@@ -268,6 +269,28 @@ def test_a_mode_is_calibrated_by_the_static_arm_that_starts_the_same_speculation
     ]
     assert same.calibration[Mode.NGRAM_MOD] == "default"
     assert same.calibration[Mode.CASCADE] == "cascade"
+
+
+def test_timed_runs_calibrate_every_mode_on_a_pinned_server(
+    fake_gemma: Callable[[int], Settings],
+) -> None:
+    """Fronde places its requests on adjacent slots, so the curves its router reads are
+    of pinned servers: on an H100 the unpinned plain server's curve (383-420 tok/s at
+    c = 2-16 against 777-953 pinned) sent those loads to ngram-mod."""
+    spec = fake_gemma(400).speculation.model_copy(
+        update={"ngram_mod_n_min": 48, "ngram_mod_n_max": 64}
+    )
+    settings = fake_gemma(400).model_copy(update={"speculation": spec})
+    timed = Timed(warmup_s=1.0, window_s=2.0)
+    setup = load_setup(settings, "completion", 16, 1, (1, 4), slots=4, items=3, timed=timed)
+    by = {a.name: a for a in setup.static.arms}
+    assert setup.calibration[Mode.BASELINE] == "pinned"  # plain decoding's pinned arm
+    for mode in (Mode.NGRAM_SIMPLE, Mode.NGRAM_MOD, Mode.CASCADE):
+        arm = by[setup.calibration[mode]]
+        assert arm.pin and arm.name.startswith("s-"), (mode, arm)
+    # The user's servers stay as a user runs them: unpinned, and calibrate nothing.
+    assert not by["default"].pin and not by["cascade"].pin
+    assert [a.name for a in setup.static.arms].count("pinned") == 1  # planned once
 
 
 def _sample(

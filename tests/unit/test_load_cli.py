@@ -50,7 +50,7 @@ def test_a_load_run_writes_the_page_that_bench_report_writes_again(
     written = {f: (run / f).read_text() for f in ("load.json", "load.md")}
     meta = json.loads(written["load.json"])["run"]
     assert meta["title"].startswith("Load: cpu-gemma-270m, 2 slots per server")
-    assert meta["calibration"]["baseline"] == "plain"
+    assert meta["calibration"]["baseline"] == "pinned"  # timed: Fronde's placement
 
     fronde(["bench", "report", str(run)], env, tmp_path)
 

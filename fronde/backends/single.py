@@ -43,8 +43,11 @@ from typing import Any, cast
 
 import httpx
 
+from fronde.backends.capability import check_per_request_speculation
+from fronde.backends.client import BackendClient
 from fronde.backends.process import BackendState, LlamaServerProcess
 from fronde.backends.remote import RemoteMode
+from fronde.errors import FrondeError
 from fronde.modes import Mode, SpeculationSettings, mode_args
 
 __all__ = [
@@ -80,14 +83,8 @@ SPEC_TYPES: dict[Mode, tuple[str, ...]] = {
 :func:`~fronde.modes.mode_args` starts its process with)."""
 
 CHECK_TIMEOUT_S = 60.0
-"""The longest each request of :func:`per_request_support` may take, s (a 32-token
+"""The longest each request of :func:`per_request_support` may take, s (a 48-token
 generation: well under a second on 2 CPU cores once the model is loaded)."""
-
-CHECK_PROMPT = "one two three four five six seven eight nine ten " * 12
-"""A copy-heavy prompt: any n-gram speculator drafts on it, unless told not to."""
-
-CHECK_TOKENS = 32
-"""Tokens the check's request generates."""
 
 
 def single_args(
@@ -237,36 +234,17 @@ class SharedMode:
 async def per_request_support(url: str, timeout_s: float = CHECK_TIMEOUT_S) -> str | None:
     """Whether the llama-server at ``url`` honours per-request speculation: None, else why not.
 
-    Two checks, as the contract asks: ``/props`` carries ``"speculative_per_request":
-    true`` (absent on a stock binary), and one copy-heavy greedy request with
-    ``speculative.n_max`` 0 reports no draft (``timings.draft_n`` 0 or absent; a stock
-    b11434 ignores the field and drafts). Never raises: a failure is a reason.
+    The checks of :func:`~fronde.backends.capability.check_per_request_speculation` (the
+    ``/props`` flag, llama-server's own 400 for ``speculative.n_max`` -1, and a copy-heavy
+    greedy request with ``speculative.n_max`` 0 that must draft nothing), each request
+    within ``timeout_s``. Never raises: a failure is a reason.
     """
     try:
         async with httpx.AsyncClient(timeout=timeout_s) as http:
-            props = await http.get(f"{url}/props")
-            data: Any = props.json() if props.status_code == 200 else None
-            flag = cast("dict[str, Any]", data).get("speculative_per_request") if data else None
-            if flag is not True:
-                return "its /props has no speculative_per_request (a stock llama-server)"
-            body = {
-                "prompt": CHECK_PROMPT,
-                "n_predict": CHECK_TOKENS,
-                "temperature": 0.0,
-                "cache_prompt": False,
-                N_MAX_FIELD: 0,
-            }
-            resp = await http.post(f"{url}/completion", json=body)
-            if resp.status_code != 200:
-                answer = f"HTTP {resp.status_code}: {resp.text[:200]}"
-                return f"a request with {N_MAX_FIELD} 0 got {answer}"
-            timings = cast("dict[str, Any]", resp.json().get("timings") or {})
-    except (httpx.HTTPError, ValueError) as exc:
+            got = await check_per_request_speculation(BackendClient(http), url)
+    except (FrondeError, httpx.HTTPError, ValueError) as exc:
         return f"the check failed: {type(exc).__name__}: {exc}"
-    drafted = timings.get("draft_n") or 0
-    if drafted:
-        return f"a request with {N_MAX_FIELD} 0 drafted {drafted} tokens (the field is ignored)"
-    return None
+    return None if got.supported else got.reason
 
 
 STOCK_FILE = "stock-llama-servers.json"

@@ -54,7 +54,7 @@ def check_backend_command(cmd: list[str], mode: Mode, port: int) -> None:
 
 def remote_targets(settings: Settings) -> dict[Mode, tuple[str, int]]:
     out: dict[Mode, tuple[str, int]] = {}
-    for mode, urls in settings.remote.items():
+    for mode, urls in settings.remote_modes.items():
         [url] = urls
         parsed = urlparse(url)
         assert parsed.hostname is not None and parsed.port is not None, url

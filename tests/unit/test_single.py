@@ -174,7 +174,7 @@ async def test_auto_runs_one_server_for_every_mode_when_the_binary_honours_the_f
     ("knobs", "why"),
     [
         ((), "no speculative_per_request"),
-        (("--fake-props-only",), "speculative.n_max 0 drafted"),  # /props alone is not enough
+        (("--fake-props-only",), "speculative.n_max = -1 was accepted"),  # /props is not enough
         (("--fake-exit-on-start", "3"), "did not start"),
     ],
 )

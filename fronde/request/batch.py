@@ -32,6 +32,7 @@ from fronde.request.sender import PATHS
 from fronde.request.tools import honour_tool_choice
 from fronde.router.cache import cache_key
 from fronde.router.choice import forced_mode
+from fronde.router.classify import constrained
 from fronde.router.engine import Decision
 from fronde.router.plan import Route
 from fronde.timings import Timings
@@ -69,7 +70,8 @@ async def _plan(d: Dispatcher, item: BatchItem, ready: list[Mode]) -> tuple[Kind
     forced = forced_mode(None, req.model)
     cls = d.classified(body, forced, ready)
     budget = max_new_tokens(body)
-    return kind, d.router.plan(cls, cache_key(body), ready, forced, budget=budget)
+    held = constrained(body)
+    return kind, d.router.plan(cls, cache_key(body), ready, forced, budget=budget, constrained=held)
 
 
 async def run_batch(d: Dispatcher, items: list[BatchItem]) -> dict[str, Any]:

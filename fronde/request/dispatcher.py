@@ -42,7 +42,13 @@ from fronde.request.sender import Sender
 from fronde.request.tools import ToolTemplate, honour_tool_choice
 from fronde.router.cache import cache_key
 from fronde.router.choice import forced_mode
-from fronde.router.classify import RequestClass, classify, request_text, unsafe_fields
+from fronde.router.classify import (
+    RequestClass,
+    classify,
+    constrained,
+    request_text,
+    unsafe_fields,
+)
 from fronde.router.engine import Decision, Router
 from fronde.router.plan import Route
 
@@ -239,6 +245,7 @@ class Dispatcher:
             budget=max_new_tokens(body),
             overlap=overlap,
             arriving_self=True,
+            constrained=constrained(body),
         )
         headers = {
             "x-fronde-mode": str(decision.plan.mode),

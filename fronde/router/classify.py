@@ -34,6 +34,7 @@ __all__ = [
     "VERIFIED_FIELDS",
     "RequestClass",
     "classify",
+    "constrained",
     "edit_signals",
     "request_text",
     "unsafe_fields",
@@ -180,3 +181,18 @@ def classify(
     if largest >= edit_block_chars and verb:
         return RequestClass.EDIT
     return RequestClass.GENERAL
+
+
+def constrained(body: dict[str, Any]) -> bool:
+    """Whether the request's output is held to a grammar.
+
+    ``grammar``, ``json_schema``, or ``response_format`` of type ``json_schema`` or
+    ``json_object``: llama-server then checks every sampled token against the grammar,
+    which slows each step by the grammar's own cost, so such a generation says how fast
+    its grammar runs, not how fast its mode does
+    (:meth:`~fronde.router.engine.Router.record`).
+    """
+    if _set(body.get("grammar")) or _set(body.get("json_schema")):
+        return True
+    fmt = body.get("response_format")
+    return isinstance(fmt, dict) and fmt.get("type") in ("json_schema", "json_object")  # pyright: ignore[reportUnknownMemberType]

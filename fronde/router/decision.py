@@ -34,7 +34,8 @@ class Decision:
     token), which gives the live decode tok/s of a running stream. ``class_floor``:
     for a ``fallback`` route, the class's floor when it was planned (the live page
     says "floor" when the request went there, "fallback" when a load rule sent it
-    elsewhere).
+    elsewhere). ``constrained``: its output is held to a grammar
+    (:func:`~fronde.router.classify.constrained`), so its speed is not judged a collapse.
     """
 
     plan: Plan
@@ -63,6 +64,7 @@ class Decision:
     counterfactual: dict[str, float] = field(default_factory=dict[str, float])
     measurement: Measurement | None = None
     class_floor: Mode | None = None
+    constrained: bool = False
 
     @property
     def predicted_tok_s(self) -> float | None:

@@ -143,6 +143,7 @@ class Router(RouterViews):
         budget: int | None = None,
         overlap: float = 0.0,
         arriving_self: bool = False,
+        constrained: bool = False,
     ) -> Decision:
         """Plan one request (see :func:`~fronde.router.policy.plan_route`) and remember it.
 
@@ -150,7 +151,8 @@ class Router(RouterViews):
         ``overlap`` its prompt's self-overlap
         (:func:`~fronde.evidence.counterfactual.self_overlap`), for its bucket;
         ``arriving_self``: this request is counted in :attr:`arriving` (the plan reads
-        the others).
+        the others); ``constrained``: its output is held to a grammar
+        (:attr:`Decision.constrained`).
         """
         now = time.monotonic() if now is None else now
         ms = self.measurements
@@ -186,6 +188,7 @@ class Router(RouterViews):
         )
         plan = plan_route(cls, at)
         decision = Decision(plan, cls, key, now, rid=f"r{next(self._ids)}", bucket=bucket)
+        decision.constrained = constrained
         self._ready = frozenset(ready)
         if plan.route is not Route.FORCED:
             self.last_of_class[str(cls)] = decision
@@ -282,7 +285,8 @@ class Router(RouterViews):
             # Every segment's time counts, a collapsed one too: it was spent.
             served = self.served.setdefault(str(decision.cls), Served())
             served.add(str(mode), m.tokens, m.decode_ms / 1000.0)
-        collapsed = feeds and self.measurements.record(mode, str(decision.cls), m, now)
+        judged = not decision.constrained  # a grammar's cost per step is no collapse
+        collapsed = feeds and self.measurements.record(mode, str(decision.cls), m, now, judged)
         if self.store is not None and feeds:
             if collapsed:
                 self.store.quarantined(mode, self.measurements.quarantine_s)

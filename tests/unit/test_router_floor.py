@@ -28,7 +28,7 @@ from fronde.evidence.measure import Measurements
 from fronde.evidence.measurement import Measurement
 from fronde.modes import Mode, SpeculationSettings, mode_args
 from fronde.router.building import build_router
-from fronde.router.classify import RequestClass
+from fronde.router.classify import RequestClass, constrained
 from fronde.router.engine import Router
 from fronde.router.plan import Plan, Route, RouterPolicy, Situation, SpeedFn
 from fronde.router.policy import choose_floor, plan_route, probe_allowed
@@ -239,6 +239,34 @@ def test_a_slow_server_collapses_on_the_second_low_step_rate() -> None:
     assert ms.snapshot(now=5)["ngram-mod"]["step_rate_ema"] == pytest.approx(
         copy_heavy(FAST_MS).step_rate()
     )
+
+
+def test_a_generation_held_to_a_grammar_is_no_collapse_and_leaves_the_emas() -> None:
+    """A JSON schema slows every step by its grammar's cost: on the 2-core CPU two such
+    answers in a row (4-6 tok/s against an EMA of 20-60) quarantined ngram-mod, and the
+    prompt-hash cache then could not send a repeat there."""
+    ms = Measurements()
+    for t in range(3):
+        ms.record(Mode.NGRAM_MOD, "general", copy_heavy(FAST_MS), now=t)
+    before = ms.snapshot(now=6)["ngram-mod"]
+    slow = copy_heavy(5 * FAST_MS)
+    for t in (3, 4, 5):
+        assert not ms.record(Mode.NGRAM_MOD, "general", slow, now=t, judged=False)
+    assert not ms.quarantined(Mode.NGRAM_MOD, now=6)
+    assert ms.snapshot(now=6)["ngram-mod"] == before  # no strike, nothing folded in
+    # Judged, the same samples are a collapse (the rule is unchanged for the rest).
+    assert not ms.record(Mode.NGRAM_MOD, "general", slow, now=6)
+    assert ms.record(Mode.NGRAM_MOD, "general", slow, now=7)
+
+
+def test_the_router_tells_a_constrained_request_from_its_body() -> None:
+    schema = {"type": "object"}
+    assert constrained({"grammar": 'root ::= "a"'})
+    assert constrained({"json_schema": schema})
+    assert constrained({"response_format": {"type": "json_schema", "json_schema": schema}})
+    assert constrained({"response_format": {"type": "json_object"}})
+    assert not constrained({"response_format": {"type": "text"}})
+    assert not constrained({"messages": [], "grammar": ""})
 
 
 # The H200 run's baseline samples in order (results/load-gpu-h200-cpu-gemma-270m-20261203-c32b,

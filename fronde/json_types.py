@@ -8,14 +8,24 @@ null) that a type checker narrows with ``isinstance``: ``isinstance(v, dict)`` l
 
 from __future__ import annotations
 
-from typing import TypeAlias
+from typing import TypeAlias, cast
 
 from pydantic import JsonValue
 
-__all__ = ["JSON", "JSONObject"]
+__all__ = ["JSON", "JSONObject", "json_object"]
 
 JSON: TypeAlias = JsonValue
 """Any JSON value: an object, an array, a string, a number, a boolean or null."""
 
 JSONObject: TypeAlias = dict[str, JsonValue]
 """A JSON object (a request body, one of llama-server's events or answers)."""
+
+
+def json_object(value: object) -> JSONObject | None:
+    """``value`` as a JSON object when it is a ``dict``, else None.
+
+    For a value decoded from JSON (``json.loads``, a test's literal), whose dicts hold
+    JSON values only: the one place that claim is made rather than checked (a recursive
+    check would cost a walk of the value on every streamed event).
+    """
+    return cast("JSONObject", value) if isinstance(value, dict) else None

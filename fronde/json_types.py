@@ -12,7 +12,7 @@ from typing import TypeAlias, cast
 
 from pydantic import JsonValue
 
-__all__ = ["JSON", "JSONObject", "json_object"]
+__all__ = ["JSON", "JSONObject", "json_int", "json_object"]
 
 JSON: TypeAlias = JsonValue
 """Any JSON value: an object, an array, a string, a number, a boolean or null."""
@@ -29,3 +29,15 @@ def json_object(value: object) -> JSONObject | None:
     check would cost a walk of the value on every streamed event).
     """
     return cast("JSONObject", value) if isinstance(value, dict) else None
+
+
+def json_int(value: JSON) -> int:
+    """``int(value)`` for a JSON number or string, as Python's ``int`` reads it.
+
+    Raises:
+        TypeError: an array, an object or null (as ``int`` raises for them).
+        ValueError: a string that is not an integer.
+    """
+    if isinstance(value, int | float | str):
+        return int(value)
+    raise TypeError(f"a JSON {type(value).__name__} is not a number")

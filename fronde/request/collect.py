@@ -233,7 +233,7 @@ async def answer_whole(
     """
     kind: Kind = "chat" if path.endswith("/chat/completions") else "text"
     upstream, stops = OwnedStops.take(body, chat=kind == "chat")
-    upstream = upstream | {"stream": True, "stream_options": {"include_usage": True}}
-    async with client.stream(url, path, upstream) as resp:
+    sent: JSONObject = {**upstream, "stream": True, "stream_options": {"include_usage": True}}
+    async with client.stream(url, path, sent) as resp:
         relayed = relay_sse(resp, mode, on_timings, include_usage=True, stops=stops)
         return await collect(relayed, kind)

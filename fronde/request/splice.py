@@ -120,7 +120,10 @@ class Splice:
         self.on_switch = on_switch
         self.params = segment_params(body)
         self.budget = max_new_tokens(body)
-        self.matcher = StopMatcher(self.params.get("stop", []))
+        stops = self.params.get("stop", [])  # a list of strings (segment_params)
+        self.matcher = StopMatcher(
+            [s for s in stops if isinstance(s, str)] if isinstance(stops, list) else []
+        )
         self.prefix = assistant_prefill(kind, body)
         """Text the answer starts with: a final assistant message that is continued."""
         self.segments: list[Segment] = []

@@ -12,7 +12,7 @@ from typing import TypeAlias, cast
 
 from pydantic import JsonValue
 
-__all__ = ["JSON", "JSONObject", "json_int", "json_object"]
+__all__ = ["JSON", "JSONObject", "json_float", "json_int", "json_object"]
 
 JSON: TypeAlias = JsonValue
 """Any JSON value: an object, an array, a string, a number, a boolean or null."""
@@ -40,4 +40,16 @@ def json_int(value: JSON) -> int:
     """
     if isinstance(value, int | float | str):
         return int(value)
+    raise TypeError(f"a JSON {type(value).__name__} is not a number")
+
+
+def json_float(value: JSON) -> float:
+    """``float(value)`` for a JSON number or string, as Python's ``float`` reads it.
+
+    Raises:
+        TypeError: an array, an object or null (as ``float`` raises for them).
+        ValueError: a string that is not a number.
+    """
+    if isinstance(value, int | float | str):
+        return float(value)
     raise TypeError(f"a JSON {type(value).__name__} is not a number")

@@ -37,7 +37,7 @@ Errors that can reach an HTTP client carry ``status_code``, ``error_type`` and
 
 from __future__ import annotations
 
-from typing import Any
+from fronde.json_types import JSONObject
 
 __all__ = [
     "AuthenticationError",
@@ -92,7 +92,7 @@ class FrondeError(Exception):
         self.headers: dict[str, str] = {}
         """Response headers to send with the error (e.g. the routing decision)."""
 
-    def to_body(self) -> dict[str, Any]:
+    def to_body(self) -> JSONObject:
         """Return the OpenAI-shaped error body for this error."""
         return openai_error_body(self.message, self.error_type, self.param, self.code)
 
@@ -291,7 +291,7 @@ def openai_error_body(
     error_type: str = "invalid_request_error",
     param: str | None = None,
     code: str | None = None,
-) -> dict[str, Any]:
+) -> JSONObject:
     """Build ``{"error": {"message", "type", "param", "code"}}`` as OpenAI returns it.
 
     Args:

@@ -29,12 +29,12 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterable
-from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from fronde.backends.swap_ports import SwapRecord
 from fronde.modes import Mode
 from fronde.timings import Timings
 
@@ -218,7 +218,7 @@ class Metrics:
         if probed is not None and probe_won is not None:
             self.probes.labels(probed, "won" if probe_won else "lost").inc()
 
-    def swap(self, record: dict[str, Any]) -> None:
+    def swap(self, record: SwapRecord) -> None:
         """Record one finished swap (a :class:`~fronde.backends.swap.SwapScheduler` record)."""
         outcome = "ok" if record.get("ok") else "failed"
         self.swaps.labels(record.get("from") or "", record["to"], outcome).inc()

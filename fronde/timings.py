@@ -28,17 +28,18 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, cast
+
+from fronde.json_types import JSONObject, json_object
 
 __all__ = ["Timings", "TimingsTrail"]
 
 
-def _int(obj: Mapping[str, Any], key: str) -> int:
+def _int(obj: Mapping[str, object], key: str) -> int:
     value = obj.get(key)
     return int(value) if isinstance(value, int | float) and not isinstance(value, bool) else 0
 
 
-def _float(obj: Mapping[str, Any], key: str) -> float:
+def _float(obj: Mapping[str, object], key: str) -> float:
     value = obj.get(key)
     return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else 0.0
 
@@ -64,9 +65,9 @@ class Timings:
             None unless it has ``predicted_n`` and ``predicted_per_second`` as numbers;
             missing optional fields count 0.
         """
-        if not isinstance(obj, dict):
+        t = json_object(obj)
+        if t is None:
             return None
-        t = cast("dict[str, Any]", obj)
         n, tps = t.get("predicted_n"), t.get("predicted_per_second")
         if not all(isinstance(v, int | float) and not isinstance(v, bool) for v in (n, tps)):
             return None
@@ -121,9 +122,9 @@ class Timings:
             "total_tokens": prompt + self.predicted_n,
         }
 
-    def as_json(self) -> dict[str, Any]:
+    def as_json(self) -> JSONObject:
         """The ``timings`` object as llama-server writes it (drafts only when drafted)."""
-        out: dict[str, Any] = {
+        out: JSONObject = {
             "predicted_n": self.predicted_n,
             "predicted_ms": self.predicted_ms,
             "predicted_per_second": self.predicted_per_second,
@@ -151,17 +152,17 @@ class TimingsTrail:
     """
 
     def __init__(self) -> None:
-        self.latest: dict[str, Any] | None = None
+        self.latest: JSONObject | None = None
         self._n = 0  # predicted_n of the last object seen
         self._accepted = 0  # draft_n_accepted as llama-server reported it last
         self._before = 0  # draft_n_accepted before the current pass
         self._first = 0  # predicted_n of the current pass's first token; 0: unknown
 
-    def add(self, obj: object) -> dict[str, Any] | None:
+    def add(self, obj: object) -> JSONObject | None:
         """Fold in one ``timings`` object; return it folded, or None (ignored) unless it parses."""
-        if Timings.parse(obj) is None:
+        raw = json_object(obj)
+        if raw is None or Timings.parse(raw) is None:
             return None
-        raw = cast("dict[str, Any]", obj)
         n, accepted = _int(raw, "predicted_n"), _int(raw, "draft_n_accepted")
         if accepted != self._accepted:  # a new verify pass: its first token is this one
             self._before, self._accepted = self._accepted, accepted

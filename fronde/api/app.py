@@ -33,6 +33,7 @@ from fronde.backends.pool import BackendPool
 from fronde.compose import Runtime, build_pool, build_runtime
 from fronde.config import Settings
 from fronde.errors import BackendUnavailableError, FrondeError, openai_error_body
+from fronde.json_types import JSONObject
 from fronde.logging import get_logger
 from fronde.modes import Mode
 from fronde.request.agent_apis import INFILL, MESSAGES, RESPONSES, error_body_for
@@ -87,7 +88,7 @@ EXPOSED_HEADERS = [
 
 
 def _error_response(
-    request: Request, status: int, body: dict[str, Any], headers: dict[str, str] | None = None
+    request: Request, status: int, body: JSONObject, headers: dict[str, str] | None = None
 ) -> JSONResponse:
     """The error as JSON: OpenAI's body, or Anthropic's under ``/v1/messages``."""
     shaped = error_body_for(request.url.path, status, body)

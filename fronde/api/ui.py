@@ -16,7 +16,6 @@ import json
 import time
 from collections.abc import AsyncIterator
 from importlib import resources
-from typing import Any
 
 import anyio
 from fastapi import APIRouter, Request
@@ -24,6 +23,7 @@ from fastapi.responses import HTMLResponse
 
 from fronde.api.asgi import SSE_HEADERS, RelayResponse
 from fronde.api.deps import RuntimeDep
+from fronde.json_types import JSONObject
 
 __all__ = ["EVENT_MIN_INTERVAL_S", "HEARTBEAT_S", "ROOT_PAGE", "state_event", "ui"]
 
@@ -44,7 +44,7 @@ def state_event(rt: RuntimeDep) -> bytes:
     Shape: ``{"router": Router.snapshot(), "backends": BackendPool.status(),
     "swap": SwapScheduler.snapshot() or None, "public_model": str, "time": unix seconds}``.
     """
-    body: dict[str, Any] = {
+    body: JSONObject = {
         "router": rt.router.snapshot(),
         "backends": rt.pool.status(),
         "swap": rt.swap.snapshot() if rt.swap is not None else None,

@@ -22,10 +22,10 @@ tell a patched binary from a stock one.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 from fronde.backends.client import BackendClient
 from fronde.errors import BackendHTTPError
+from fronde.json_types import JSONObject
 
 __all__ = [
     "COPY_PROMPT",
@@ -68,7 +68,7 @@ class PerRequestSpeculation:
         return self.advertised and self.refuses_bad_value and self.draft_n == 0
 
 
-async def _refuses(client: BackendClient, base_url: str, body: dict[str, Any]) -> bool:
+async def _refuses(client: BackendClient, base_url: str, body: JSONObject) -> bool:
     """Whether ``POST /completion`` with ``body`` is answered with an HTTP 400.
 
     Raises:
@@ -105,13 +105,13 @@ async def check_per_request_speculation(
             than the 400 asked for.
     """
     props = await client.get_json(base_url, "/props")
-    if not (isinstance(props, dict) and props.get(PER_REQUEST_FLAG) is True):  # pyright: ignore[reportUnknownMemberType]
+    if not (isinstance(props, dict) and props.get(PER_REQUEST_FLAG) is True):
         return PerRequestSpeculation(
             advertised=False,
             reason=f"GET /props has no {PER_REQUEST_FLAG}: a stock llama-server "
             "(`fronde install` builds the patched one)",
         )
-    bad = {"prompt": "a", "n_predict": 0, "speculative.n_max": -1}
+    bad: JSONObject = {"prompt": "a", "n_predict": 0, "speculative.n_max": -1}
     if not await _refuses(client, base_url, bad):
         return PerRequestSpeculation(
             advertised=True, reason="speculative.n_max = -1 was accepted (expected HTTP 400)"
@@ -128,7 +128,7 @@ async def check_per_request_speculation(
         },
     )
     timings = answer.get("timings")
-    drafted = timings.get("draft_n", 0) if isinstance(timings, dict) else 0  # pyright: ignore[reportUnknownMemberType, reportUnknownVariableType]
+    drafted = timings.get("draft_n", 0) if isinstance(timings, dict) else 0
     draft_n = drafted if isinstance(drafted, int) else -1
     reason = "" if draft_n == 0 else f"drafted {drafted} tokens under speculative.n_max = 0"
     return PerRequestSpeculation(True, True, draft_n, reason)

@@ -14,7 +14,7 @@ import time
 from collections import Counter
 from collections.abc import AsyncGenerator, AsyncIterator
 from contextlib import asynccontextmanager
-from typing import Any, TypeVar, cast
+from typing import TypeVar
 
 import aiohttp
 import anyio
@@ -31,6 +31,7 @@ from fronde.errors import (
     BackendTimeoutError,
     ContextLengthError,
 )
+from fronde.json_types import JSON, JSONObject
 
 __all__ = ["TRANSPORT_ERRORS", "BackendClient", "UpstreamStream", "make_http_client"]
 
@@ -118,17 +119,18 @@ def _backend_error(resp_body: bytes, status: int) -> BackendHTTPError:
     ``context_length_exceeded``.
     """
     try:
-        data = json.loads(resp_body)
+        data: JSON = json.loads(resp_body)
     except ValueError:
         text = resp_body.decode("utf-8", "replace").strip()
         return BackendHTTPError(text[:300] or f"backend answered HTTP {status}", status_code=status)
-    err = cast("dict[str, Any]", data).get("error") if isinstance(data, dict) else None
+    err = data.get("error") if isinstance(data, dict) else None
     if isinstance(err, str):
         return BackendHTTPError(err, status_code=status)
     if not isinstance(err, dict):
         return BackendHTTPError(f"backend answered HTTP {status}", status_code=status)
-    e = cast("dict[str, Any]", err)
-    message = e.get("message") if isinstance(e.get("message"), str) else None
+    e = err
+    said = e.get("message")
+    message = said if isinstance(said, str) else None
     if e.get("type") == "exceed_context_size_error":
         n_prompt, n_ctx = e.get("n_prompt_tokens"), e.get("n_ctx")
         return ContextLengthError(
@@ -244,8 +246,8 @@ class BackendClient:
         """The slot each generation runs on (none pinned until :meth:`SlotPins.count_with`)."""
 
     def _pin(
-        self, base_url: str, path: str, body: dict[str, Any], early: bool
-    ) -> tuple[dict[str, Any], Pin | None]:
+        self, base_url: str, path: str, body: JSONObject, early: bool
+    ) -> tuple[JSONObject, Pin | None]:
         """Count the request in flight; the body to send (with ``id_slot`` when pinned).
 
         ``early``: its response headers come once it has a slot (a stream), not with
@@ -257,7 +259,7 @@ class BackendClient:
             body = {**body, "id_slot": pin.slot}
         return body, pin
 
-    async def _settle(self, base_url: str, path: str, body: dict[str, Any]) -> float:
+    async def _settle(self, base_url: str, path: str, body: JSONObject) -> float:
         """Before pinning beside a request the server placed itself, learn its slot; ms spent.
 
         Again after each lookup: that request may have ended, and another begun, meanwhile.
@@ -274,7 +276,7 @@ class BackendClient:
         self.in_flight[base_url] -= 1
         self.pins.end(base_url, pin)
 
-    async def get_json(self, base_url: str, path: str) -> Any:
+    async def get_json(self, base_url: str, path: str) -> JSON:
         """GET ``base_url + path`` and return the decoded JSON.
 
         Raises:
@@ -290,7 +292,8 @@ class BackendClient:
             raise _translate(exc, url) from exc
         if resp.status_code >= 400:
             raise _backend_error(resp.content, resp.status_code)
-        return resp.json()
+        data: JSON = resp.json()
+        return data
 
     async def get_text(self, base_url: str, path: str, timeout_s: float) -> str | None:
         """GET ``base_url + path`` within ``timeout_s`` seconds: the body on a 200, else None.
@@ -304,7 +307,7 @@ class BackendClient:
             return None
         return resp.text if resp.status_code == 200 else None
 
-    async def post_json(self, base_url: str, path: str, body: dict[str, Any]) -> dict[str, Any]:
+    async def post_json(self, base_url: str, path: str, body: JSONObject) -> JSONObject:
         """POST ``body`` as JSON and return the decoded JSON object.
 
         A generation is placed as :meth:`stream` places one: by the server when it is
@@ -329,16 +332,16 @@ class BackendClient:
         if resp.status_code >= 400:
             raise _backend_error(resp.content, resp.status_code)
         try:
-            data = resp.json()
+            data: JSON = resp.json()
         except ValueError as exc:
             raise BackendConnectionError(f"backend {url} sent a body that is not JSON") from exc
         if not isinstance(data, dict):
             raise BackendConnectionError(f"backend {url} sent JSON that is not an object")
-        return data  # pyright: ignore[reportUnknownVariableType]
+        return data
 
     @asynccontextmanager
     async def stream(
-        self, base_url: str, path: str, body: dict[str, Any]
+        self, base_url: str, path: str, body: JSONObject
     ) -> AsyncGenerator[UpstreamStream]:
         """POST ``body`` (``"stream": true``) and yield the answer with its body still unread.
 

@@ -24,7 +24,7 @@ import asyncio
 import contextlib
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TypedDict
 
 import httpx
 
@@ -33,7 +33,7 @@ from fronde.errors import BackendStartError
 from fronde.logging import get_logger
 from fronde.modes import Mode
 
-__all__ = ["DOWN_AFTER", "HEALTH_EVERY_S", "UP_AFTER", "RemoteMode", "Replica"]
+__all__ = ["DOWN_AFTER", "HEALTH_EVERY_S", "UP_AFTER", "RemoteMode", "Replica", "ReplicaView"]
 
 log = get_logger(__name__)
 
@@ -45,6 +45,19 @@ HEALTH_EVERY_S = 1.0
 """Seconds between two health checks of one replica."""
 HEALTH_TIMEOUT_S = 2.0
 """A health check that takes longer fails, seconds."""
+
+
+class ReplicaView(TypedDict):
+    """One replica in ``/health``.
+
+    Its ``url``, whether it is ``up``, the requests ``in_flight`` to it, and the
+    ``error`` that last took it down (or None).
+    """
+
+    url: str
+    up: bool
+    in_flight: int
+    error: str | None
 
 
 @dataclass
@@ -212,7 +225,7 @@ class RemoteMode:
         self._tasks = []
         self._stopped.set()
 
-    def replica_status(self) -> list[dict[str, Any]]:
+    def replica_status(self) -> list[ReplicaView]:
         """JSON-ready replica states for ``/health``."""
         return [
             {"url": r.url, "up": r.up, "in_flight": self.load(r.url), "error": r.last_error}

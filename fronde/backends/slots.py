@@ -49,9 +49,10 @@ import time
 from collections import Counter
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any
 
 import structlog
+
+from fronde.json_types import JSON, JSONObject, json_int
 
 __all__ = ["GENERATION_PATHS", "LOOKUP_S", "SETTLE_WAIT_S", "WATCH_S", "Pin", "SlotPins"]
 
@@ -90,6 +91,24 @@ GENERATION_PATHS = frozenset(
 
 def _unpinned(_url: str) -> int:
     return 0
+
+
+def _processing(slots: JSON) -> set[int]:
+    """The ids of the slots ``GET /slots`` shows processing (a list of ``{"id", "is_processing"}``).
+
+    Raises:
+        KeyError, TypeError, ValueError: not that shape; :meth:`SlotPins.settle` takes it as a
+            failed lookup, as it did any error reading the answer.
+    """
+    if not isinstance(slots, list):
+        raise ValueError("GET /slots did not answer a list")
+    ids: set[int] = set()
+    for slot in slots:
+        if not isinstance(slot, dict):
+            raise ValueError("GET /slots listed a slot that is not an object")
+        if slot.get("is_processing"):
+            ids.add(json_int(slot["id"]))
+    return ids
 
 
 @dataclass(eq=False)
@@ -140,7 +159,7 @@ class SlotPins:
         """Pin on the backends for which ``count(base_url)`` (their ``-np``) is above 1."""
         self._count = count
 
-    def take(self, base_url: str, path: str, body: dict[str, Any]) -> int | None:
+    def take(self, base_url: str, path: str, body: JSONObject) -> int | None:
         """A free slot id of ``base_url`` for a request to ``path``, now held.
 
         The id keeps the held ids in as few runs of consecutive ids as it can (module
@@ -166,16 +185,14 @@ class SlotPins:
         taken.add(slot)
         return slot
 
-    def _pinnable(self, base_url: str, path: str, body: dict[str, Any]) -> int:
+    def _pinnable(self, base_url: str, path: str, body: JSONObject) -> int:
         """``base_url``'s slot count when a request to ``path`` is pinned there, else 0."""
         n = self._count(base_url)
         if n <= 1 or path not in GENERATION_PATHS or "id_slot" in body:
             return 0
         return n
 
-    def begin(
-        self, base_url: str, path: str, body: dict[str, Any], early: bool = True
-    ) -> Pin | None:
+    def begin(self, base_url: str, path: str, body: JSONObject, early: bool = True) -> Pin | None:
         """The claim of a request to ``path`` on ``base_url``; None where nothing is pinned.
 
         Loose (no ``id_slot``, the server places it) when no slot of that server is held
@@ -197,12 +214,12 @@ class SlotPins:
         slot = self._take(base_url, n)
         return Pin(slot) if slot is not None else None
 
-    def unsettled(self, base_url: str, path: str, body: dict[str, Any]) -> bool:
+    def unsettled(self, base_url: str, path: str, body: JSONObject) -> bool:
         """Whether a request to ``path`` would be pinned beside a loose one of unknown slot."""
         pin = self._loose.get(base_url)
         return pin is not None and not pin.settled and bool(self._pinnable(base_url, path, body))
 
-    async def settle(self, base_url: str, lookup: Callable[[], Awaitable[Any]]) -> None:
+    async def settle(self, base_url: str, lookup: Callable[[], Awaitable[JSON]]) -> None:
         """Learn the slots of ``base_url``'s loose request in flight, and hold them.
 
         For a stream, waits for its response headers (at most :data:`SETTLE_WAIT_S`),
@@ -224,7 +241,7 @@ class SlotPins:
             pin.lookup = asyncio.ensure_future(self._learn(base_url, pin, lookup))
         await asyncio.shield(pin.lookup)
 
-    async def _learn(self, base_url: str, pin: Pin, lookup: Callable[[], Awaitable[Any]]) -> None:
+    async def _learn(self, base_url: str, pin: Pin, lookup: Callable[[], Awaitable[JSON]]) -> None:
         """:meth:`settle`'s lookup, run once per loose request."""
         busy: set[int] = set()
         try:
@@ -246,17 +263,16 @@ class SlotPins:
             pin.found = frozenset(busy)
             self._taken.setdefault(base_url, set()).update(busy)
 
-    async def _busy(self, base_url: str, lookup: Callable[[], Awaitable[Any]]) -> set[int]:
+    async def _busy(self, base_url: str, lookup: Callable[[], Awaitable[JSON]]) -> set[int]:
         """The slot ids ``lookup`` shows processing that Fronde does not hold.
 
         Raises:
             TimeoutError: no answer within :data:`LOOKUP_S`.
         """
-        slots = await asyncio.wait_for(lookup(), LOOKUP_S)
-        return {int(s["id"]) for s in slots if s.get("is_processing")} - self.held(base_url)
+        return _processing(await asyncio.wait_for(lookup(), LOOKUP_S)) - self.held(base_url)
 
     async def _watch(
-        self, base_url: str, pin: Pin, lookup: Callable[[], Awaitable[Any]]
+        self, base_url: str, pin: Pin, lookup: Callable[[], Awaitable[JSON]]
     ) -> set[int]:
         """A loose whole answer's slots: ``lookup`` until they show, it ends, or time is up.
 

@@ -33,7 +33,7 @@ from collections import Counter, deque
 from collections.abc import Callable, Sequence
 from typing import Any, Literal
 
-from fronde.backends.swap_ports import Lease, SwapPool, SwapWaitError, Waiter
+from fronde.backends.swap_ports import Lease, SwapPool, SwapRecord, SwapWaitError, Waiter
 from fronde.errors import BackendStartError, ModeUnavailableError
 from fronde.logging import get_logger
 from fronde.modes import Mode
@@ -76,7 +76,7 @@ class SwapScheduler:
         fallback: bool = True,
         policy: Literal["epoch", "fifo"] = "epoch",
         clock: Callable[[], float] = time.monotonic,
-        on_swap: Callable[[dict[str, Any]], None] | None = None,
+        on_swap: Callable[[SwapRecord], None] | None = None,
     ) -> None:
         if not modes:
             raise ValueError("swap residency needs at least one mode")
@@ -99,7 +99,7 @@ class SwapScheduler:
         self.swap_failures = 0
         self.fallbacks = 0
         self.refusals = 0
-        self.history: deque[dict[str, Any]] = deque(maxlen=HISTORY_KEPT)
+        self.history: deque[SwapRecord] = deque(maxlen=HISTORY_KEPT)
         self._swapping: asyncio.Task[None] | None = None
         self._wake = asyncio.Event()
         self._loop_task: asyncio.Task[None] | None = None
@@ -326,7 +326,7 @@ class SwapScheduler:
     async def _swap(self, victim: Mode | None, target: Mode) -> None:
         """Stop ``victim`` (if any), start ``target``; on failure start ``victim`` again."""
         t0 = self.clock()
-        record: dict[str, Any] = {"from": str(victim) if victim else None, "to": str(target)}
+        record: SwapRecord = {"from": str(victim) if victim else None, "to": str(target)}
         try:
             if victim is not None:
                 await self.pool.stop_mode(victim)
@@ -338,7 +338,7 @@ class SwapScheduler:
             except BackendStartError as exc:
                 self.swap_failures += 1
                 self.failed_until[target] = self.clock() + FAILED_RETRY_S
-                record |= {"ok": False, "error": exc.message}
+                record["ok"], record["error"] = False, exc.message
                 log.error("swap.failed", **record)
                 if victim is not None and not self.resident:
                     await self._restore(victim)

@@ -10,12 +10,30 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Protocol, Required, TypedDict
 
 from fronde.errors import BackendUnavailableError
 from fronde.modes import Mode
 
-__all__ = ["Lease", "SwapPool", "SwapWaitError", "Waiter"]
+__all__ = ["Lease", "SwapPool", "SwapRecord", "SwapWaitError", "Waiter"]
+
+
+SwapRecord = TypedDict(
+    "SwapRecord",
+    {
+        "from": Required[str | None],
+        "to": Required[str],
+        "stop_s": float,
+        "ok": bool,
+        "error": str,
+        "seconds": float,
+    },
+    total=False,
+)
+"""One finished swap, for the history, the log and the metrics: the mode stopped
+(``from``, None when a slot was free) and the one started (``to``), seconds to stop
+(``stop_s``) and in all (``seconds``), whether it worked (``ok``) and why not
+(``error``). Functional syntax: ``from`` is a Python keyword."""
 
 
 class SwapWaitError(BackendUnavailableError):

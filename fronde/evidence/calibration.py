@@ -28,10 +28,10 @@ import time
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, cast
 
 from fronde.config import Settings
 from fronde.errors import FrondeError
+from fronde.json_types import JSON, JSONObject, json_float, json_int
 from fronde.modes import FALLBACK_FLOOR, Mode
 from fronde.runtime.install import find_llama_binary
 from fronde.runtime.local import profile_of
@@ -84,12 +84,28 @@ def calibration_key(settings: Settings) -> str:
     return f"{build}|{model}|{os.cpu_count()}cpu"
 
 
-def _read(path: Path) -> dict[str, Any]:
+def _read(path: Path) -> JSONObject:
     try:
-        data = json.loads(path.read_text())
+        data: JSON = json.loads(path.read_text())
     except (OSError, ValueError):
         return {}
-    return cast("dict[str, Any]", data) if isinstance(data, dict) else {}
+    return data if isinstance(data, dict) else {}
+
+
+def _pairs(raw: JSON) -> tuple[tuple[int, float], ...]:
+    """``[[c, x], …]`` read as (int, float) pairs, sorted.
+
+    Raises:
+        TypeError, ValueError: ``raw`` is not a list of two-number lists.
+    """
+    if not isinstance(raw, list):
+        raise TypeError("not a list of pairs")
+    pairs: list[tuple[int, float]] = []
+    for pair in raw:
+        if not isinstance(pair, list) or len(pair) != 2:
+            raise ValueError("not a pair")
+        pairs.append((json_int(pair[0]), json_float(pair[1])))
+    return tuple(sorted(pairs))
 
 
 def load_floor(cache_dir: Path, key: str) -> Mode | None:
@@ -98,12 +114,12 @@ def load_floor(cache_dir: Path, key: str) -> Mode | None:
     if not isinstance(entry, dict):
         return None
     try:
-        return Mode(cast("dict[str, Any]", entry).get("mode"))
+        return Mode(entry.get("mode"))
     except ValueError:
         return None
 
 
-def _write(path: Path, data: dict[str, Any]) -> None:
+def _write(path: Path, data: JSONObject) -> None:
     """Replace ``path`` with ``data`` as JSON in one rename (no half-written file)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp")
@@ -274,7 +290,7 @@ class LoadCurves:
                 return c
         return None
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> JSONObject:
         """JSON-ready: ``{"points": {mode: [[c, tok/s], …]}, "threshold", "source", "spread"}``."""
         return {
             "points": {str(m): [[c, round(r, 1)] for c, r in p] for m, p in self.points.items()},
@@ -298,20 +314,19 @@ def load_curves(cache_dir: Path, key: str) -> LoadCurves | None:
     entry = _read(cache_dir / LOAD_FILE).get(key)
     if not isinstance(entry, dict):
         return None
-    raw = cast("dict[str, Any]", entry).get("points")
+    raw = entry.get("points")
     points: dict[Mode, tuple[tuple[int, float], ...]] = {}
-    for name, pts in cast("dict[str, Any]", raw if isinstance(raw, dict) else {}).items():
+    for name, pts in (raw if isinstance(raw, dict) else {}).items():
         try:
             mode = Mode(name)
-            pairs = tuple(sorted((int(c), float(r)) for c, r in cast("list[Any]", pts)))
+            pairs = _pairs(pts)
         except (ValueError, TypeError):
             continue
         if pairs and all(c > 0 for c, _ in pairs):
             points[mode] = pairs
-    source = str(cast("dict[str, Any]", entry).get("source", ""))
-    raw_spread = cast("dict[str, Any]", entry).get("spread")
+    source = str(entry.get("source", ""))
     try:
-        spread = tuple(sorted((int(c), float(g)) for c, g in cast("list[Any]", raw_spread or [])))
+        spread = _pairs(entry.get("spread") or [])
     except (ValueError, TypeError):
         spread = ()
     if any(c <= 0 or g <= 0 for c, g in spread):
@@ -323,7 +338,7 @@ def save_load_curves(cache_dir: Path, key: str, curves: LoadCurves) -> None:
     """Record ``curves`` under ``key`` in ``<cache_dir>/load.json`` (replacing any)."""
     path = cache_dir / LOAD_FILE
     data = _read(path)
-    data[key] = curves.as_dict() | {"at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+    data[key] = {**curves.as_dict(), "at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
     _write(path, data)
 
 

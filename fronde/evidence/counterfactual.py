@@ -58,8 +58,8 @@ import statistics
 from collections import deque
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
+from fronde.evidence.counterfactual_view import CounterfactualView
 from fronde.evidence.measurement import DRAFT_COST, EMA_ALPHA, MIN_TOKENS, Ema, Measurement
 from fronde.evidence.ngram_replay import (
     NgramModTable,
@@ -344,7 +344,7 @@ class Counterfactual:
         """
         return dict(self._mode_medians)
 
-    def snapshot(self) -> dict[str, Any]:
+    def snapshot(self) -> CounterfactualView:
         """JSON-ready state for ``/fronde/v1/router``."""
         errs = self.errors()
         return {

@@ -54,7 +54,7 @@ from __future__ import annotations
 import statistics
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TypedDict
 
 from fronde.config_sections import ROUTER_DEFAULTS
 from fronde.evidence.measurement import (
@@ -67,11 +67,12 @@ from fronde.evidence.measurement import (
     Ema,
     Measurement,
     SpeedSummary,
+    SpeedView,
     speed_summary,
 )
 from fronde.modes import Mode
 
-__all__ = ["COLLAPSE_STRIKES", "EMA_COLLAPSE", "QUARANTINE_S", "Measurements"]
+__all__ = ["COLLAPSE_STRIKES", "EMA_COLLAPSE", "QUARANTINE_S", "Measurements", "ModeView"]
 
 EMA_COLLAPSE: float = ROUTER_DEFAULTS.collapse
 """A speed below this fraction of the EMA is a collapse: 0.5 (original FRONDE router;
@@ -86,6 +87,23 @@ MIN_SAMPLES_FOR_COLLAPSE = 3
 
 COLLAPSE_STRIKES = 2
 """Collapsed samples in a row that quarantine a mode (one is noise, two a fault)."""
+
+
+class ModeView(TypedDict):
+    """One mode in :meth:`Measurements.snapshot` (EMAs in tok/s, α, τ; seconds)."""
+
+    decode_tok_s_ema: float | None
+    step_rate_ema: float | None
+    samples: int
+    alpha_ema: float | None
+    tau_ema: float | None
+    quarantined_for_s: float | None
+    on_probation: bool
+    collapses: int
+    by_class: dict[str, float | None]
+    by_class_trusted: dict[str, float | None]
+    speed: SpeedView
+    by_class_speed: dict[str, SpeedView]
 
 
 @dataclass
@@ -285,14 +303,14 @@ class Measurements:
         """Modes that must get no routed traffic now: quarantined or on probation."""
         return {m for m in self._modes if self.quarantined(m, now) or self.on_probation(m, now)}
 
-    def snapshot(self, now: float) -> dict[str, Any]:
+    def snapshot(self, now: float) -> dict[str, ModeView]:
         """JSON-ready state for ``/fronde/v1/router``: EMAs, α, τ, quarantines.
 
         ``speed`` is the mode's :class:`SpeedSummary` (the live page's figure),
         ``by_class_speed`` the same per class (its median is the trusted speed when
         its state is ``trusted``).
         """
-        out: dict[str, Any] = {}
+        out: dict[str, ModeView] = {}
         for mode, st in self._modes.items():
             q = st.quarantined_until
             out[str(mode)] = {

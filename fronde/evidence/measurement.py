@@ -20,7 +20,7 @@ from __future__ import annotations
 import statistics
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Literal, TypedDict
 
 from fronde.config_sections import ROUTER_DEFAULTS
 from fronde.timings import Timings
@@ -35,6 +35,7 @@ __all__ = [
     "Ema",
     "Measurement",
     "SpeedSummary",
+    "SpeedView",
     "measurement_from_timings",
     "speed_summary",
 ]
@@ -140,6 +141,16 @@ class Ema:
         return self.value
 
 
+class SpeedView(TypedDict):
+    """:meth:`SpeedSummary.as_dict`: tok/s to 0.1, age to 0.1 s."""
+
+    median_tok_s: float | None
+    fresh: int
+    kept: int
+    newest_age_s: float | None
+    state: Literal["unmeasured", "stale", "few", "trusted"]
+
+
 @dataclass(frozen=True)
 class SpeedSummary:
     """Recent decode speed samples in one figure, with what it rests on.
@@ -160,7 +171,7 @@ class SpeedSummary:
     newest_age_s: float | None
     state: Literal["unmeasured", "stale", "few", "trusted"]
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> SpeedView:
         """JSON-ready view (tok/s to 0.1, age to 0.1 s)."""
         med, age = self.median_tok_s, self.newest_age_s
         return {

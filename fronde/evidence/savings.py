@@ -28,9 +28,31 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TypedDict
 
-__all__ = ["Reference", "Saving", "Served", "time_saved"]
+__all__ = ["Reference", "Saving", "SavingView", "Served", "ServedView", "time_saved"]
+
+
+class ServedView(TypedDict):
+    """:meth:`Served.as_dict`: requests, per-mode counts, tokens, decode seconds."""
+
+    requests: int
+    modes: dict[str, int]
+    tokens: int
+    decode_s: float
+
+
+class SavingView(TypedDict):
+    """:meth:`Saving.as_dict`: seconds rounded to ms, ``speedup`` the ratio or None."""
+
+    saved_s: float | None
+    requests: int
+    tokens: int
+    decode_s: float
+    reference_s: float
+    speedup: float | None
+    by_class: dict[str, float | None]
+    missing: dict[str, str]
 
 
 @dataclass
@@ -65,7 +87,7 @@ class Served:
         self.requests += 1
         self.modes[mode] += 1
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> ServedView:
         """JSON-ready view."""
         return {
             "requests": self.requests,
@@ -120,7 +142,7 @@ class Saving:
             return None
         return self.reference_s / self.decode_s
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> SavingView:
         """JSON-ready view (seconds rounded to ms)."""
         ratio = self.ratio
         return {

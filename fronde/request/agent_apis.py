@@ -39,9 +39,11 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import Any
 
 from fronde.errors import openai_error_body
+from fronde.json_types import JSON, JSONObject
+from fronde.request.agent_views import infill_view, messages_view, responses_view
 from fronde.request.native import Kind
 
 __all__ = [
@@ -59,123 +61,6 @@ __all__ = [
     "responses_view",
 ]
 
-_SAMPLING = ("model", "temperature", "top_p", "top_k", "min_p", "seed")
-"""Fields copied as they are into a chat view (they decide the output: the cache key)."""
-
-
-def _texts(content: Any) -> list[str]:
-    """Every text in a content value: a string, or a list of blocks with text of any kind.
-
-    Reads ``text`` (text blocks of all three APIs), ``content`` (an Anthropic
-    ``tool_result``), ``output`` (a Responses ``function_call_output``), ``arguments``
-    (a Responses ``function_call``) and ``input`` (an Anthropic ``tool_use``, as JSON).
-    """
-    if isinstance(content, str):
-        return [content]
-    if isinstance(content, dict):
-        block = cast("dict[str, Any]", content)
-        out: list[str] = []
-        for key in ("text", "content", "output", "arguments", "thinking"):
-            out += _texts(block.get(key))
-        if isinstance(block.get("input"), dict | list):
-            out.append(json.dumps(block["input"], ensure_ascii=False))
-        return out
-    if isinstance(content, list):
-        return [t for part in cast("list[Any]", content) for t in _texts(part)]
-    return []
-
-
-def _message(role: str, content: Any) -> dict[str, Any]:
-    return {"role": role, "content": "\n".join(_texts(content))}
-
-
-def _budget(view: dict[str, Any], value: Any) -> None:
-    if isinstance(value, int) and not isinstance(value, bool):
-        view["max_tokens"] = value
-
-
-def responses_view(body: dict[str, Any]) -> dict[str, Any]:
-    """The chat view of an OpenAI Responses body (see the module docstring).
-
-    ``instructions`` becomes a system message, a string ``input`` one user message, and
-    each input item a message of its role (function calls and their outputs as text);
-    ``max_output_tokens`` is the budget. A ``text.format`` other than plain text, ``tools``
-    or ``top_logprobs`` make it unsafe for speculation, as ``response_format``, ``tools``
-    and ``logprobs`` do in chat.
-    """
-    view: dict[str, Any] = {k: body[k] for k in _SAMPLING if k in body}
-    messages: list[dict[str, Any]] = []
-    if isinstance(body.get("instructions"), str):
-        messages.append(_message("system", body["instructions"]))
-    items = body.get("input")
-    if isinstance(items, str):
-        messages.append(_message("user", items))
-    elif isinstance(items, list):
-        for item in cast("list[Any]", items):
-            if isinstance(item, dict):
-                entry = cast("dict[str, Any]", item)
-                role = entry.get("role")
-                messages.append(_message(role if isinstance(role, str) else "assistant", entry))
-    view["messages"] = messages
-    _budget(view, body.get("max_output_tokens"))
-    if body.get("tools"):
-        view["tools"] = body["tools"]
-    text = body.get("text")
-    fmt = cast("dict[str, Any]", text).get("format") if isinstance(text, dict) else None
-    if isinstance(fmt, dict) and cast("dict[str, Any]", fmt).get("type") not in (None, "text"):
-        view["response_format"] = fmt
-    if body.get("top_logprobs"):
-        view["logprobs"] = True
-    return view
-
-
-def messages_view(body: dict[str, Any]) -> dict[str, Any]:
-    """The chat view of an Anthropic Messages body (see the module docstring).
-
-    ``system`` (a string or text blocks) becomes a system message; every content block's
-    text, tool use and tool result is read; ``stop_sequences`` is ``stop``; ``tools``
-    make it unsafe for speculation.
-    """
-    view: dict[str, Any] = {k: body[k] for k in _SAMPLING if k in body}
-    messages: list[dict[str, Any]] = []
-    if body.get("system") is not None:
-        messages.append(_message("system", body["system"]))
-    for item in cast("list[Any]", body.get("messages") or []):
-        if isinstance(item, dict):
-            entry = cast("dict[str, Any]", item)
-            role = entry.get("role")
-            messages.append(
-                _message(role if isinstance(role, str) else "user", entry.get("content"))
-            )
-    view["messages"] = messages
-    _budget(view, body.get("max_tokens"))
-    if isinstance(body.get("stop_sequences"), list):
-        view["stop"] = body["stop_sequences"]
-    if body.get("tools"):
-        view["tools"] = body["tools"]
-    return view
-
-
-def infill_view(body: dict[str, Any]) -> dict[str, Any]:
-    """The text-completion view of a llama-server ``/infill`` body.
-
-    The prompt is what the model reads: the extra context chunks, the prefix, the
-    ``prompt`` (text typed at the cursor) and the suffix; ``n_predict`` is the budget.
-    ``grammar``, ``json_schema`` and ``n_probs`` keep their names (unsafe, as in chat).
-    """
-    view: dict[str, Any] = {k: body[k] for k in _SAMPLING if k in body}
-    parts = _texts(body.get("input_extra"))
-    parts += [
-        body[k] for k in ("input_prefix", "prompt", "input_suffix") if isinstance(body.get(k), str)
-    ]
-    view["prompt"] = "\n".join(parts)
-    _budget(view, body.get("n_predict"))
-    for key in ("grammar", "json_schema", "n_probs", "stop"):
-        if key in body:
-            view[key] = body[key]
-    return view
-
-
 MESSAGES_PATH = "/v1/messages"
 """Anthropic Messages' endpoint, and the prefix of its token count."""
 
@@ -191,7 +76,7 @@ _ANTHROPIC_TYPES = {
 """HTTP status → Anthropic error type (Anthropic API reference, "Errors"); else ``api_error``."""
 
 
-def anthropic_error_body(status: int, message: str) -> dict[str, Any]:
+def anthropic_error_body(status: int, message: str) -> JSONObject:
     """``{"type": "error", "error": {"type", "message"}}``, as Anthropic's API returns it.
 
     Args:
@@ -202,22 +87,28 @@ def anthropic_error_body(status: int, message: str) -> dict[str, Any]:
     return {"type": "error", "error": {"type": kind, "message": message}}
 
 
-def error_body_for(path: str, status: int, body: dict[str, Any]) -> dict[str, Any]:
+def error_body_for(path: str, status: int, body: JSONObject) -> JSONObject:
     """The error body a client of ``path`` reads.
 
     Anthropic's under ``/v1/messages``, else ``body`` itself (OpenAI's
     ``{"error": {"message", ...}}``).
+
+    Raises:
+        KeyError, TypeError: ``body`` is not OpenAI's error shape.
     """
     if path.startswith(MESSAGES_PATH):
-        return anthropic_error_body(status, str(body["error"]["message"]))
+        err = body["error"]
+        if not isinstance(err, dict):
+            raise TypeError("an OpenAI error body's 'error' is an object")
+        return anthropic_error_body(status, str(err["message"]))
     return body
 
 
-Mender = Callable[[dict[str, Any]], dict[str, Any]]
+Mender = Callable[[JSONObject], JSONObject]
 """Completes one event (or a whole answer) in place and returns it."""
 
 
-def _sse(event: str | None, data: dict[str, Any]) -> bytes:
+def _sse(event: str | None, data: JSONObject) -> bytes:
     head = f"event: {event}\n" if event else ""
     return f"{head}data: {json.dumps(data, ensure_ascii=False)}\n\n".encode()
 
@@ -246,22 +137,22 @@ class Api:
 
     name: str
     path: str
-    view: Callable[[dict[str, Any]], dict[str, Any]]
+    view: Callable[[JSONObject], dict[str, Any]]
     kind: Kind
     final: str | None
     delta: tuple[str, ...]
     error_event: Callable[[str], bytes]
-    mender: Callable[[dict[str, Any]], Mender] | None = None
+    mender: Callable[[JSONObject], Mender] | None = None
     mends: bytes | None = None
-    whole: Callable[[dict[str, Any]], Mender] | None = None
+    whole: Callable[[JSONObject], Mender] | None = None
 
-    def ends(self, data: dict[str, Any]) -> bool:
+    def ends(self, data: JSONObject) -> bool:
         """Whether the data event ``data`` is the stream's last."""
         if self.final is None:
             return data.get("stop") is True
         return data.get("type") == self.final
 
-    def counts(self, data: dict[str, Any]) -> bool:
+    def counts(self, data: JSONObject) -> bool:
         """Whether ``data`` carries generated text (one more event of progress)."""
         return not self.delta or data.get("type") in self.delta
 
@@ -283,11 +174,11 @@ class ResponsesIndexer:
         self._sequence = 0
         self._items: dict[str, int] = {}
 
-    def _index(self, item_id: Any) -> int:
+    def _index(self, item_id: JSON) -> int:
         key = str(item_id)
         return self._items.setdefault(key, len(self._items))
 
-    def __call__(self, event: dict[str, Any]) -> dict[str, Any]:
+    def __call__(self, event: JSONObject) -> JSONObject:
         """Complete one event in place and return it."""
         event.setdefault("sequence_number", self._sequence)
         self._sequence += 1
@@ -295,7 +186,7 @@ class ResponsesIndexer:
         if kind.startswith("response.output_item."):
             item = event.get("item")
             if "output_index" not in event and isinstance(item, dict):
-                event["output_index"] = self._index(cast("dict[str, Any]", item).get("id"))
+                event["output_index"] = self._index(item.get("id"))
         elif "item_id" in event:
             if "output_index" not in event:
                 event["output_index"] = self._index(event["item_id"])
@@ -322,12 +213,12 @@ class StopSequenceReason:
         body: the Messages request.
     """
 
-    def __init__(self, body: dict[str, Any]) -> None:
+    def __init__(self, body: JSONObject) -> None:
         stops = body.get("stop_sequences")
-        listed = cast("list[Any]", stops) if isinstance(stops, list) else []
+        listed = stops if isinstance(stops, list) else []
         self.stops = frozenset(s for s in listed if isinstance(s, str))
 
-    def _mend(self, fields: dict[str, Any]) -> None:
+    def _mend(self, fields: JSONObject) -> None:
         word = fields.get("stop_sequence")
         if fields.get("stop_reason") != "end_turn" or not isinstance(word, str):
             return
@@ -336,19 +227,24 @@ class StopSequenceReason:
         else:
             fields["stop_sequence"] = None
 
-    def __call__(self, event: dict[str, Any]) -> dict[str, Any]:
+    def __call__(self, event: JSONObject) -> JSONObject:
         """Mend a whole answer or one stream event in place and return it."""
         kind = event.get("type")
         delta = event.get("delta")
         if kind == "message":
             self._mend(event)
         elif kind == "message_delta" and isinstance(delta, dict):
-            self._mend(cast("dict[str, Any]", delta))
+            self._mend(delta)
         return event
 
 
 def _responses_error(message: str) -> bytes:
-    body = {"type": "error", "code": "backend_stream_error", "message": message, "param": None}
+    body: JSONObject = {
+        "type": "error",
+        "code": "backend_stream_error",
+        "message": message,
+        "param": None,
+    }
     return _sse("error", body)
 
 

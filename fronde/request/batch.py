@@ -16,12 +16,13 @@ where ``body`` is the OpenAI response, or an OpenAI error body for that item.
 from __future__ import annotations
 
 import time
-from typing import Any, cast
+from typing import TypedDict, cast
 
 from fronde.backends.single import with_fields
 from fronde.backends.swap_ports import Lease
 from fronde.client_request import ClientRequest
 from fronde.errors import FrondeError
+from fronde.json_types import JSON
 from fronde.logging import get_logger
 from fronde.modes import Mode
 from fronde.request.admission import Admission
@@ -37,7 +38,7 @@ from fronde.router.engine import Decision
 from fronde.router.plan import Route
 from fronde.timings import Timings
 
-__all__ = ["MAX_BATCH", "BatchItem", "run_batch"]
+__all__ = ["MAX_BATCH", "BatchAnswer", "BatchItem", "BatchRow", "GroupRow", "run_batch"]
 
 log = get_logger(__name__)
 
@@ -50,7 +51,36 @@ BatchItem = tuple[Kind, ClientRequest] | FrondeError
 _Planned = dict[Mode, list[tuple[int, Kind, ClientRequest, Decision]]]
 
 
-def _item_error(index: int, exc: FrondeError) -> dict[str, Any]:
+class BatchRow(TypedDict):
+    """One item's answer.
+
+    Its ``index`` in the input, HTTP ``status``, the ``mode`` it ran on (None when it did
+    not run) and ``body`` (the OpenAI response, or its error body).
+    """
+
+    index: int
+    status: int
+    mode: str | None
+    body: JSON
+
+
+class GroupRow(TypedDict):
+    """One mode's group: its ``mode``, how many ``requests`` and the ``seconds`` it took."""
+
+    mode: str
+    requests: int
+    seconds: float
+
+
+class BatchAnswer(TypedDict):
+    """The batch's answer (module docstring): ``data`` in input order."""
+
+    object: str
+    data: list[BatchRow]
+    groups: list[GroupRow]
+
+
+def _item_error(index: int, exc: FrondeError) -> BatchRow:
     return {"index": index, "status": exc.status_code, "mode": None, "body": exc.to_body()}
 
 
@@ -74,7 +104,7 @@ async def _plan(d: Dispatcher, item: BatchItem, ready: list[Mode]) -> tuple[Kind
     return kind, d.router.plan(cls, cache_key(body), ready, forced, budget=budget, constrained=held)
 
 
-async def run_batch(d: Dispatcher, items: list[BatchItem]) -> dict[str, Any]:
+async def run_batch(d: Dispatcher, items: list[BatchItem]) -> BatchAnswer:
     """Route every item, run them grouped by mode, and answer in input order.
 
     Args:
@@ -84,7 +114,7 @@ async def run_batch(d: Dispatcher, items: list[BatchItem]) -> dict[str, Any]:
     Returns:
         The answer object described in the module docstring.
     """
-    results: list[dict[str, Any] | None] = [None] * len(items)
+    results: list[BatchRow | None] = [None] * len(items)
     planned: _Planned = {}
     ready = d.routable()
     for i, item in enumerate(items):
@@ -106,14 +136,15 @@ async def run_batch(d: Dispatcher, items: list[BatchItem]) -> dict[str, Any]:
                 Admission(d.router, decision).finish("cancelled")
         raise
     log.info("batch.done", requests=len(items), groups=[g["mode"] for g in groups])
-    return {"object": "list", "data": results, "groups": groups}
+    # Every item has its row by now: refused when planned, else run or failed with its group.
+    return {"object": "list", "data": [r for r in results if r is not None], "groups": groups}
 
 
 async def _run_groups(
-    d: Dispatcher, order: list[Mode], planned: _Planned, results: list[dict[str, Any] | None]
-) -> list[dict[str, Any]]:
+    d: Dispatcher, order: list[Mode], planned: _Planned, results: list[BatchRow | None]
+) -> list[GroupRow]:
     """Run each mode's group under one lease, filling ``results``; return the groups' rows."""
-    groups: list[dict[str, Any]] = []
+    groups: list[GroupRow] = []
     for mode in order:
         t0 = time.monotonic()
         lease: Lease | None = None
@@ -142,7 +173,7 @@ async def _run_groups(
 
 async def _run_one(
     d: Dispatcher, index: int, kind: Kind, req: ClientRequest, decision: Decision, mode: Mode
-) -> dict[str, Any]:
+) -> BatchRow:
     """One item on ``mode`` (non-streamed), behind the decode gate."""
     adm = Admission(d.router, decision)
     await adm.take_slot()

@@ -22,8 +22,8 @@ choice, so a stop string never spans two prompts' texts) and the timings and usa
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any, cast
 
+from fronde.json_types import JSON, JSONObject
 from fronde.request.prompts import prompt_count
 from fronde.request.stops import StopMatcher
 from fronde.timings import Timings, TimingsTrail
@@ -31,25 +31,25 @@ from fronde.timings import Timings, TimingsTrail
 __all__ = ["ChoiceBook", "OwnedStops", "choice_index", "summed_usage"]
 
 
-def choice_index(choice: dict[str, Any]) -> int:
+def choice_index(choice: JSONObject) -> int:
     """A chunk's choice's ``index`` (0 when it has none, as a one-choice answer)."""
     index = choice.get("index")
     return index if isinstance(index, int) and not isinstance(index, bool) else 0
 
 
-def summed_usage(parts: Iterable[dict[str, Any]]) -> dict[str, Any]:
+def summed_usage(parts: Iterable[JSONObject]) -> JSONObject:
     """OpenAI ``usage`` objects added up: integers summed, nested objects alike.
 
     ``prompt_tokens_details.cached_tokens`` of several prompts sums as their token
     counts do; a field some parts lack counts 0 for them.
     """
-    out: dict[str, Any] = {}
+    out: JSONObject = {}
     for part in parts:
         for key, value in part.items():
             if isinstance(value, dict):
                 before = out.get(key)
-                seen = cast("dict[str, Any]", before) if isinstance(before, dict) else {}
-                out[key] = summed_usage([seen, cast("dict[str, Any]", value)])
+                seen: JSONObject = before if isinstance(before, dict) else {}
+                out[key] = summed_usage([seen, value])
             elif isinstance(value, int) and not isinstance(value, bool):
                 before = out.get(key)
                 out[key] = (before if isinstance(before, int) else 0) + value
@@ -65,10 +65,10 @@ class ChoiceBook:
 
     def __init__(self) -> None:
         self.trails: dict[int, TimingsTrail] = {}
-        self.reported: dict[int, dict[str, Any]] = {}
+        self.reported: dict[int, JSONObject] = {}
         self.last_index = 0
 
-    def add_timings(self, index: int | None, obj: object) -> dict[str, Any] | None:
+    def add_timings(self, index: int | None, obj: object) -> JSONObject | None:
         """Fold one ``timings`` object into choice ``index``'s trail; return it folded or None.
 
         ``index`` None (a chunk with no choice, such as a usage chunk): the choice seen
@@ -79,24 +79,24 @@ class ChoiceBook:
         self.last_index = index
         return self.trails.setdefault(index, TimingsTrail()).add(obj)
 
-    def timings(self, index: int) -> dict[str, Any] | None:
+    def timings(self, index: int) -> JSONObject | None:
         """Choice ``index``'s latest timings (see :class:`~fronde.timings.TimingsTrail`)."""
         trail = self.trails.get(index)
         return None if trail is None else trail.latest
 
-    def add_usage(self, index: int, usage: object) -> None:
+    def add_usage(self, index: int, usage: JSON) -> None:
         """Keep the ``usage`` a chunk of choice ``index`` carried."""
         if isinstance(usage, dict):
-            self.reported[index] = cast("dict[str, Any]", usage)
+            self.reported[index] = usage
 
-    def usage(self) -> dict[str, Any] | None:
+    def usage(self) -> JSONObject | None:
         """The usage of every choice, summed; None when no choice has any."""
-        parts: list[dict[str, Any]] = []
+        parts: list[JSONObject] = []
         for index in sorted(self.trails.keys() | self.reported.keys()):
             if index in self.reported:
                 parts.append(self.reported[index])
             elif (parsed := Timings.parse(self.timings(index))) is not None:
-                parts.append(parsed.usage())
+                parts.append({**parsed.usage()})
         return summed_usage(parts) if parts else None
 
 
@@ -125,7 +125,7 @@ class OwnedStops:
         self.ended: set[int] = set()
 
     @staticmethod
-    def take(body: dict[str, Any], *, chat: bool) -> tuple[dict[str, Any], OwnedStops | None]:
+    def take(body: JSONObject, *, chat: bool) -> tuple[JSONObject, OwnedStops | None]:
         """Take ``body``'s stop strings for Fronde to apply: (upstream body, stops or None).
 
         The upstream body has no ``stop`` and asks for ``timings_per_token``. Requests
@@ -137,32 +137,33 @@ class OwnedStops:
             stop = [stop]
         if body.get("tools") or body.get("functions") or not isinstance(stop, list):
             return body, None
-        owned = [s for s in cast("list[Any]", stop) if isinstance(s, str) and s]
+        owned = [s for s in stop if isinstance(s, str) and s]
         if not owned:
             return body, None
-        upstream = {k: v for k, v in body.items() if k != "stop"} | {"timings_per_token": True}
+        upstream: JSONObject = {k: v for k, v in body.items() if k != "stop"}
+        upstream["timings_per_token"] = True
         choices = 1 if chat else prompt_count(body.get("prompt"))
         return upstream, OwnedStops(owned, chat=chat, choices=choices)
 
-    def _text(self, choice: dict[str, Any]) -> str:
+    def _text(self, choice: JSONObject) -> str:
         if self.chat:
             delta = choice.get("delta")
-            piece = (
-                cast("dict[str, Any]", delta).get("content") if isinstance(delta, dict) else None
-            )
+            piece = delta.get("content") if isinstance(delta, dict) else None
         else:
             piece = choice.get("text")
         return piece if isinstance(piece, str) else ""
 
-    def _set_text(self, choice: dict[str, Any], text: str) -> None:
+    def _set_text(self, choice: JSONObject, text: str) -> None:
         if self.chat:
             delta = choice.setdefault("delta", {})
+            if not isinstance(delta, dict):
+                raise TypeError("a chat chunk's delta is not an object")  # as before: no item
             if text or "content" in delta:
                 delta["content"] = text
         else:
             choice["text"] = text
 
-    def rewrite(self, event: dict[str, Any]) -> bool:
+    def rewrite(self, event: JSONObject) -> bool:
         """Apply the stops to one chunk in place; True when the answer is over.
 
         On a match the chunk keeps its choice's text before it and gets
@@ -177,7 +178,9 @@ class OwnedStops:
         choices = event.get("choices")
         if not isinstance(choices, list) or not choices:
             return False
-        choice = cast("dict[str, Any]", cast("list[Any]", choices)[0])
+        choice = choices[0]
+        if not isinstance(choice, dict):
+            raise TypeError("a chunk's choice is not an object")  # as before: no .get
         index = choice_index(choice)
         matcher = self.matchers.setdefault(index, StopMatcher(self.stops))
         piece = self._text(choice)

@@ -24,10 +24,12 @@ from __future__ import annotations
 
 import json
 from collections.abc import AsyncIterator, Callable
-from typing import Any, cast
+from dataclasses import dataclass
+from typing import Any
 
 from fronde.backends.client import BackendClient
 from fronde.errors import BackendConnectionError
+from fronde.json_types import JSON, JSONObject
 from fronde.request.choices import OwnedStops, choice_index
 from fronde.request.native import Kind
 from fronde.request.relay import DONE_LINE, relay_sse
@@ -37,12 +39,31 @@ __all__ = ["answer_whole", "collect"]
 _CHUNK_OBJECT = {"chat": "chat.completion", "text": "text_completion"}
 
 
-def _merge_logprobs(into: dict[str, Any], part: dict[str, Any]) -> None:
+def _merge_logprobs(into: JSONObject, part: JSONObject) -> None:
     for key, value in part.items():
-        if isinstance(value, list) and isinstance(into.get(key), list):
-            into[key] = [*cast("list[Any]", into[key]), *cast("list[Any]", value)]
+        before = into.get(key)
+        if isinstance(value, list) and isinstance(before, list):
+            into[key] = [*before, *value]
         else:
             into[key] = value
+
+
+@dataclass
+class _Call:
+    """One tool call, merged from its deltas (the first names it, the rest add arguments)."""
+
+    id: JSON = None
+    type: JSON = "function"
+    name: JSON = ""
+    arguments: str = ""
+
+    def as_json(self) -> JSONObject:
+        """The call as OpenAI's message shapes it."""
+        return {
+            "id": self.id,
+            "type": self.type,
+            "function": {"name": self.name, "arguments": self.arguments},
+        }
 
 
 class _Answer:
@@ -53,17 +74,17 @@ class _Answer:
         self.text: list[str] = []
         self.saw_content = False
         self.reasoning: list[str] = []
-        self.calls: dict[int, dict[str, Any]] = {}
-        self.logprobs: dict[str, Any] | None = None
-        self.finish: str | None = None
+        self.calls: dict[int, _Call] = {}
+        self.logprobs: JSONObject | None = None
+        self.finish: JSON = None
 
-    def add(self, choice: dict[str, Any]) -> None:
+    def add(self, choice: JSONObject) -> None:
         if choice.get("finish_reason") is not None:
             self.finish = choice["finish_reason"]
         lp = choice.get("logprobs")
         if isinstance(lp, dict):
             self.logprobs = self.logprobs or {}
-            _merge_logprobs(self.logprobs, cast("dict[str, Any]", lp))
+            _merge_logprobs(self.logprobs, lp)
         if self.kind == "text":
             piece = choice.get("text")
             if isinstance(piece, str):
@@ -72,49 +93,52 @@ class _Answer:
         delta = choice.get("delta")
         if not isinstance(delta, dict):
             return
-        d = cast("dict[str, Any]", delta)
-        if isinstance(d.get("content"), str):
+        content = delta.get("content")
+        if isinstance(content, str):
             self.saw_content = True
-            self.text.append(d["content"])
-        if isinstance(d.get("reasoning_content"), str):
-            self.reasoning.append(d["reasoning_content"])
-        for raw in cast("list[Any]", d.get("tool_calls") or []):
+            self.text.append(content)
+        reasoning = delta.get("reasoning_content")
+        if isinstance(reasoning, str):
+            self.reasoning.append(reasoning)
+        calls = delta.get("tool_calls") or []
+        # A non-list (llama-server sends none) holds no call.
+        for raw in calls if isinstance(calls, list) else []:
             if isinstance(raw, dict):
-                self._call(cast("dict[str, Any]", raw))
+                self._call(raw)
 
-    def _call(self, delta: dict[str, Any]) -> None:
+    def _call(self, delta: JSONObject) -> None:
         index = delta.get("index", len(self.calls))
-        call = self.calls.setdefault(
-            index if isinstance(index, int) else len(self.calls),
-            {"id": None, "type": "function", "function": {"name": "", "arguments": ""}},
-        )
-        for key in ("id", "type"):
-            if delta.get(key):
-                call[key] = delta[key]
+        call = self.calls.setdefault(index if isinstance(index, int) else len(self.calls), _Call())
+        if delta.get("id"):
+            call.id = delta["id"]
+        if delta.get("type"):
+            call.type = delta["type"]
         fn = delta.get("function")
         if isinstance(fn, dict):
-            f = cast("dict[str, Any]", fn)
-            if f.get("name"):
-                call["function"]["name"] = f["name"]
-            if isinstance(f.get("arguments"), str):
-                call["function"]["arguments"] += f["arguments"]
+            if fn.get("name"):
+                call.name = fn["name"]
+            arguments = fn.get("arguments")
+            if isinstance(arguments, str):
+                call.arguments += arguments
 
-    def choice(self, index: int) -> dict[str, Any]:
+    def choice(self, index: int) -> JSONObject:
         text = "".join(self.text)
-        out: dict[str, Any] = {
+        out: JSONObject = {
             "index": index,
             "finish_reason": self.finish,
             "logprobs": self.logprobs,
         }
         if self.kind == "text":
-            return out | {"text": text}
-        message: dict[str, Any] = {"role": "assistant"}
+            out["text"] = text
+            return out
+        message: JSONObject = {"role": "assistant"}
         message["content"] = text if self.saw_content or not self.calls else None
         if self.reasoning:
             message["reasoning_content"] = "".join(self.reasoning)
         if self.calls:
-            message["tool_calls"] = [self.calls[i] for i in sorted(self.calls)]
-        return out | {"message": message}
+            message["tool_calls"] = [self.calls[i].as_json() for i in sorted(self.calls)]
+        out["message"] = message
+        return out
 
 
 async def _split(pieces: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
@@ -134,16 +158,18 @@ async def collect(lines: AsyncIterator[bytes], kind: Kind) -> dict[str, Any]:
 
     Returns:
         The ``chat.completion`` or ``text_completion`` object, with llama-server's
-        ``timings`` when the stream carried them (as its non-streamed answer does).
+        ``timings`` when the stream carried them (as its non-streamed answer does). Built
+        as :data:`~fronde.json_types.JSONObject`; handed out with ``Any`` values
+        because its readers (the API, tests) index its choices by OpenAI's keys.
 
     Raises:
         BackendConnectionError: the stream carried an error event or ended without
             ``[DONE]`` (nothing reached the client yet: an ordinary 502).
     """
     answers: dict[int, _Answer] = {}
-    top: dict[str, Any] = {}
-    usage: Any = None
-    timings: Any = None
+    top: JSONObject = {}
+    usage: JSON = None
+    timings: JSON = None
     done = False
     async for raw in _split(lines):
         line = raw.decode().strip()
@@ -152,10 +178,10 @@ async def collect(lines: AsyncIterator[bytes], kind: Kind) -> dict[str, Any]:
             break
         if not line.startswith("data: {"):
             continue
-        event = cast("dict[str, Any]", json.loads(line[6:]))
+        event: JSONObject = json.loads(line[6:])  # "{...": an object
         if "error" in event:
             err = event["error"]
-            message = cast("dict[str, Any]", err).get("message") if isinstance(err, dict) else err
+            message = err.get("message") if isinstance(err, dict) else err
             raise BackendConnectionError(str(message or "the backend's stream failed"))
         choices = event.get("choices")
         if event.get("usage") is not None:
@@ -164,15 +190,15 @@ async def collect(lines: AsyncIterator[bytes], kind: Kind) -> dict[str, Any]:
             timings = event["timings"]  # b11434 puts them on the usage chunk
         if not choices:
             continue
-        for raw_choice in cast("list[Any]", choices):
-            if isinstance(raw_choice, dict):
-                choice = cast("dict[str, Any]", raw_choice)
+        for choice in choices if isinstance(choices, list) else []:
+            if isinstance(choice, dict):
                 answers.setdefault(choice_index(choice), _Answer(kind)).add(choice)
         top |= {k: v for k, v in event.items() if k not in ("choices", "usage", "object")}
     if not done:
         raise BackendConnectionError("the backend's stream ended before [DONE]")
-    folded = [answers[i].choice(i) for i in sorted(answers)] or [_Answer(kind).choice(0)]
-    out: dict[str, Any] = {"object": _CHUNK_OBJECT[kind], **top, "choices": folded}
+    folded: list[JSON] = [answers[i].choice(i) for i in sorted(answers)]
+    folded = folded or [_Answer(kind).choice(0)]
+    out: JSONObject = {"object": _CHUNK_OBJECT[kind], **top, "choices": folded}
     if usage is not None:
         out["usage"] = usage
     if timings is not None:
@@ -184,9 +210,9 @@ async def answer_whole(
     client: BackendClient,
     url: str,
     path: str,
-    body: dict[str, Any],
+    body: JSONObject,
     mode: str,
-    on_timings: Callable[[dict[str, Any]], None] | None = None,
+    on_timings: Callable[[JSONObject], None] | None = None,
 ) -> dict[str, Any]:
     """One non-streamed OpenAI answer from ``url + path``, asked for as a stream.
 
@@ -207,7 +233,7 @@ async def answer_whole(
     """
     kind: Kind = "chat" if path.endswith("/chat/completions") else "text"
     upstream, stops = OwnedStops.take(body, chat=kind == "chat")
-    upstream = upstream | {"stream": True, "stream_options": {"include_usage": True}}
-    async with client.stream(url, path, upstream) as resp:
+    sent: JSONObject = {**upstream, "stream": True, "stream_options": {"include_usage": True}}
+    async with client.stream(url, path, sent) as resp:
         relayed = relay_sse(resp, mode, on_timings, include_usage=True, stops=stops)
         return await collect(relayed, kind)

@@ -30,10 +30,10 @@ import contextlib
 import time
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
-from typing import Any, cast
 
 from fronde.backends.client import BackendClient
 from fronde.errors import FrondeError
+from fronde.json_types import JSONObject, json_int
 from fronde.logging import get_logger
 from fronde.modes import Mode
 from fronde.request.collect import collect
@@ -71,16 +71,17 @@ async def answer_text(kind: Kind, pieces: Sequence[bytes]) -> str | None:
     return text_of(kind, data)
 
 
-def text_of(kind: Kind, data: dict[str, Any]) -> str | None:
+def text_of(kind: Kind, data: JSONObject) -> str | None:
     """The generated text of a non-streamed OpenAI answer, or None if it has none."""
-    raw = data.get("choices")
-    choices = cast("list[Any]", raw) if isinstance(raw, list) else []
-    first = cast("dict[str, Any]", choices[0]) if choices and isinstance(choices[0], dict) else {}
+    choices = data.get("choices")
+    first = choices[0] if isinstance(choices, list) and choices else None
+    if not isinstance(first, dict):
+        return None
     if kind == "text":
         text = first.get("text")
     else:
         message = first.get("message")
-        text = cast("dict[str, Any]", message).get("content") if isinstance(message, dict) else None
+        text = message.get("content") if isinstance(message, dict) else None
     return text if isinstance(text, str) else None
 
 
@@ -92,7 +93,7 @@ class _Answered:
     mode: Mode
     url: str
     kind: Kind
-    body: dict[str, Any]
+    body: JSONObject
 
 
 class Hindsight:
@@ -123,7 +124,7 @@ class Hindsight:
         mode: Mode,
         url: str,
         kind: Kind,
-        body: dict[str, Any],
+        body: JSONObject,
         text: str | None = None,
         pieces: Sequence[bytes] = (),
     ) -> None:
@@ -163,10 +164,10 @@ class Hindsight:
         except FrondeError as exc:
             log.debug("counterfactual.skipped", id=a.decision.rid, error=exc.message)
             return
-        ids: Any = out.get("tokens")
+        ids = out.get("tokens")
         if not isinstance(ids, list):
             return
-        generated = [int(t) for t in ids]  # pyright: ignore[reportUnknownArgumentType, reportUnknownVariableType]
+        generated = [json_int(t) for t in ids]
         self.router.observe(a.decision, a.mode, prompt, generated, max_new_tokens(a.body))
 
     async def drain(self) -> None:

@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import time
 import uuid
-from typing import Any, Literal, cast
+from typing import Literal
+
+from fronde.json_types import JSONObject
 
 __all__ = [
     "HANDOVER_BLOCKERS",
@@ -90,7 +92,7 @@ picked, exactly as that mode's server alone answers it.
 """
 
 
-def max_new_tokens(body: dict[str, Any]) -> int | None:
+def max_new_tokens(body: JSONObject) -> int | None:
     """The client's token budget: ``max_completion_tokens``, else ``max_tokens``, else None."""
     for name in ("max_completion_tokens", "max_tokens"):
         v = body.get(name)
@@ -99,7 +101,7 @@ def max_new_tokens(body: dict[str, Any]) -> int | None:
     return None
 
 
-def splice_safe(body: dict[str, Any]) -> bool:
+def splice_safe(body: JSONObject) -> bool:
     """Whether an answer to ``body`` may be handed over between backends mid-generation.
 
     False when a field of :data:`HANDOVER_BLOCKERS` is set: not None nor empty, and for
@@ -109,25 +111,25 @@ def splice_safe(body: dict[str, Any]) -> bool:
         value = body.get(name)
         if value is None or value in ("", [], {}):
             continue
-        kind = cast("dict[str, Any]", value).get("type") if isinstance(value, dict) else None
+        kind = value.get("type") if isinstance(value, dict) else None
         if name == "response_format" and kind in (None, "text"):
             continue
         return False
     return True
 
 
-def segment_params(body: dict[str, Any]) -> dict[str, Any]:
+def segment_params(body: JSONObject) -> JSONObject:
     """The client's fields for a native ``/completion`` segment: all but :data:`SEGMENT_OWNED`.
 
     ``stop`` (a string or a list) comes back as a list, for the caller's stop matcher (the
     segment body leaves it out). The caller sets the budget and the prompt.
     """
-    out = {k: v for k, v in body.items() if k not in SEGMENT_OWNED}
+    out: JSONObject = {k: v for k, v in body.items() if k not in SEGMENT_OWNED}
     stop = body.get("stop")
     if isinstance(stop, str):
         out["stop"] = [stop]
     elif isinstance(stop, list):
-        out["stop"] = [s for s in stop if isinstance(s, str)]  # pyright: ignore[reportUnknownVariableType]
+        out["stop"] = [s for s in stop if isinstance(s, str)]
     return out
 
 
@@ -159,15 +161,15 @@ def chunk(
     text: str | None = None,
     role: bool = False,
     finish: str | None = None,
-) -> dict[str, Any]:
+) -> JSONObject:
     """One OpenAI stream chunk (``chat.completion.chunk`` or ``text_completion``)."""
     if kind == "chat":
-        delta: dict[str, Any] = {}
+        delta: JSONObject = {}
         if role:
             delta["role"] = "assistant"
         if text is not None:
             delta["content"] = text
-        choice: dict[str, Any] = {"index": 0, "delta": delta, "finish_reason": finish}
+        choice: JSONObject = {"index": 0, "delta": delta, "finish_reason": finish}
         obj = "chat.completion.chunk"
     else:
         choice = {"index": 0, "text": text or "", "logprobs": None, "finish_reason": finish}
@@ -182,11 +184,11 @@ def full_response(
     finish: str | None,
     prompt_tokens: int,
     completion_tokens: int,
-    extra: dict[str, Any] | None = None,
-) -> dict[str, Any]:
+    extra: JSONObject | None = None,
+) -> JSONObject:
     """A whole non-streamed OpenAI response (``chat.completion`` or ``text_completion``)."""
     if kind == "chat":
-        choice: dict[str, Any] = {
+        choice: JSONObject = {
             "index": 0,
             "message": {"role": "assistant", "content": text},
             "finish_reason": finish,
@@ -195,13 +197,13 @@ def full_response(
     else:
         choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": finish}
         obj = "text_completion"
-    out: dict[str, Any] = {
+    out: JSONObject = {
         "id": new_id(kind),
         "object": obj,
         "created": int(time.time()),
         "model": model,
         "choices": [choice],
-        "usage": usage(prompt_tokens, completion_tokens),
+        "usage": {**usage(prompt_tokens, completion_tokens)},
     }
     out.update(extra or {})
     return out

@@ -11,13 +11,13 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack
-from typing import Any
 
 import anyio
 
 from fronde.backends.client import BackendClient
 from fronde.backends.pool import BackendPool
 from fronde.errors import BackendStreamError, BackendUnavailableError
+from fronde.json_types import JSONObject
 from fronde.modes import Mode
 from fronde.request.admission import Admission
 from fronde.request.relay import sse_error_event
@@ -65,7 +65,7 @@ class NativeCalls:
         data = await self.client.get_json(url, path)
         return Whole(data, {"x-fronde-mode": str(mode)})
 
-    async def post(self, path: str, body: dict[str, Any], mode_name: str | None) -> Answer:
+    async def post(self, path: str, body: JSONObject, mode_name: str | None) -> Answer:
         """``POST path`` on the named mode's backend, body as sent.
 
         ``/completion`` takes a decode slot; streamed, it is relayed byte for byte and

@@ -25,10 +25,11 @@ from __future__ import annotations
 
 import difflib
 from collections.abc import Mapping
-from typing import Any, cast
+from typing import Any
 
 from fronde.backends.client import BackendClient
 from fronde.errors import BackendError
+from fronde.json_types import JSONObject, json_int
 from fronde.logging import get_logger
 from fronde.modes import Mode
 
@@ -40,20 +41,16 @@ FEEDS_POOL = frozenset({Mode.NGRAM_MOD, Mode.CASCADE})
 """Modes whose server keeps a cross-request n-gram pool a prediction can be fed into."""
 
 
-def prediction_text(body: dict[str, Any]) -> str | None:
+def prediction_text(body: JSONObject) -> str | None:
     """The text of the body's ``prediction`` (a string, or text parts), or None."""
     pred = body.get("prediction")
     if not isinstance(pred, dict):
         return None
-    content = cast("dict[str, Any]", pred).get("content")
+    content = pred.get("content")
     if isinstance(content, str):
         return content or None
     if isinstance(content, list):
-        parts = [
-            cast("dict[str, Any]", p).get("text")
-            for p in cast("list[Any]", content)
-            if isinstance(p, dict)
-        ]
+        parts = [p.get("text") for p in content if isinstance(p, dict)]
         text = "".join(t for t in parts if isinstance(t, str))
         return text or None
     return None
@@ -71,7 +68,7 @@ async def feed_pool(
     Returns:
         Whether the backend answered.
     """
-    body = {"prompt": text, "n_predict": 1, "temperature": 0, "cache_prompt": True}
+    body: JSONObject = {"prompt": text, "n_predict": 1, "temperature": 0, "cache_prompt": True}
     body |= fields or {}
     try:
         await client.post_json(url, "/completion", body)
@@ -93,7 +90,7 @@ def prediction_counts(predicted: list[int], generated: list[int]) -> tuple[int, 
 
 
 async def with_counts(
-    client: BackendClient, url: str, data: dict[str, Any], prediction: str, answer: str
+    client: BackendClient, url: str, data: JSONObject, prediction: str, answer: str
 ) -> None:
     """Add ``accepted_prediction_tokens`` and ``rejected_prediction_tokens`` to ``data``'s usage.
 
@@ -103,15 +100,16 @@ async def with_counts(
         ids: list[list[int]] = []
         for text in (prediction, answer):
             got = await client.post_json(url, "/tokenize", {"content": text})
-            ids.append([int(t) for t in cast("list[Any]", got.get("tokens") or [])])
+            tokens = got.get("tokens") or []
+            if not isinstance(tokens, list):
+                raise TypeError("/tokenize answered tokens that are not a list")
+            ids.append([json_int(t) for t in tokens])
     except (BackendError, TypeError, ValueError) as exc:
         log.warning("prediction.count_failed", error=str(exc))
         return
     accepted, rejected = prediction_counts(ids[0], ids[1])
     usage = data.setdefault("usage", {})
     if isinstance(usage, dict):
-        details = cast("dict[str, Any]", usage).setdefault("completion_tokens_details", {})
+        details = usage.setdefault("completion_tokens_details", {})
         if isinstance(details, dict):
-            cast("dict[str, Any]", details).update(
-                accepted_prediction_tokens=accepted, rejected_prediction_tokens=rejected
-            )
+            details.update(accepted_prediction_tokens=accepted, rejected_prediction_tokens=rejected)

@@ -14,9 +14,8 @@ request: the whole list is routed to one mode.
 
 from __future__ import annotations
 
-from typing import Any, cast
-
 from fronde.errors import InvalidRequestError
+from fronde.json_types import JSON, JSONObject
 
 __all__ = ["check_prompt", "prompt_count"]
 
@@ -26,15 +25,15 @@ def _is_token_id(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-def _is_prompt_item(value: object) -> bool:
+def _is_prompt_item(value: JSON) -> bool:
     # b11434's tokenize_input_prompts: a string, a token id, a list of them (one prompt),
     # or a multimodal object; anything else (null, a number with a fraction) it cannot read.
     if isinstance(value, list):
-        return all(isinstance(v, str) or _is_token_id(v) for v in cast("list[Any]", value))
+        return all(isinstance(v, str) or _is_token_id(v) for v in value)
     return isinstance(value, str | dict) or _is_token_id(value)
 
 
-def prompt_count(prompt: object) -> int:
+def prompt_count(prompt: JSON) -> int:
     """How many prompts, hence choices, a ``prompt`` field holds (llama-server's rule).
 
     Args:
@@ -43,14 +42,12 @@ def prompt_count(prompt: object) -> int:
     Returns:
         The list's length for a list with no integer at its top level, else 1.
     """
-    if isinstance(prompt, list):
-        items = cast("list[Any]", prompt)
-        if not any(_is_token_id(p) for p in items):
-            return len(items)
+    if isinstance(prompt, list) and not any(_is_token_id(p) for p in prompt):
+        return len(prompt)
     return 1
 
 
-def check_prompt(body: dict[str, Any]) -> None:
+def check_prompt(body: JSONObject) -> None:
     """Refuse an empty prompt list; a list of one string becomes that string (in place).
 
     A one-string list is the same request as the string to llama-server; as a string
@@ -64,10 +61,9 @@ def check_prompt(body: dict[str, Any]) -> None:
         InvalidRequestError: ``prompt`` is an empty list, or holds an item that is not a
             string, a token id, a list of them or an object (HTTP 400, ``param: prompt``).
     """
-    prompt = body.get("prompt")
-    if not isinstance(prompt, list):
+    items = body.get("prompt")
+    if not isinstance(items, list):
         return
-    items = cast("list[Any]", prompt)
     if not items:
         raise InvalidRequestError("'prompt' must not be an empty list", param="prompt")
     if not all(_is_prompt_item(p) for p in items):

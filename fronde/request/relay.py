@@ -30,10 +30,10 @@ from __future__ import annotations
 import contextlib
 import json
 from collections.abc import AsyncIterator, Callable
-from typing import Any, cast
 
 from fronde.backends.client import UpstreamStream
 from fronde.errors import BackendStreamError, openai_error_body
+from fronde.json_types import JSON, JSONObject
 from fronde.logging import get_logger
 from fronde.request.agent_apis import Api
 from fronde.request.choices import ChoiceBook, OwnedStops, choice_index
@@ -58,11 +58,11 @@ def sse_error_event(message: str, code: str = "backend_stream_error") -> bytes:
     return f"data: {json.dumps(body)}\n\n".encode()
 
 
-def _usage_chunk(last: dict[str, Any], usage: dict[str, Any] | None) -> bytes | None:
+def _usage_chunk(last: JSONObject, usage: JSONObject | None) -> bytes | None:
     """The final usage event (empty ``choices``) carrying ``usage``, or None without one."""
     if usage is None:
         return None
-    tail: dict[str, Any] = {**last, "choices": [], "usage": usage}
+    tail: JSONObject = {**last, "choices": [], "usage": usage}
     tail.pop("timings", None)
     return f"data: {json.dumps(tail)}\n\n".encode()
 
@@ -76,7 +76,7 @@ class _Relay:
 
     def __init__(
         self,
-        on_timings: Callable[[dict[str, Any]], None] | None,
+        on_timings: Callable[[JSONObject], None] | None,
         include_usage: bool,
         stops: OwnedStops | None,
     ) -> None:
@@ -84,25 +84,32 @@ class _Relay:
         self.include_usage = include_usage
         self.stops = stops
         self.usage_seen = False
-        self.last: dict[str, Any] | None = None
+        self.last: JSONObject | None = None
         self.book = ChoiceBook()
         self.dropped_null = False
 
-    def _report(self, timings: dict[str, Any]) -> None:
+    def _report(self, timings: JSONObject) -> None:
         if self.on_timings is not None:
             with contextlib.suppress(ValueError, KeyError, TypeError):
                 self.on_timings(timings)
 
-    def _end(self, last: dict[str, Any] | None) -> list[bytes]:
+    def _end(self, last: JSONObject | None) -> list[bytes]:
         """``[DONE]``, after the usage chunk when one was asked for and is missing."""
         done = DONE_LINE.encode() + b"\n\n"
         wanted = self.include_usage and not self.usage_seen and last is not None
         tail = _usage_chunk(last, self.book.usage()) if wanted and last is not None else None
         return [done] if tail is None else [tail, done]
 
-    def _owned(self, chunk: dict[str, Any], stops: OwnedStops) -> tuple[list[bytes], bool]:
-        """A content chunk under Fronde's stop strings: (what to send, the answer ended)."""
-        choice = cast("dict[str, Any]", chunk["choices"][0])
+    def _owned(self, chunk: JSONObject, stops: OwnedStops) -> tuple[list[bytes], bool]:
+        """A content chunk under Fronde's stop strings: (what to send, the answer ended).
+
+        Raises:
+            TypeError: ``choices`` is not a list of objects (llama-server sends one).
+        """
+        choices = chunk["choices"]
+        choice = choices[0] if isinstance(choices, list) else None
+        if not isinstance(choice, dict):
+            raise TypeError("a chunk's choices are not a list of objects")
         index = choice_index(choice)
         if index in stops.cut:
             return [], False  # its choice ended on a stop string; llama-server went on
@@ -126,16 +133,18 @@ class _Relay:
         completion's own on its last chunk): the client gets one usage chunk, the sum.
         """
         try:
-            event: dict[str, Any] = json.loads(line[6:])
+            event: JSONObject = json.loads(line[6:])  # "{...": an object
         except ValueError:
             event = {}
         choices = event.get("choices")
         index = None
-        if isinstance(choices, list) and choices and isinstance(choices[0], dict):
-            index = choice_index(cast("dict[str, Any]", choices[0]))
-        if isinstance(event.get("timings"), dict):
-            folded = self.book.add_timings(index, event["timings"])
-            self._report(folded if folded is not None else event["timings"])
+        first = choices[0] if isinstance(choices, list) and choices else None
+        if isinstance(first, dict):
+            index = choice_index(first)
+        timings = event.get("timings")
+        if isinstance(timings, dict):
+            folded = self.book.add_timings(index, timings)
+            self._report(folded if folded is not None else timings)
         if "usage" in event and choices == []:
             if not self.include_usage:
                 return None  # the usage chunk the client did not ask for
@@ -158,7 +167,7 @@ class _Relay:
             return [], False
         if self.stops is not None and line.startswith("data: {"):
             try:
-                chunk: dict[str, Any] = json.loads(line[6:])
+                chunk: JSONObject = json.loads(line[6:])  # "{...": an object
             except ValueError:
                 chunk = {}
             if chunk.get("choices"):
@@ -175,7 +184,7 @@ class _Relay:
 async def relay_sse(
     upstream: UpstreamStream,
     mode: str,
-    on_timings: Callable[[dict[str, Any]], None] | None = None,
+    on_timings: Callable[[JSONObject], None] | None = None,
     *,
     include_usage: bool = False,
     stops: OwnedStops | None = None,
@@ -267,9 +276,9 @@ class EventRelay:
         self,
         api: Api,
         mode: str,
-        on_timings: Callable[[dict[str, Any]], None] | None = None,
+        on_timings: Callable[[JSONObject], None] | None = None,
         on_progress: Callable[[], None] | None = None,
-        body: dict[str, Any] | None = None,
+        body: JSONObject | None = None,
     ) -> None:
         self.api = api
         self.body = body or {}
@@ -290,27 +299,26 @@ class EventRelay:
         if '"timings"' not in line and self._final not in line:
             return
         try:
-            data = json.loads(line[6:])
+            event: JSON = json.loads(line[6:])
         except ValueError:
             return
-        if not isinstance(data, dict):
+        if not isinstance(event, dict):
             return
-        event = cast("dict[str, Any]", data)
         timings = event.get("timings")
         if isinstance(timings, dict) and self.on_timings is not None:
             with contextlib.suppress(ValueError, KeyError, TypeError):
-                self.on_timings(cast("dict[str, Any]", timings))
+                self.on_timings(timings)
         if self.api.ends(event):
             self.ended = True
 
-    def _mended(self, line: str, mend: Callable[[dict[str, Any]], dict[str, Any]]) -> str:
+    def _mended(self, line: str, mend: Callable[[JSONObject], JSONObject]) -> str:
         try:
-            data = json.loads(line[6:])
+            data: JSON = json.loads(line[6:])
         except ValueError:
             return line
         if not isinstance(data, dict):
             return line
-        return "data: " + json.dumps(mend(cast("dict[str, Any]", data)), ensure_ascii=False)
+        return "data: " + json.dumps(mend(data), ensure_ascii=False)
 
     async def relay(self, upstream: UpstreamStream) -> AsyncIterator[bytes]:
         """Yield ``upstream``'s lines, each with its newline; an error event if it broke.

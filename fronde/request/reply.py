@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any
+
+from fronde.json_types import JSON
 
 __all__ = ["Answer", "Streamed", "Whole"]
 
@@ -14,11 +15,11 @@ class Whole:
     """A JSON answer, ready to send.
 
     Attributes:
-        body: the OpenAI (or llama-server) response object.
+        body: the OpenAI (or llama-server) response: an object, or a list (``GET /slots``).
         headers: Fronde's headers (``x-fronde-mode``, ``x-fronde-class``, ...).
     """
 
-    body: dict[str, Any]
+    body: JSON
     headers: dict[str, str] = field(default_factory=dict[str, str])
 
 

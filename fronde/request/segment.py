@@ -13,10 +13,10 @@ from __future__ import annotations
 import json
 from collections.abc import AsyncGenerator
 from dataclasses import dataclass, field
-from typing import Any, cast
 
 from fronde.backends.client import BackendClient
 from fronde.errors import BackendConnectionError, BackendStreamError, InvalidRequestError
+from fronde.json_types import JSON, JSONObject, json_int
 from fronde.modes import Mode
 from fronde.request.native import Kind
 from fronde.timings import TimingsTrail
@@ -48,7 +48,7 @@ class Segment:
     tokens: list[int] = field(default_factory=list[int])
     text: str = ""
     stop_type: str | None = None
-    timings: dict[str, Any] = field(default_factory=dict[str, Any])
+    timings: JSONObject = field(default_factory=dict[str, JSON])
     truncated: bool = False
     slot: int | None = None
     trail: TimingsTrail = field(default_factory=TimingsTrail, repr=False, compare=False)
@@ -56,7 +56,8 @@ class Segment:
     @property
     def decode_tok_s(self) -> float:
         """llama-server's decode tok/s for this segment (0.0 if unknown)."""
-        return float(self.timings.get("predicted_per_second") or 0.0)
+        tps = self.timings.get("predicted_per_second")
+        return float(tps) if isinstance(tps, int | float) else 0.0
 
     @property
     def generated(self) -> int:
@@ -65,7 +66,7 @@ class Segment:
         return int(n) if isinstance(n, int) else len(self.tokens)
 
 
-def assistant_prefill(kind: Kind, body: dict[str, Any]) -> str:
+def assistant_prefill(kind: Kind, body: JSONObject) -> str:
     """The text of a final ``assistant`` message that llama-server continues, or "".
 
     llama-server (``prefill_assistant``, on by default) continues a chat whose last
@@ -74,24 +75,22 @@ def assistant_prefill(kind: Kind, body: dict[str, Any]) -> str:
     """
     if kind != "chat":
         return ""
-    messages = cast("list[dict[str, Any]]", body.get("messages") or [])
-    last = messages[-1] if messages else {}
+    messages = body.get("messages") or []
+    last: JSON = messages[-1] if isinstance(messages, list) and messages else {}
+    if not isinstance(last, dict):  # the API checked: every message is an object
+        return ""
     content = last.get("content")
     if last.get("role") != "assistant" or not content:
         return ""
     if isinstance(content, str):
         return content
-    parts = cast("list[Any]", content) if isinstance(content, list) else []
+    parts = content if isinstance(content, list) else []
     return "".join(
-        str(p.get("text", ""))  # pyright: ignore[reportUnknownMemberType, reportUnknownArgumentType]
-        for p in parts
-        if isinstance(p, dict) and p.get("type") == "text"  # pyright: ignore[reportUnknownMemberType]
+        str(p.get("text", "")) for p in parts if isinstance(p, dict) and p.get("type") == "text"
     )
 
 
-async def prompt_ids(
-    client: BackendClient, url: str, kind: Kind, body: dict[str, Any]
-) -> list[int]:
+async def prompt_ids(client: BackendClient, url: str, kind: Kind, body: JSONObject) -> list[int]:
     """Render (chat) and tokenize the request's prompt on a backend, with BOS.
 
     Raises:
@@ -113,13 +112,13 @@ async def prompt_ids(
     ids = out.get("tokens")
     if not isinstance(ids, list):
         raise BackendConnectionError(f"{url}/tokenize returned no tokens")
-    return [int(t) for t in ids]  # pyright: ignore[reportUnknownArgumentType, reportUnknownVariableType]
+    return [json_int(t) for t in ids]
 
 
-def _native_body(prompt: list[int], params: dict[str, Any], n_predict: int) -> dict[str, Any]:
+def _native_body(prompt: list[int], params: JSONObject, n_predict: int) -> JSONObject:
     return {
         **{k: v for k, v in params.items() if k != "stop"},  # Fronde matches stop strings
-        "prompt": prompt,
+        "prompt": list[JSON](prompt),
         "n_predict": n_predict,
         "stream": True,
         "timings_per_token": True,
@@ -133,7 +132,7 @@ async def segment_stream(
     url: str,
     seg: Segment,
     prompt: list[int],
-    params: dict[str, Any],
+    params: JSONObject,
     n_predict: int,
 ) -> AsyncGenerator[str]:
     """Stream one native ``/completion`` segment, filling ``seg``; yield text pieces.
@@ -149,7 +148,7 @@ async def segment_stream(
         while True:
             try:
                 line = await anext(lines)
-                event = json.loads(line[6:]) if line.startswith("data: ") else None
+                event: JSON = json.loads(line[6:]) if line.startswith("data: ") else None
             except StopAsyncIteration:
                 break
             except BackendStreamError as exc:
@@ -158,21 +157,23 @@ async def segment_stream(
                 raise BackendConnectionError(f"{seg.mode} failed mid-stream: {exc.cause}") from exc
             except ValueError as exc:
                 raise BackendConnectionError(f"{seg.mode} sent an event that is not JSON") from exc
-            if event is None:
+            if not isinstance(event, dict):  # llama-server's events are objects
                 continue
             if "error" in event:
                 raise BackendConnectionError(f"{seg.mode} failed: {event['error']}")
             slot = event.get("id_slot")
             if isinstance(slot, int) and slot >= 0:  # b11434 sends -1 until the last event
                 seg.slot = slot
-            seg.tokens.extend(int(t) for t in event.get("tokens") or ())
+            tokens = event.get("tokens") or []
+            seg.tokens.extend(json_int(t) for t in (tokens if isinstance(tokens, list) else []))
             seg.timings = seg.trail.add(event.get("timings")) or seg.timings
             piece = event.get("content") or ""
-            if piece:
+            if isinstance(piece, str) and piece:
                 seg.text += piece
                 yield piece
             if event.get("stop"):
-                seg.stop_type = event.get("stop_type")
+                stop_type = event.get("stop_type")
+                seg.stop_type = stop_type if isinstance(stop_type, str) else None
                 seg.truncated = bool(event.get("truncated"))
                 return
     raise BackendConnectionError(f"{seg.mode} closed the stream before its last event")

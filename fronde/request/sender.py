@@ -14,7 +14,7 @@ import json
 import time
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack
-from typing import Any, cast
+from typing import cast
 
 import anyio
 
@@ -168,7 +168,7 @@ class Sender:
             headers["x-fronde-prediction-feed-ms"] = f"{(time.monotonic() - t0) * 1000:.1f}"
             headers["x-fronde-prediction-fed"] = "true" if fed else "false"
 
-        def on_timings(timings: dict[str, Any]) -> None:
+        def on_timings(timings: JSONObject) -> None:
             self.router.record(decision, mode, Timings.parse(timings))
             self.router.settle_whole_probe(decision, mode)
 
@@ -241,7 +241,7 @@ class Sender:
         body = req.wire()
         sent = with_fields(body, self.pool.fields(mode))
 
-        def on_timings(timings: dict[str, Any]) -> None:
+        def on_timings(timings: JSONObject) -> None:
             self.router.record(decision, mode, Timings.parse(timings))
 
         if not req.stream:
@@ -250,7 +250,7 @@ class Sender:
             data = data if api.whole is None else api.whole(body)(data)
             timings = data.get("timings")
             if isinstance(timings, dict):
-                on_timings(cast("dict[str, Any]", timings))
+                on_timings(timings)
             return Whole(data, headers)
         stack = AsyncExitStack()
         stack.callback(adm.count(mode))
@@ -295,7 +295,7 @@ class Sender:
         if stream:
             return self._probe_stream(adm, splice, kind, model, include_usage(body), headers)
         text = "".join([piece async for piece in splice.run()])
-        extra = {"timings": splice.final_timings(), "fronde": splice.fronde_info()}
+        extra: JSONObject = {"timings": splice.final_timings(), "fronde": splice.fronde_info()}
         data = full_response(
             kind,
             model,
@@ -348,7 +348,7 @@ class Sender:
             if include_usage:
                 usage_chunk = chunk(kind, rid, model, created)
                 usage_chunk["choices"] = []
-                usage_chunk["usage"] = usage(len(splice.prompt), splice.completion_tokens)
+                usage_chunk["usage"] = {**usage(len(splice.prompt), splice.completion_tokens)}
                 yield _sse(usage_chunk)
             yield DONE_BYTES + b"\n\n"
 

@@ -54,11 +54,11 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import AsyncIterator, Callable
-from typing import Any, cast
 
 from fronde.backends.client import BackendClient
 from fronde.backends.pool import BackendPool
 from fronde.backends.single import with_fields
+from fronde.json_types import JSONObject, json_int
 from fronde.modes import Mode
 from fronde.request.admission import Admission
 from fronde.request.native import Kind, max_new_tokens, segment_params
@@ -99,7 +99,7 @@ class Splice:
         pool: BackendPool,
         admission: Admission,
         kind: Kind,
-        body: dict[str, Any],
+        body: JSONObject,
         *,
         stream: bool = False,
         on_switch: Callable[[Mode], None] | None = None,
@@ -120,7 +120,10 @@ class Splice:
         self.on_switch = on_switch
         self.params = segment_params(body)
         self.budget = max_new_tokens(body)
-        self.matcher = StopMatcher(self.params.get("stop", []))
+        stops = self.params.get("stop", [])  # a list of strings (segment_params)
+        self.matcher = StopMatcher(
+            [s for s in stops if isinstance(s, str)] if isinstance(stops, list) else []
+        )
         self.prefix = assistant_prefill(kind, body)
         """Text the answer starts with: a final assistant message that is continued."""
         self.segments: list[Segment] = []
@@ -208,8 +211,10 @@ class Splice:
         out = await self.client.post_json(
             url, "/tokenize", {"content": text, "add_special": False, "parse_special": False}
         )
-        ids = cast("list[Any]", out.get("tokens") or [])
-        return self.prompt + [int(t) for t in ids]
+        ids = out.get("tokens") or []
+        if not isinstance(ids, list):
+            raise TypeError(f"{url}/tokenize answered tokens that are not a list")
+        return self.prompt + [json_int(t) for t in ids]
 
     async def _segment(self, mode: Mode, n_predict: int) -> AsyncIterator[None]:
         """Run one segment, streamed, releasing its text into ``_ready`` as it comes.
@@ -315,14 +320,14 @@ class Splice:
         winner = cand if probe.decode_tok_s >= self.router.policy.margin * floor_tok_s else floor
         if winner is floor and self.segments[-1].mode is cand:
             # Handing over costs the floor a prefill of everything so far.
-            prompt_n = int(probe.timings.get("prompt_n") or 0)
+            prompt_n = json_int(probe.timings.get("prompt_n") or 0)
             prefill = probe.timings.get("prompt_per_second") if prompt_n >= 16 else None
             if not hand_over_pays(
                 self._remaining(),
                 len(self.prompt) + len(self.tokens),
                 probe.decode_tok_s,
                 floor_tok_s,
-                float(prefill) if prefill else None,
+                float(prefill) if isinstance(prefill, int | float) and prefill else None,
             ):
                 winner = cand
         self._settle(winner)
@@ -348,11 +353,11 @@ class Splice:
         parts = [Timings.parse(s.timings) for s in self.segments]
         return Timings.total(p for p in parts if p is not None)
 
-    def final_timings(self) -> dict[str, Any]:
+    def final_timings(self) -> JSONObject:
         """:meth:`total_timings` as the response's ``timings`` JSON object."""
         return self.total_timings().as_json()
 
-    def fronde_info(self) -> dict[str, Any]:
+    def fronde_info(self) -> JSONObject:
         """What the router did, for the ``fronde`` field of the response."""
         return {
             "class": str(Route.PROBE),

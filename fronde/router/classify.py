@@ -26,6 +26,7 @@ from enum import StrEnum
 from typing import Any
 
 from fronde.config_sections import ROUTER_DEFAULTS
+from fronde.json_types import JSON, JSONObject
 
 __all__ = [
     "EDIT_BLOCK_CHARS",
@@ -88,32 +89,32 @@ class RequestClass(StrEnum):
     GENERAL = "general"
 
 
-def _text_of(content: Any) -> str:
+def _text_of(content: JSON) -> str:
     """Text of a message ``content``: a string, or the text parts of a list."""
     if isinstance(content, str):
         return content
     if isinstance(content, list):
         parts: list[str] = []
-        for part in content:  # pyright: ignore[reportUnknownVariableType]
-            if isinstance(part, dict) and isinstance(part.get("text"), str):  # pyright: ignore[reportUnknownMemberType]
-                parts.append(part["text"])  # pyright: ignore[reportUnknownArgumentType]
+        for part in content:
+            text = part.get("text") if isinstance(part, dict) else None
+            if isinstance(text, str):
+                parts.append(text)
         return "\n".join(parts)
     return ""
 
 
-def request_text(body: dict[str, Any]) -> str:
+def request_text(body: JSONObject) -> str:
     """The text the client wrote: every message's content, or the prompt."""
-    if isinstance(body.get("messages"), list):
-        return "\n".join(
-            _text_of(m.get("content"))  # pyright: ignore[reportUnknownMemberType, reportUnknownArgumentType]
-            for m in body["messages"]
-            if isinstance(m, dict)
-        )
+    messages = body.get("messages")
+    if isinstance(messages, list):
+        return "\n".join(_text_of(m.get("content")) for m in messages if isinstance(m, dict))
     prompt = body.get("prompt")
     if isinstance(prompt, str):
         return prompt
-    if isinstance(prompt, list) and all(isinstance(p, str) for p in prompt):  # pyright: ignore[reportUnknownVariableType]
-        return "\n".join(prompt)  # pyright: ignore[reportUnknownArgumentType]
+    if isinstance(prompt, list):
+        texts = [p for p in prompt if isinstance(p, str)]
+        if len(texts) == len(prompt):
+            return "\n".join(texts)
     return ""
 
 

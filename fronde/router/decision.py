@@ -10,19 +10,53 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Literal, TypedDict
 
 from fronde.evidence.measurement import Measurement
 from fronde.modes import Mode
 from fronde.router.classify import RequestClass
 from fronde.router.plan import Plan, Route
 
-__all__ = ["NOT_ROUTED", "Decision", "Status", "rounded"]
+__all__ = ["NOT_ROUTED", "Decision", "DecisionRow", "Status", "rounded"]
 
 
 Status = Literal["waiting", "running", "done", "error", "cancelled"]
 """A request's state: waiting (for its mode to be resident, or for a decode slot),
 answering, answered, failed (HTTP or in-band error), client gone."""
+
+
+DecisionRow = TypedDict(
+    "DecisionRow",
+    {
+        "id": str,
+        "at": float,
+        "status": Status,
+        "error": str | None,
+        "elapsed_s": float,
+        "class": str,
+        "static_class": str,
+        "mode": str,
+        "probed": str | None,
+        "probe_tok_s": float | None,
+        "floor": str | None,
+        "floor_tok_s": float | None,
+        "class_floor": str | None,
+        "decode_tok_s": float | None,
+        "live_tok_s": float | None,
+        "streamed": int,
+        "alpha": float | None,
+        "tau": float | None,
+        "tokens": int | None,
+        "queued_ms": float | None,
+        "overhead_ms": float | None,
+        "bucket": str,
+        "predicted_tok_s": float | None,
+        "predicted": dict[str, float],
+        "counterfactual": dict[str, float],
+    },
+)
+"""One request in the recent list and the ``request.finished`` log line
+(:meth:`Decision.as_dict`); functional syntax: ``class`` is a Python keyword."""
 
 
 @dataclass
@@ -78,7 +112,7 @@ class Decision:
         span = self.last_event - self.first_event
         return (self.streamed - 1) / span if span > 0 else None
 
-    def as_dict(self, now: float | None = None) -> dict[str, Any]:
+    def as_dict(self, now: float | None = None) -> DecisionRow:
         """JSON-ready view; ``elapsed_s`` runs until the request ends."""
         now = time.monotonic() if now is None else now
         return {

@@ -6,13 +6,21 @@ metrics; both are given to the :class:`~fronde.router.engine.Router` by its cons
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+from typing import Protocol, TypedDict
 
 from fronde.evidence.measurement import Measurement
 from fronde.modes import Mode
 from fronde.timings import Timings
 
-__all__ = ["RouterEvents", "StateStore"]
+__all__ = ["RouterEvents", "StateStore", "StoreView"]
+
+
+class StoreView(TypedDict):
+    """The shared store in ``/fronde/v1/router``: its ``url``, key ``namespace``, health."""
+
+    url: str
+    namespace: str
+    healthy: bool
 
 
 class StateStore(Protocol):
@@ -37,7 +45,7 @@ class StateStore(Protocol):
         """On a local cache miss, take ``key``'s mode from the shared cache if known."""
         ...
 
-    def snapshot(self) -> dict[str, Any]:
+    def snapshot(self) -> StoreView:
         """JSON-ready view for ``/fronde/v1/router``."""
         ...
 

@@ -40,6 +40,7 @@ from fronde.evidence.measurement import Measurement
 from fronde.logging import get_logger
 from fronde.modes import Mode
 from fronde.router.cache import RouteCache
+from fronde.router.ports import StoreView
 
 __all__ = ["REDIS_TIMEOUT_S", "SharedState"]
 
@@ -230,6 +231,6 @@ class SharedState:
         with contextlib.suppress(RedisError, OSError):
             await self.redis.aclose()
 
-    def snapshot(self) -> dict[str, Any]:
+    def snapshot(self) -> StoreView:
         """JSON-ready view for ``/fronde/v1/router``."""
         return {"url": self.url, "namespace": self.ns, "healthy": self.healthy}

@@ -23,6 +23,7 @@ from typing import Any, cast
 
 from fronde.config import Settings
 from fronde.errors import ModelError
+from fronde.json_types import JSONObject
 from fronde.logging import get_logger
 from fronde.runtime.models import LocalSource, ModelEntry, Profile, load_profile, sha256_file
 
@@ -244,13 +245,13 @@ def cached_sha256(path: Path, cache_dir: Path) -> str:
     """The sha256 of ``path``, computed once per (path, size, modification time)."""
     store = cache_dir / SHA_CACHE
     try:
-        known: dict[str, Any] = json.loads(store.read_text())
+        known: JSONObject = json.loads(store.read_text())
     except (OSError, ValueError):
         known = {}
     st = path.stat()
     key = str(path)
     raw = known.get(key)
-    hit = cast("dict[str, Any]", raw) if isinstance(raw, dict) else {}
+    hit: JSONObject = raw if isinstance(raw, dict) else {}
     if hit.get("size") == st.st_size and hit.get("mtime_ns") == st.st_mtime_ns:
         return str(hit["sha256"])
     digest = sha256_file(path)
@@ -266,13 +267,11 @@ def cached_sha256(path: Path, cache_dir: Path) -> str:
 def known_local_files(cache_dir: Path) -> list[tuple[str, str]]:
     """The local GGUFs whose sha256 was computed here: (path, sha256), sorted by path."""
     try:
-        known: dict[str, Any] = json.loads((cache_dir / SHA_CACHE).read_text())
+        known: JSONObject = json.loads((cache_dir / SHA_CACHE).read_text())
     except (OSError, ValueError):
         return []
     return sorted(
-        (path, str(cast("dict[str, Any]", v).get("sha256", "")))
-        for path, v in known.items()
-        if isinstance(v, dict)
+        (path, str(v.get("sha256", ""))) for path, v in known.items() if isinstance(v, dict)
     )
 
 

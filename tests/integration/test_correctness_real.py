@@ -87,7 +87,7 @@ async def splice_on(url: str, prompt: str, budget: int, stop: list[str], stream:
     router = Router(RouterPolicy())
     plan = Plan(Route.PROBE, Mode.BASELINE, Mode.BASELINE, None)
     decision = Decision(plan, RequestClass.GENERAL, "k", time.monotonic())
-    body = {"prompt": prompt, "max_tokens": budget, "stop": stop, "temperature": 0}
+    body: dict[str, Any] = {"prompt": prompt, "max_tokens": budget, "stop": stop, "temperature": 0}
     async with httpx.AsyncClient(timeout=300) as http:
         pool = static_pool({Mode.BASELINE: url})
         s = Splice(

@@ -24,6 +24,7 @@ from openai.types.chat import ChatCompletionMessageParam
 from fronde.backends.client import BackendClient
 from fronde.backends.process import free_port
 from fronde.config import load_settings
+from fronde.json_types import JSONObject
 from fronde.modes import Mode
 from fronde.request.segment import Segment, prompt_ids, segment_stream
 from fronde.runtime.models import load_profile
@@ -167,7 +168,7 @@ def test_probe_plus_continuation_equals_a_plain_run(real_serve: Serve, mode: str
         async with httpx.AsyncClient(timeout=120) as http:
             c = BackendClient(http)
             ids = await prompt_ids(c, url, "text", {"prompt": COPY_PROMPT})
-            params = {"temperature": 0, "seed": 42}
+            params: JSONObject = {"temperature": 0, "seed": 42}
 
             async def gen(prompt: list[int], n: int) -> list[int]:
                 seg = Segment(Mode(mode))

@@ -28,6 +28,7 @@ import pytest
 from fronde.backends.client import BackendClient
 from fronde.backends.pool import RESTART_BACKOFF_S, BackendPool
 from fronde.config import load_settings
+from fronde.json_types import JSONObject, json_int
 from fronde.modes import Mode
 from fronde.request import splice as splice_module
 from fronde.request.admission import Admission
@@ -116,7 +117,7 @@ async def spliced(pool: BackendPool, floor_tok_s: float) -> list[int]:
     router = Router(RouterPolicy(probe_tokens=PROBE_TOKENS))
     plan = Plan(Route.PROBE, Mode.NGRAM_MOD, Mode.BASELINE, floor_tok_s)
     adm = Admission(router, Decision(plan, RequestClass.GENERAL, "k", time.monotonic()))
-    body = {"prompt": PROMPT, "max_tokens": 96, "temperature": 0}
+    body: JSONObject = {"prompt": PROMPT, "max_tokens": 96, "temperature": 0}
     async with httpx.AsyncClient(timeout=120) as http:
         splice = Splice(BackendClient(http), pool, adm, "text", body)
         await splice.start()
@@ -125,7 +126,7 @@ async def spliced(pool: BackendPool, floor_tok_s: float) -> list[int]:
     assert len(splice.segments) == 2, splice.fronde_info()
     want = Mode.BASELINE if floor_tok_s > 1 else Mode.NGRAM_MOD
     assert splice.segments[1].mode is want, splice.fronde_info()
-    prompt_n = [int(s.timings["prompt_n"]) for s in splice.segments]
+    prompt_n = [json_int(s.timings["prompt_n"]) for s in splice.segments]
     print(f"prompt ids {len(splice.prompt)}, segments' prompt_n {prompt_n}")
     return prompt_n
 

@@ -19,6 +19,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from fronde.config_sections import ServerSettings
+from fronde.json_types import JSONObject
 from fronde.modes import Mode
 from fronde.request.agent_apis import (
     ResponsesIndexer,
@@ -288,12 +289,16 @@ def test_a_stop_string_the_request_did_not_send_is_an_end_of_turn() -> None:
     """A chat template's own stop string (llama.cpp's ``additional_stops``) is not the
     client's stop sequence: the turn ended, and ``stop_sequence`` is null."""
     mend = StopSequenceReason({"stop_sequences": ["END"]})
-    ended = {"type": "message", "stop_reason": "end_turn", "stop_sequence": "</assistant>"}
+    ended: JSONObject = {
+        "type": "message",
+        "stop_reason": "end_turn",
+        "stop_sequence": "</assistant>",
+    }
     assert mend(ended) == {"type": "message", "stop_reason": "end_turn", "stop_sequence": None}
-    delta = {"stop_reason": "end_turn", "stop_sequence": "END"}
+    delta: JSONObject = {"stop_reason": "end_turn", "stop_sequence": "END"}
     got = mend({"type": "message_delta", "delta": dict(delta)})["delta"]
     assert got == {"stop_reason": "stop_sequence", "stop_sequence": "END"}
-    tool = {"type": "message", "stop_reason": "tool_use", "stop_sequence": None}
+    tool: JSONObject = {"type": "message", "stop_reason": "tool_use", "stop_sequence": None}
     assert mend(dict(tool)) == tool
 
 

@@ -34,6 +34,7 @@ from fronde.evidence.calibration import (
     resolve_load,
     save_load_curves,
 )
+from fronde.json_types import JSONObject
 from fronde.modes import Mode
 from fronde.router.building import build_router
 from fronde.router.classify import RequestClass
@@ -618,7 +619,7 @@ async def test_replays_do_not_wait_for_idleness_with_slots_and_never_pile_up() -
     client = Stuck()
     seen = Hindsight(client, router, wait_idle=False)
     decision = Decision(Plan(Route.FALLBACK, Mode.BASELINE), RequestClass.GENERAL, "k", 0.0)
-    body = {"prompt": "p"}
+    body: JSONObject = {"prompt": "p"}
     for _ in range(MAX_PENDING + 8):
         seen.after(decision, Mode.BASELINE, "http://x", "text", body, text="answer")
     assert len(seen._tasks) == MAX_PENDING and seen.dropped == 8  # pyright: ignore[reportPrivateUsage]

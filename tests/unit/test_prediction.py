@@ -6,12 +6,13 @@ from typing import Any
 
 from fastapi.testclient import TestClient
 
+from fronde.json_types import JSON
 from fronde.request.predicted_outputs import prediction_counts, prediction_text
 
 
 def test_the_prediction_text_is_a_string_or_its_text_parts() -> None:
     assert prediction_text({"prediction": {"type": "content", "content": "x = 1"}}) == "x = 1"
-    parts = [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]
+    parts: list[JSON] = [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]
     assert prediction_text({"prediction": {"type": "content", "content": parts}}) == "ab"
     assert prediction_text({"prediction": {"content": ""}}) is None
     assert prediction_text({}) is None

@@ -26,6 +26,7 @@ from fronde.backends.process import BackendState, LaunchSpec
 from fronde.backends.single import mode_fields, per_request_support, single_args
 from fronde.config import load_settings
 from fronde.errors import ConfigError
+from fronde.json_types import JSONObject
 from fronde.modes import Mode, SpeculationSettings
 from fronde.request.admission import Admission
 from fronde.request.splice import Splice
@@ -367,7 +368,7 @@ async def probed(pool: Any, prompt: str) -> tuple[Splice, BackendClient, frozens
     plan = Plan(Route.PROBE, Mode.NGRAM_MOD, Mode.BASELINE, None)
     decision = Decision(plan, RequestClass.GENERAL, "key", time.monotonic())
     adm = Admission(router, decision)
-    body = {"prompt": prompt, "max_tokens": 30}
+    body: JSONObject = {"prompt": prompt, "max_tokens": 30}
     async with httpx.AsyncClient(timeout=30) as http:
         client = BackendClient(http)
         splice = Splice(client, pool, adm, "text", body)

@@ -15,6 +15,7 @@ from fronde.backends.pool import BackendPool, PoolPlan
 from fronde.backends.process import LaunchSpec
 from fronde.backends.slots import SlotPins
 from fronde.errors import BackendHTTPError
+from fronde.json_types import JSON, JSONObject
 from fronde.modes import Mode
 
 pytestmark = pytest.mark.anyio
@@ -180,7 +181,7 @@ async def test_a_loose_request_that_ends_during_the_lookup_leaves_the_next_one_l
     first.sent.set()
     looked: list[str] = []
 
-    async def lookup() -> list[dict[str, Any]]:
+    async def lookup() -> JSON:
         looked.append("lookup")
         pins.end("http://b", first)  # the answer ended while /slots was asked
         return [{"id": 9, "is_processing": False}]
@@ -233,7 +234,8 @@ async def test_a_stream_beside_a_whole_answer_waits_until_the_server_shows_its_s
     c = BackendClient(httpx.AsyncClient(transport=httpx.MockTransport(slow)))
     c.pins = pins_of(16)
     async with anyio.create_task_group() as tg:
-        tg.start_soon(c.post_json, "http://b", "/completion", {"n_predict": 4})
+        whole: JSONObject = {"n_predict": 4}
+        tg.start_soon(c.post_json, "http://b", "/completion", whole)
         await started.wait()
         async with c.stream("http://b", CHAT, {"stream": True}) as up:
             assert reads[0] == 3 and up.settle_ms > 0
@@ -250,7 +252,7 @@ async def test_a_whole_answer_that_ends_unseen_leaves_the_next_request_loose() -
     assert whole is not None and whole.loose and not whole.early
     looked: list[str] = []
 
-    async def lookup() -> list[dict[str, Any]]:
+    async def lookup() -> JSON:
         looked.append("lookup")
         if len(looked) == 2:
             pins.end("http://b", whole)  # the answer ended between two reads

@@ -32,10 +32,14 @@ def test_health_hysteresis_three_failures_down_two_successes_up() -> None:
     assert [r.observe(True) for _ in range(UP_AFTER)][-1] is True and r.up
 
 
-def start_fake(binary: Path, port: int, log: Path) -> subprocess.Popen[bytes]:
-    args = ["--port", str(port), "--alias", "fronde", "--spec-type", "ngram-mod"]
+def start_fake(binary: Path, port: int, log: Path, *knobs: str) -> subprocess.Popen[bytes]:
+    """A fake llama-server at ``port``, once its /health answers (ngram-mod unless
+    ``knobs`` name a ``--spec-type``)."""
+    args = ["--port", str(port), "--alias", "fronde", "--fake-tps", "20"]
+    if "--spec-type" not in knobs:
+        args += ["--spec-type", "ngram-mod"]
     with log.open("ab") as out:
-        proc = subprocess.Popen([str(binary), *args, "--fake-tps", "20"], stdout=out)
+        proc = subprocess.Popen([str(binary), *args, *knobs], stdout=out, stderr=out)
     for _ in range(200):
         with contextlib.suppress(httpx.TransportError):
             if httpx.get(f"http://127.0.0.1:{port}/health", timeout=1).status_code == 200:

@@ -7,7 +7,6 @@ shows its ``--spec-type`` in ``/props``), without it as a stock b11434.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import re
 import subprocess
@@ -17,7 +16,6 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 from fastapi.testclient import TestClient
 
@@ -32,6 +30,7 @@ from fronde.errors import ConfigError
 from fronde.modes import Mode
 
 from .test_contract import chat, ready
+from .test_remote import start_fake
 
 MODES = [Mode.BASELINE, Mode.NGRAM_SIMPLE, Mode.NGRAM_MOD, Mode.CASCADE]
 """The modes a host started with ``--spec-type ngram-simple,ngram-mod`` serves."""
@@ -101,18 +100,8 @@ def test_a_refused_host_stays_out_until_it_goes_down_and_comes_back() -> None:
 
 def start_host(binary: Path, port: int, log: Path, *knobs: str) -> subprocess.Popen[bytes]:
     """A fake llama-server at ``port`` (the n-gram speculators unless ``knobs`` say)."""
-    args = ["--port", str(port), "--alias", "fronde", "--fake-tps", "20"]
-    if "--spec-type" not in knobs:
-        args += ["--spec-type", "ngram-simple,ngram-mod"]
-    with log.open("ab") as out:
-        proc = subprocess.Popen([str(binary), *args, *knobs], stdout=out, stderr=out)
-    for _ in range(200):
-        with contextlib.suppress(httpx.TransportError):
-            if httpx.get(f"http://127.0.0.1:{port}/health", timeout=1).status_code == 200:
-                return proc
-        time.sleep(0.05)
-    proc.kill()
-    raise AssertionError("fake host did not start")
+    spec = () if "--spec-type" in knobs else ("--spec-type", "ngram-simple,ngram-mod")
+    return start_fake(binary, port, log, *spec, *knobs)
 
 
 @pytest.fixture

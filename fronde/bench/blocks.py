@@ -14,7 +14,7 @@ import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 import httpx
 
@@ -44,6 +44,22 @@ BLOCK_ERRORS = (FrondeError, httpx.HTTPError, OSError)
 
 _ONE_AT_A_TIME = Level()
 """The default level: one item after the other, streamed."""
+
+
+class BlockHead(TypedDict):
+    """The fields every record of a block carries (its samples and its end).
+
+    Attributes:
+        block: the block's key (:func:`~fronde.bench.protocol.block_key`).
+        block_id: a fresh id of this run of the block (a rerun gets another).
+        workload, arm, rep: the workload's name, the arm's name, the repetition.
+    """
+
+    block: str
+    block_id: str
+    workload: str
+    arm: str
+    rep: int
 
 
 def _doing(plan: Plan, rep: int, workload: Workload, level: Level = _ONE_AT_A_TIME) -> str:
@@ -157,18 +173,20 @@ class _Run:
             else:
                 await self.run_side_by_side(k, workload, todo)
 
-    def head_of(self, rep: int, workload: Workload, arm: Arm, level: Level) -> dict[str, Any]:
+    def head_of(self, rep: int, workload: Workload, arm: Arm, level: Level) -> BlockHead:
         """The fields every record of a block carries: its key, a fresh id, workload, arm, rep."""
         key = block_key(rep, workload, arm, level)
-        head = {"block": key, "block_id": uuid.uuid4().hex[:12], "workload": workload.name}
-        return head | {"arm": arm.name, "rep": rep}
+        block_id = uuid.uuid4().hex[:12]
+        return BlockHead(
+            block=key, block_id=block_id, workload=workload.name, arm=arm.name, rep=rep
+        )
 
-    def failed(self, head: dict[str, Any], exc: BaseException) -> None:
+    def failed(self, head: BlockHead, exc: BaseException) -> None:
         """Record the block as failed, with its error."""
         self.store.append({"type": "block", **head, "ok": False, "error": str(exc)[:500]})
         self.progress(f"{head['block']}: FAILED ({exc})", 0)
 
-    async def ended(self, head: dict[str, Any], arm: Arm, target: Target, t0: float) -> None:
+    async def ended(self, head: BlockHead, arm: Arm, target: Target, t0: float) -> None:
         """Record the block as ended ok, with the router's own account if it routed."""
         # The router's own account (EMAs, quarantines, decisions) as it ended.
         state: dict[str, Any] | None = None
@@ -178,9 +196,9 @@ class _Run:
         self.store.append(end | ({"router": state} if state else {}))
         self.progress(f"{head['block']}: {time.monotonic() - t0:.0f} s", 0)
 
-    def logs(self, head: dict[str, Any]) -> Path:
+    def logs(self, head: BlockHead) -> Path:
         """The folder for the servers' logs of a block."""
-        return self.log_dir / str(head["block"]).replace("|", "-")
+        return self.log_dir / head["block"].replace("|", "-")
 
     async def run_block(self, rep: int, workload: Workload, arm: Arm, level: Level) -> None:
         """Start the arm on fresh servers, run one level of the workload, record the block."""
@@ -201,7 +219,7 @@ class _Run:
 
     async def _send_level(
         self,
-        head: dict[str, Any],
+        head: BlockHead,
         doing: str,
         workload: Workload,
         arm: Arm,
@@ -273,7 +291,7 @@ class _Run:
         rep: int,
         workload: Workload,
         live: list[tuple[Arm, Target]],
-        heads: dict[str, dict[str, Any]],
+        heads: dict[str, BlockHead],
         doing: str,
     ) -> None:
         """Each item to every live arm in turn, the order rotated by item and repetition."""

@@ -77,17 +77,6 @@ def _arm_line(arm: Arm) -> str:
     return f"{arm.name} ({arm.about})" if arm.about else arm.name
 
 
-async def _prepare(http: httpx.AsyncClient, plan: Plan, target: Target, arm: Arm) -> None:
-    """Warm a started arm with one neutral request; prime it if it is a warm arm."""
-    await send(
-        http, target.base_url, plan.form, target.body(WARM_ITEM, plan.form, 4), target.headers
-    )
-    if arm.priming:
-        for item in plan.priming.items:
-            body = target.body(item, plan.form, plan.max_tokens)
-            await send(http, target.base_url, plan.form, body, target.headers)
-
-
 def _groups(plan: Plan) -> list[tuple[int, Workload, list[Arm]]]:
     """:func:`schedule`'s blocks grouped by (repetition, workload), arms in run order."""
     out: list[tuple[int, Workload, list[Arm]]] = []
@@ -196,6 +185,18 @@ class _Run:
         self.store.append(end | ({"router": state} if state else {}))
         self.progress(f"{head['block']}: {time.monotonic() - t0:.0f} s", 0)
 
+    async def prepare(self, doing: str, target: Target, arm: Arm) -> None:
+        """Warm a started arm with one neutral request; prime it if it is a warm arm."""
+        plan, form = self.plan, self.plan.form
+        if arm.priming:
+            self.say(f"{doing}: priming {arm.name} ({len(plan.priming.items)} requests)")
+        await send(
+            self.http, target.base_url, form, target.body(WARM_ITEM, form, 4), target.headers
+        )
+        for item in plan.priming.items if arm.priming else ():
+            body = target.body(item, form, plan.max_tokens)
+            await send(self.http, target.base_url, form, body, target.headers)
+
     def logs(self, head: BlockHead) -> Path:
         """The folder for the servers' logs of a block."""
         return self.log_dir / head["block"].replace("|", "-")
@@ -208,10 +209,7 @@ class _Run:
         try:
             self.say(f"{doing}: starting {_arm_line(arm)}")
             async with started(arm, self.settings, self.config_file, self.logs(head)) as t:
-                if arm.priming:
-                    n = len(self.plan.priming.items)
-                    self.say(f"{doing}: priming {arm.name} ({n} requests)")
-                await _prepare(self.http, self.plan, t, arm)
+                await self.prepare(doing, t, arm)
                 await self._send_level(head, doing, workload, arm, level, t)
                 await self.ended(head, arm, t, t0)
         except BLOCK_ERRORS as exc:
@@ -272,10 +270,7 @@ class _Run:
                     t = await stack.enter_async_context(
                         started(arm, self.settings, self.config_file, self.logs(heads[arm.name]))
                     )
-                    if arm.priming:
-                        n = len(self.plan.priming.items)
-                        self.say(f"{doing}: priming {arm.name} ({n} requests)")
-                    await _prepare(self.http, self.plan, t, arm)
+                    await self.prepare(doing, t, arm)
                     live.append((arm, t))
                 except BLOCK_ERRORS as exc:
                     self.failed(heads[arm.name], exc)

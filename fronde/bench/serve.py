@@ -237,11 +237,6 @@ def nvidia_smi_query(field: str) -> list[str]:
     return [v.strip() for v in done.stdout.splitlines() if v.strip()]
 
 
-def gpu_names() -> list[str]:
-    """The GPUs ``nvidia-smi`` lists (``[]`` without it or without a GPU)."""
-    return nvidia_smi_query("name")
-
-
 def machine_line() -> str:
     """One line naming the machine: the GPU when ``nvidia-smi`` lists one, and the CPU."""
     info = machine_info()
@@ -261,7 +256,7 @@ def machine_info() -> MachineInfo:
     return MachineInfo(
         cpu=cpu,
         cpus=os.cpu_count(),
-        gpus=gpu_names(),
+        gpus=nvidia_smi_query("name"),
         system=platform.platform(),
         python=platform.python_version(),
     )

@@ -20,7 +20,6 @@ estimate may replace a probe.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Sequence
 from typing import Any, TypedDict
 
@@ -29,7 +28,7 @@ from rich.table import Table
 
 from fronde.bench.atlas import atlas_arms
 from fronde.bench.protocol import Plan
-from fronde.bench.tables import fitted_table
+from fronde.bench.tables import figure, fitted_table
 from fronde.bench.workloads import Workload, load_workload
 from fronde.config import Settings
 from fronde.serving import NgramModTable, ShadowStats, shadow_ngram_mod, shadow_ngram_simple
@@ -136,10 +135,6 @@ def shadow_rows(
     return rows
 
 
-def _f(x: float | None) -> str:
-    return "-" if x is None or math.isnan(x) else f"{x:.2f}"
-
-
 def _figures(r: ShadowRow) -> tuple[float | None, ...]:
     """A row's figures in the table's order: real, own, from_base, window, tau, speed."""
     return r["real"], r["own"], r["from_base"], r["window"], r["tau"], r["speed"]
@@ -150,14 +145,14 @@ def shadow_table(rows: Sequence[ShadowRow]) -> Table:
     cols = ("prompt", "mode", "real", "own", "from_base", "window", "tau", "speed")
     table = fitted_table("real vs shadow α", cols, left={"prompt", "mode"})
     for r in rows:
-        table.add_row(r["prompt"], r["mode"], *map(_f, _figures(r)))
+        table.add_row(r["prompt"], r["mode"], *map(figure, _figures(r)))
     notes: list[str] = []
     for arm in ("simple", "mod"):
         mine = [_figures(r) for r in rows if r["mode"] == arm]
         real = [f[0] for f in mine]
         rs = {k: pearson([f[i] for f in mine], real) for i, k in enumerate(cols[3:6], 1)}
         rs["tau~speed"] = pearson([f[4] for f in mine], [f[5] for f in mine])
-        notes.append(f"{arm}: " + ", ".join(f"{k} {_f(v)}" for k, v in rs.items()))
+        notes.append(f"{arm}: " + ", ".join(f"{k} {figure(v)}" for k, v in rs.items()))
     table.caption = (
         "real: α measured; own: α replayed on the mode's own output; from_base: replayed"
         " on plain decoding's output; window: on its first probe_tokens only; tau: τ of"

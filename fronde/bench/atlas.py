@@ -26,6 +26,7 @@ from fronde.bench.protocol import Plan, Progress, Status
 from fronde.bench.report import Report
 from fronde.bench.serve import run_info
 from fronde.bench.store import Store
+from fronde.bench.tables import figure
 from fronde.bench.verdict import geomean
 from fronde.bench.workloads import Workload, load_workload
 from fronde.config import Settings
@@ -135,10 +136,6 @@ async def run_atlas(
         await run_plan(plan, s, config_file, store, out / name / "logs", progress, status)
 
 
-def _f(x: float | None) -> str:
-    return "-" if x is None else f"{x:.2f}"
-
-
 def write_atlas_page(out: Path, variants: Sequence[str], costs: VerifyCosts | None) -> Path:
     """Write each variant's report, the break-even map and ``out/atlas.md``."""
     lines = [
@@ -171,7 +168,9 @@ def write_atlas_page(out: Path, variants: Sequence[str], costs: VerifyCosts | No
             "",
             "| γ | " + " | ".join(str(g) for g in gammas) + " |",
             "|---|" + "---:|" * len(gammas),
-            "| break-even α | " + " | ".join(_f(break_even_alpha(costs, g)) for g in gammas) + " |",
+            "| break-even α | "
+            + " | ".join(figure(break_even_alpha(costs, g)) for g in gammas)
+            + " |",
             "",
             f"![break-even map]({png.name})",
         ]

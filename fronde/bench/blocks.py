@@ -14,7 +14,7 @@ import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 import httpx
 
@@ -46,6 +46,22 @@ _ONE_AT_A_TIME = Level()
 """The default level: one item after the other, streamed."""
 
 
+class BlockHead(TypedDict):
+    """The fields every record of a block carries (its samples and its end).
+
+    Attributes:
+        block: the block's key (:func:`~fronde.bench.protocol.block_key`).
+        block_id: a fresh id of this run of the block (a rerun gets another).
+        workload, arm, rep: the workload's name, the arm's name, the repetition.
+    """
+
+    block: str
+    block_id: str
+    workload: str
+    arm: str
+    rep: int
+
+
 def _doing(plan: Plan, rep: int, workload: Workload, level: Level = _ONE_AT_A_TIME) -> str:
     """The head of a status line: workload, repetition of all, level if not the default."""
     reps = plan.session_reps if workload.sessions else plan.reps
@@ -59,17 +75,6 @@ def _silent(what: str) -> None:
 def _arm_line(arm: Arm) -> str:
     """``mod (Fronde, ngram-mod forced)``: the arm's name and what serves it."""
     return f"{arm.name} ({arm.about})" if arm.about else arm.name
-
-
-async def _prepare(http: httpx.AsyncClient, plan: Plan, target: Target, arm: Arm) -> None:
-    """Warm a started arm with one neutral request; prime it if it is a warm arm."""
-    await send(
-        http, target.base_url, plan.form, target.body(WARM_ITEM, plan.form, 4), target.headers
-    )
-    if arm.priming:
-        for item in plan.priming.items:
-            body = target.body(item, plan.form, plan.max_tokens)
-            await send(http, target.base_url, plan.form, body, target.headers)
 
 
 def _groups(plan: Plan) -> list[tuple[int, Workload, list[Arm]]]:
@@ -157,18 +162,20 @@ class _Run:
             else:
                 await self.run_side_by_side(k, workload, todo)
 
-    def head_of(self, rep: int, workload: Workload, arm: Arm, level: Level) -> dict[str, Any]:
+    def head_of(self, rep: int, workload: Workload, arm: Arm, level: Level) -> BlockHead:
         """The fields every record of a block carries: its key, a fresh id, workload, arm, rep."""
         key = block_key(rep, workload, arm, level)
-        head = {"block": key, "block_id": uuid.uuid4().hex[:12], "workload": workload.name}
-        return head | {"arm": arm.name, "rep": rep}
+        block_id = uuid.uuid4().hex[:12]
+        return BlockHead(
+            block=key, block_id=block_id, workload=workload.name, arm=arm.name, rep=rep
+        )
 
-    def failed(self, head: dict[str, Any], exc: BaseException) -> None:
+    def failed(self, head: BlockHead, exc: BaseException) -> None:
         """Record the block as failed, with its error."""
         self.store.append({"type": "block", **head, "ok": False, "error": str(exc)[:500]})
         self.progress(f"{head['block']}: FAILED ({exc})", 0)
 
-    async def ended(self, head: dict[str, Any], arm: Arm, target: Target, t0: float) -> None:
+    async def ended(self, head: BlockHead, arm: Arm, target: Target, t0: float) -> None:
         """Record the block as ended ok, with the router's own account if it routed."""
         # The router's own account (EMAs, quarantines, decisions) as it ended.
         state: dict[str, Any] | None = None
@@ -178,9 +185,21 @@ class _Run:
         self.store.append(end | ({"router": state} if state else {}))
         self.progress(f"{head['block']}: {time.monotonic() - t0:.0f} s", 0)
 
-    def logs(self, head: dict[str, Any]) -> Path:
+    async def prepare(self, doing: str, target: Target, arm: Arm) -> None:
+        """Warm a started arm with one neutral request; prime it if it is a warm arm."""
+        plan, form = self.plan, self.plan.form
+        if arm.priming:
+            self.say(f"{doing}: priming {arm.name} ({len(plan.priming.items)} requests)")
+        await send(
+            self.http, target.base_url, form, target.body(WARM_ITEM, form, 4), target.headers
+        )
+        for item in plan.priming.items if arm.priming else ():
+            body = target.body(item, form, plan.max_tokens)
+            await send(self.http, target.base_url, form, body, target.headers)
+
+    def logs(self, head: BlockHead) -> Path:
         """The folder for the servers' logs of a block."""
-        return self.log_dir / str(head["block"]).replace("|", "-")
+        return self.log_dir / head["block"].replace("|", "-")
 
     async def run_block(self, rep: int, workload: Workload, arm: Arm, level: Level) -> None:
         """Start the arm on fresh servers, run one level of the workload, record the block."""
@@ -190,10 +209,7 @@ class _Run:
         try:
             self.say(f"{doing}: starting {_arm_line(arm)}")
             async with started(arm, self.settings, self.config_file, self.logs(head)) as t:
-                if arm.priming:
-                    n = len(self.plan.priming.items)
-                    self.say(f"{doing}: priming {arm.name} ({n} requests)")
-                await _prepare(self.http, self.plan, t, arm)
+                await self.prepare(doing, t, arm)
                 await self._send_level(head, doing, workload, arm, level, t)
                 await self.ended(head, arm, t, t0)
         except BLOCK_ERRORS as exc:
@@ -201,7 +217,7 @@ class _Run:
 
     async def _send_level(
         self,
-        head: dict[str, Any],
+        head: BlockHead,
         doing: str,
         workload: Workload,
         arm: Arm,
@@ -254,10 +270,7 @@ class _Run:
                     t = await stack.enter_async_context(
                         started(arm, self.settings, self.config_file, self.logs(heads[arm.name]))
                     )
-                    if arm.priming:
-                        n = len(self.plan.priming.items)
-                        self.say(f"{doing}: priming {arm.name} ({n} requests)")
-                    await _prepare(self.http, self.plan, t, arm)
+                    await self.prepare(doing, t, arm)
                     live.append((arm, t))
                 except BLOCK_ERRORS as exc:
                     self.failed(heads[arm.name], exc)
@@ -273,7 +286,7 @@ class _Run:
         rep: int,
         workload: Workload,
         live: list[tuple[Arm, Target]],
-        heads: dict[str, dict[str, Any]],
+        heads: dict[str, BlockHead],
         doing: str,
     ) -> None:
         """Each item to every live arm in turn, the order rotated by item and repetition."""

@@ -16,7 +16,7 @@ import itertools
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NotRequired, TypedDict
 
 import httpx
 
@@ -26,7 +26,7 @@ from fronde.bench.workloads import Form, Item, Workload
 from fronde.errors import FrondeError
 
 __all__ = [
-    "HISTORY_TOKENS", "Timed", "history_item", "keepalive_http", "request_sample",
+    "HISTORY_TOKENS", "SampleHead", "Timed", "history_item", "keepalive_http", "request_sample",
     "sample_head", "send_each", "timed_pass", "window_counts",
 ]  # fmt: skip
 
@@ -64,14 +64,33 @@ class Timed:
     once: bool = False
 
 
-def sample_head(item: Item, order: int, level: str, t_start: float) -> dict[str, Any]:
+SampleHead = TypedDict(
+    "SampleHead",
+    {
+        "item": str,
+        "domain": str,
+        "order": int,
+        "level": str,
+        "t0": float,
+        "client": NotRequired[int],
+        "pass": NotRequired[int],
+    },
+)
+"""What a sample record says of its request before the answer's figures: the item's id
+and domain, its place in the block's send order, the level's tag and when it was sent
+(``t0``, s since the block's first request); of a timed block also the client that sent
+it and its ``pass`` through the items (:func:`timed_pass`). Functional syntax: ``pass``
+is a keyword."""
+
+
+def sample_head(item: Item, order: int, level: str, t_start: float) -> SampleHead:
     """A sample's item, domain, order, level tag and start (s since ``t_start``)."""
-    rec: dict[str, Any] = {"item": item.id, "domain": item.domain, "order": order}
-    return rec | {"level": level, "t0": round(time.perf_counter() - t_start, 4)}
+    t0 = round(time.perf_counter() - t_start, 4)
+    return SampleHead(item=item.id, domain=item.domain, order=order, level=level, t0=t0)
 
 
 async def request_sample(
-    http: httpx.AsyncClient, target: Target, form: Form, body: dict[str, Any], head: dict[str, Any]
+    http: httpx.AsyncClient, target: Target, form: Form, body: dict[str, Any], head: SampleHead
 ) -> dict[str, Any]:
     """Send one request body; its sample record (``ok`` False with the error on a failure)."""
     try:
@@ -205,7 +224,7 @@ async def timed_pass(
     items = workload.items
     if not items:
         return
-    got: list[tuple[dict[str, Any], Sample | None, str]] = []
+    got: list[tuple[SampleHead, Sample | None, str]] = []
     async with keepalive_http(max(c, timed.history)) as http:
         if timed.history:
             bodies = [
@@ -224,8 +243,8 @@ async def timed_pass(
                 if timed.once and n >= len(items):
                     return
                 item = items[n % len(items)]
-                head = sample_head(item, n, level, t_start) | {"client": k}
-                head["pass"] = n // len(items)
+                head = sample_head(item, n, level, t_start)
+                head["client"], head["pass"] = k, n // len(items)
                 body = item_body(target, item, form, max_tokens)
                 body |= {"id_slot": k} if pin else {}
                 box: list[Sample] = []
@@ -247,7 +266,7 @@ async def timed_pass(
 
 
 def _emit_timed(
-    got: list[tuple[dict[str, Any], Sample | None, str]],
+    got: list[tuple[SampleHead, Sample | None, str]],
     t_start: float,
     lo: float,
     hi: float,

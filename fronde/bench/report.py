@@ -23,7 +23,7 @@ from rich.table import Table as RichTable
 from fronde.bench.answer import answer_lines
 from fronde.bench.arms import ARMS
 from fronde.bench.store import Store
-from fronde.bench.tables import fitted_table
+from fronde.bench.tables import figure, fitted_table
 from fronde.bench.verdict import (
     DRIFT_WARN,
     Check,
@@ -45,10 +45,6 @@ _ABOUT = {a.name: a.about for a in ARMS}
 def _legend(arms: Iterable[str]) -> str:
     """``arms: base = Fronde, baseline forced; ...``: what serves each arm of a table."""
     return "arms: " + "; ".join(f"{a} = {_ABOUT[a]}" if a in _ABOUT else a for a in arms)
-
-
-def _f(x: float, digits: int = 2) -> str:
-    return "-" if math.isnan(x) else f"{x:.{digits}f}"
 
 
 def prediction_errors(samples: Iterable[dict[str, Any]]) -> list[float]:
@@ -156,10 +152,10 @@ class Report:
             ]
             tab.add_row(
                 arm,
-                _f(t.total(arm), 1),
-                _f(geomean(r)) if r else "-",
-                f"{_f(lo)}–{_f(hi)}",
-                _f(sum(alphas) / len(alphas)) if alphas else "-",
+                figure(t.total(arm), 1),
+                figure(geomean(r)) if r else "-",
+                f"{figure(lo)}–{figure(hi)}",
+                figure(sum(alphas) / len(alphas)) if alphas else "-",
                 *self._same(t, arm),
             )
         return tab
@@ -191,7 +187,7 @@ class Report:
             cells: list[str] = []
             for c in cols:
                 lo, hi = bootstrap([[x] for x in ratios[c][d]])
-                ci = f"{_f(lo)}–{_f(hi)}" if not math.isnan(lo) else "(n=1)"
+                ci = f"{figure(lo)}–{figure(hi)}" if not math.isnan(lo) else "(n=1)"
                 cells.append(f"{geomean(ratios[c][d]):.2f} {ci}")
             tab.add_row(d, str(len(first)), *cells)
         return tab
@@ -244,7 +240,9 @@ class Report:
                 break
             walls = [sum(t.runs[arm][i][r]["wall_s"] for i in t.items) for r in t.reps]
             ms = 1000.0 / t.total(arm)
-            tab.add_row(arm, _f(sorted(walls)[len(walls) // 2], 1), _f(ms, 1), _f(ms / ref))
+            tab.add_row(
+                arm, figure(sorted(walls)[len(walls) // 2], 1), figure(ms, 1), figure(ms / ref)
+            )
         return tab
 
     def checks_table(self) -> RichTable:
@@ -252,9 +250,9 @@ class Report:
         cols = ("check", "value", "95 % CI", "bound", "")
         tab = fitted_table("Verdict (workload A)", cols, left={"check"})
         for c in self.checks:
-            ci = f"{_f(c.low)}–{_f(c.high)}" if not math.isnan(c.low) else ""
+            ci = f"{figure(c.low)}–{figure(c.high)}" if not math.isnan(c.low) else ""
             result = "ok" if c.passed else "FAIL" if c.measured else "n/a"
-            tab.add_row(c.name, _f(c.value, 3), ci, f"≥ {c.bound:.2f}", result)
+            tab.add_row(c.name, figure(c.value, 3), ci, f"≥ {c.bound:.2f}", result)
         return tab
 
     def show(self, console: Console) -> None:

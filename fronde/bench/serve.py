@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable, Generator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 import httpx
 
@@ -21,6 +21,8 @@ from fronde.errors import FrondeError
 from fronde.serving import die_with_parent, free_port, log_tail
 
 __all__ = [
+    "MachineInfo",
+    "RunInfo",
     "RunningServe",
     "child",
     "git_state",
@@ -31,7 +33,43 @@ __all__ = [
 ]
 
 
-def run_info() -> dict[str, Any]:
+class MachineInfo(TypedDict):
+    """What identifies a machine in a run record (:func:`machine_info`).
+
+    Attributes:
+        cpu: the CPU's model name (``/proc/cpuinfo``, else ``platform.processor()``).
+        cpus: logical CPUs (``os.cpu_count()``; None when unknown).
+        gpus: the GPUs ``nvidia-smi`` lists, by name (``[]`` without one).
+        system: ``platform.platform()`` (the kernel's build in it).
+        python: the Python version.
+    """
+
+    cpu: str
+    cpus: int | None
+    gpus: list[str]
+    system: str
+    python: str
+
+
+class RunInfo(TypedDict):
+    """What every run record holds (:func:`run_info`).
+
+    Attributes:
+        started_at: UTC, ``2026-12-03T13:02:11Z``.
+        machine: the machine (:class:`MachineInfo`).
+        boot_id: Linux's boot id, None elsewhere.
+        commit, dirty: the checkout's commit and whether tracked files changed
+            (None, None outside a git checkout).
+    """
+
+    started_at: str
+    machine: MachineInfo
+    boot_id: str | None
+    commit: str | None
+    dirty: bool | None
+
+
+def run_info() -> RunInfo:
     """What every run records: when, the machine, and which code (commit, dirty flag).
 
     ``boot_id`` (Linux's ``/proc/sys/kernel/random/boot_id``, None elsewhere) tells
@@ -44,13 +82,13 @@ def run_info() -> dict[str, Any]:
         boot: str | None = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
     except OSError:
         boot = None
-    return {
-        "started_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "machine": machine_info(),
-        "boot_id": boot,
-        "commit": commit,
-        "dirty": dirty,
-    }
+    return RunInfo(
+        started_at=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        machine=machine_info(),
+        boot_id=boot,
+        commit=commit,
+        dirty=dirty,
+    )
 
 
 @dataclass(frozen=True)
@@ -199,20 +237,15 @@ def nvidia_smi_query(field: str) -> list[str]:
     return [v.strip() for v in done.stdout.splitlines() if v.strip()]
 
 
-def gpu_names() -> list[str]:
-    """The GPUs ``nvidia-smi`` lists (``[]`` without it or without a GPU)."""
-    return nvidia_smi_query("name")
-
-
 def machine_line() -> str:
     """One line naming the machine: the GPU when ``nvidia-smi`` lists one, and the CPU."""
     info = machine_info()
     cpu = f"{info['cpu']} ({info['cpus']} CPUs)"
-    gpus: list[str] = info["gpus"]
+    gpus = info["gpus"]
     return f"{gpus[0]} (GPU ×{len(gpus)}), {cpu}" if gpus else cpu
 
 
-def machine_info() -> dict[str, Any]:
+def machine_info() -> MachineInfo:
     """Return what identifies the machine: CPU model, core count, GPUs, OS, Python."""
     cpu = platform.processor()
     with contextlib.suppress(OSError):
@@ -220,10 +253,10 @@ def machine_info() -> dict[str, Any]:
             if line.startswith("model name"):
                 cpu = line.split(":", 1)[1].strip()
                 break
-    return {
-        "cpu": cpu,
-        "cpus": os.cpu_count(),
-        "gpus": gpu_names(),
-        "system": platform.platform(),
-        "python": platform.python_version(),
-    }
+    return MachineInfo(
+        cpu=cpu,
+        cpus=os.cpu_count(),
+        gpus=nvidia_smi_query("name"),
+        system=platform.platform(),
+        python=platform.python_version(),
+    )

@@ -20,21 +20,42 @@ estimate may replace a probe.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, TypedDict
 
 import numpy as np
 from rich.table import Table
 
 from fronde.bench.atlas import atlas_arms
 from fronde.bench.protocol import Plan
-from fronde.bench.tables import fitted_table
+from fronde.bench.tables import figure, fitted_table
 from fronde.bench.workloads import Workload, load_workload
 from fronde.config import Settings
 from fronde.serving import NgramModTable, ShadowStats, shadow_ngram_mod, shadow_ngram_simple
 
-__all__ = ["pearson", "shadow_plan", "shadow_rows", "shadow_table"]
+__all__ = ["ShadowRow", "pearson", "shadow_plan", "shadow_rows", "shadow_table"]
+
+
+class ShadowRow(TypedDict):
+    """One prompt × speculative arm of :func:`shadow_rows` (α: accepted ÷ drafted).
+
+    Attributes:
+        prompt: the item's id.
+        mode: the arm, ``simple`` or ``mod``.
+        real: α measured by its llama-server (None: nothing drafted).
+        own, from_base, window: the three shadow estimates of α (module docstring).
+        tau: τ of the ``from_base`` replay.
+        speed: decode tok/s ÷ base's on the same prompt.
+    """
+
+    prompt: str
+    mode: str
+    real: float | None
+    own: float | None
+    from_base: float | None
+    window: float | None
+    tau: float
+    speed: float
 
 
 def shadow_plan(settings: Settings, max_tokens: int) -> Plan:
@@ -64,7 +85,7 @@ def shadow_rows(
     *,
     n_match: int,
     probe_tokens: int,
-) -> list[dict[str, Any]]:
+) -> list[ShadowRow]:
     """One row per prompt × speculative arm: real α, the three estimates, speed ÷ base.
 
     Args:
@@ -76,7 +97,7 @@ def shadow_rows(
     """
     runs = {(s["arm"], s["item"]): s for s in samples if s["ok"] and s.get("ids")}
     mirror = NgramModTable(n_match)
-    rows: list[dict[str, Any]] = []
+    rows: list[ShadowRow] = []
     for item in workload.items:
         base = runs.get(("base", item.id))
         if base is None:
@@ -100,37 +121,38 @@ def shadow_rows(
                 )
             speed = run["timings"]["predicted_per_second"] / base["timings"]["predicted_per_second"]
             rows.append(
-                {
-                    "prompt": item.id,
-                    "mode": arm,
-                    "real": run["alpha"],
-                    "own": own.alpha,
-                    "from_base": est.alpha,
-                    "window": win.alpha,
-                    "tau": round(est.tau, 3),
-                    "speed": round(speed, 3),
-                }
+                ShadowRow(
+                    prompt=item.id,
+                    mode=arm,
+                    real=run["alpha"],
+                    own=own.alpha,
+                    from_base=est.alpha,
+                    window=win.alpha,
+                    tau=round(est.tau, 3),
+                    speed=round(speed, 3),
+                )
             )
     return rows
 
 
-def _f(x: float | None) -> str:
-    return "-" if x is None or math.isnan(x) else f"{x:.2f}"
+def _figures(r: ShadowRow) -> tuple[float | None, ...]:
+    """A row's figures in the table's order: real, own, from_base, window, tau, speed."""
+    return r["real"], r["own"], r["from_base"], r["window"], r["tau"], r["speed"]
 
 
-def shadow_table(rows: Sequence[dict[str, Any]]) -> Table:
+def shadow_table(rows: Sequence[ShadowRow]) -> Table:
     """Real against shadow α per prompt and arm, with Pearson r of each estimate."""
     cols = ("prompt", "mode", "real", "own", "from_base", "window", "tau", "speed")
     table = fitted_table("real vs shadow α", cols, left={"prompt", "mode"})
     for r in rows:
-        table.add_row(r["prompt"], r["mode"], *(_f(r[c]) for c in cols[2:]))
+        table.add_row(r["prompt"], r["mode"], *map(figure, _figures(r)))
     notes: list[str] = []
     for arm in ("simple", "mod"):
-        mine = [r for r in rows if r["mode"] == arm]
-        real = [r["real"] for r in mine]
-        rs = {k: pearson([r[k] for r in mine], real) for k in ("own", "from_base", "window")}
-        rs["tau~speed"] = pearson([r["tau"] for r in mine], [r["speed"] for r in mine])
-        notes.append(f"{arm}: " + ", ".join(f"{k} {_f(v)}" for k, v in rs.items()))
+        mine = [_figures(r) for r in rows if r["mode"] == arm]
+        real = [f[0] for f in mine]
+        rs = {k: pearson([f[i] for f in mine], real) for i, k in enumerate(cols[3:6], 1)}
+        rs["tau~speed"] = pearson([f[4] for f in mine], [f[5] for f in mine])
+        notes.append(f"{arm}: " + ", ".join(f"{k} {figure(v)}" for k, v in rs.items()))
     table.caption = (
         "real: α measured; own: α replayed on the mode's own output; from_base: replayed"
         " on plain decoding's output; window: on its first probe_tokens only; tau: τ of"

@@ -11,13 +11,19 @@ full width).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 
 from rich.console import Console, ConsoleOptions, RenderResult
 from rich.table import Table
 
-__all__ = ["Grid", "fitted_table"]
+__all__ = ["Grid", "figure", "fitted_table"]
+
+
+def figure(x: float | None, digits: int = 2) -> str:
+    """``x`` to ``digits`` decimals for a table cell; ``-`` for None or NaN (not measured)."""
+    return "-" if x is None or math.isnan(x) else f"{x:.{digits}f}"
 
 
 def fitted_table(

@@ -1,18 +1,31 @@
 """The draft length by load: measured by ``fronde bench load``, saved with the load curves,
 set per request on the one server of every mode.
 
-Over fake llama-servers (tests/fakes): ``--fake-record`` writes each body a server
-receives, so a test sees the ``speculative.n_max`` a request carried.
+Over fake llama-servers (tests/fakes): a non-streamed answer carries ``fake_received``,
+the body the server received, so a test sees the ``speculative.n_max`` it carried.
 """
 
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
+from typing import Any, cast
 
-from fronde.evidence.calibration import LoadCurves, load_curves, save_load_curves
+from fastapi.testclient import TestClient
+
+from fronde.api.app import create_app
+from fronde.backends.pool import BackendPool
+from fronde.compose import Runtime
+from fronde.config import Settings, load_settings
+from fronde.evidence.calibration import LoadCurves, load_curves, load_key, save_load_curves
 from fronde.evidence.draft_schedule import DraftSchedule
 from fronde.modes import Mode
+from fronde.router.draft_length import DraftLengths
+from fronde.runtime.models import load_profile
+
+from .test_contract import chat, ready
+from .test_single import REPO_MODELS, single_plan
 
 SCHEDULE = DraftSchedule({Mode.NGRAM_MOD: ((1, 24), (4, 8)), Mode.CASCADE: ((2, 16),)})
 CURVES = LoadCurves(
@@ -55,3 +68,115 @@ def test_the_schedule_survives_load_json_and_an_old_entry_loads_without_one(
     assert old is not None and old.lengths is None and old.points == CURVES.points
     bad = load_curves(tmp_path, "bad")
     assert bad is not None and bad.lengths is None  # nothing readable in it
+
+
+# --- applied per request on the one server --------------------------------------------------
+
+
+def _settings_with_profile(tmp_path: Path, fake_binary: Path, **overrides: Any) -> Settings:
+    """Settings whose :func:`load_key` resolves (the fake binary, a profile on disk)."""
+    shutil.copy(REPO_MODELS / "cpu-gemma-270m.toml", tmp_path)
+    profile = load_profile(tmp_path, "cpu-gemma-270m")
+    with (tmp_path / profile.target.file).open("wb") as f:
+        f.truncate(profile.target.size or 1)
+    return load_settings(
+        cache_dir=tmp_path,
+        models_dir=tmp_path,
+        profile="cpu-gemma-270m",
+        llama_server=fake_binary,
+        **overrides,
+    )
+
+
+def _client(fake_binary: Path, tmp_path: Path, topology: str = "auto", **kw: Any) -> TestClient:
+    """The app over the fakes (:func:`single_plan`; the one server patched)."""
+    plan = single_plan(fake_binary, tmp_path, "--fake-per-request", topology=topology)
+    backend = {"topology": topology}
+    settings = _settings_with_profile(tmp_path, fake_binary, backend=backend, **kw)
+    return TestClient(create_app(settings, pool=BackendPool(plan, stop_grace_s=1.0)))
+
+
+def _saved(tmp_path: Path, fake_binary: Path) -> None:
+    """:data:`CURVES` (with :data:`SCHEDULE`) saved where the app reads them."""
+    save_load_curves(tmp_path, load_key(_settings_with_profile(tmp_path, fake_binary)), CURVES)
+
+
+def _ask(c: TestClient, mode: Mode, others: int = 0, **extra: Any) -> tuple[Any, dict[str, Any]]:
+    """One chat request forced to ``mode`` with ``others`` requests already open to its server.
+
+    The others are counted as the client counts an open request (``in_flight`` per
+    URL): what the draft length reads, without a race between real streams.
+    """
+    rt = cast("Runtime", c.app.state.runtime)  # type: ignore[attr-defined]
+    url = rt.pool.get(mode).url
+    rt.client.in_flight[url] += others
+    try:
+        r = c.post("/v1/chat/completions", json=chat(**extra), headers={"x-fronde-mode": str(mode)})
+    finally:
+        rt.client.in_flight[url] -= others
+    assert r.status_code == 200, r.text
+    return r, r.json()["fake_received"]["body"]
+
+
+def test_a_speculative_request_carries_the_schedules_length_at_its_load(
+    fake_binary: Path, tmp_path: Path
+) -> None:
+    _saved(tmp_path, fake_binary)
+    with _client(fake_binary, tmp_path) as c:
+        ready(c)
+        r, alone = _ask(c, Mode.NGRAM_MOD)
+        assert alone["speculative.n_max"] == 24 and r.headers["x-fronde-draft-n-max"] == "24"
+        r, busy = _ask(c, Mode.NGRAM_MOD, others=3)  # 4 in flight with it
+        assert busy["speculative.n_max"] == 8 and r.headers["x-fronde-draft-n-max"] == "8"
+        assert busy["speculative.types"] == ["ngram-mod"]  # the mode's own fields stay
+        # Cascade's point (16) is under its maximum (ngram-simple's 48); ngram-simple and
+        # baseline have none: their bodies are as without a schedule.
+        assert _ask(c, Mode.CASCADE)[1]["speculative.n_max"] == 16
+        r, simple = _ask(c, Mode.NGRAM_SIMPLE, others=3)
+        assert "speculative.n_max" not in simple and "x-fronde-draft-n-max" not in r.headers
+        assert _ask(c, Mode.BASELINE, others=3)[1]["speculative.n_max"] == 0
+        state = c.get("/fronde/v1/router").json()
+    lengths = state["load"]["draft_lengths"]
+    assert lengths["schedule"]["ngram-mod"] == [[1, 24], [4, 8]]
+    assert "runs/load-test" in lengths["why"] and lengths["caps"]["ngram-mod"] == 32
+    by_mode = [(d["mode"], d["draft_n_max"]) for d in state["recent"]]
+    assert by_mode[:2] == [("ngram-mod", 24), ("ngram-mod", 8)]
+
+
+def test_a_clients_own_n_max_wins_over_the_schedule(fake_binary: Path, tmp_path: Path) -> None:
+    _saved(tmp_path, fake_binary)
+    with _client(fake_binary, tmp_path) as c:
+        ready(c)
+        r, body = _ask(c, Mode.NGRAM_MOD, others=3, **{"speculative.n_max": 30})
+    assert body["speculative.n_max"] == 30 and "x-fronde-draft-n-max" not in r.headers
+
+
+def test_without_a_schedule_or_switched_off_the_body_is_as_before(
+    fake_binary: Path, tmp_path: Path
+) -> None:
+    with _client(fake_binary, tmp_path) as c:  # nothing saved
+        ready(c)
+        r, body = _ask(c, Mode.NGRAM_MOD, others=3)
+        why = c.get("/fronde/v1/router").json()["load"]["draft_lengths"]["why"]
+    assert "speculative.n_max" not in body and body["speculative.types"] == ["ngram-mod"]
+    assert "x-fronde-draft-n-max" not in r.headers and "--draft-lengths" in why
+    _saved(tmp_path, fake_binary)
+    with _client(fake_binary, tmp_path, router={"draft_lengths": "off"}) as c:
+        ready(c)
+        assert "speculative.n_max" not in _ask(c, Mode.NGRAM_MOD, others=3)[1]
+
+
+def test_a_server_of_its_own_per_mode_gets_no_length(fake_binary: Path, tmp_path: Path) -> None:
+    _saved(tmp_path, fake_binary)
+    with _client(fake_binary, tmp_path, topology="per-mode") as c:
+        ready(c)
+        r, body = _ask(c, Mode.NGRAM_MOD, others=3)
+    assert "speculative.n_max" not in body and "x-fronde-draft-n-max" not in r.headers
+
+
+def test_a_length_is_never_set_at_or_above_the_modes_own_maximum() -> None:
+    lengths = DraftLengths(DraftSchedule({Mode.NGRAM_MOD: ((1, 48), (8, 32), (16, 12))}),
+                           {Mode.NGRAM_MOD: 32}, "test")  # fmt: skip
+    assert lengths.n_max(Mode.NGRAM_MOD, 1) is None  # above the server's n_max: its 400
+    assert lengths.n_max(Mode.NGRAM_MOD, 8) is None  # its own maximum caps nothing
+    assert lengths.n_max(Mode.NGRAM_MOD, 20) == 12

@@ -8,7 +8,9 @@ the body the server received, so a test sees the ``speculative.n_max`` it carrie
 from __future__ import annotations
 
 import json
+import os
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, cast
 
@@ -16,6 +18,11 @@ from fastapi.testclient import TestClient
 
 from fronde.api.app import create_app
 from fronde.backends.pool import BackendPool
+from fronde.bench.arms import static_argv
+from fronde.bench.load import arm_about, load_setup
+from fronde.bench.load_lengths import best_lengths, schedule_lines, with_lengths
+from fronde.bench.load_rows import LoadRow
+from fronde.bench.passes import Timed
 from fronde.compose import Runtime
 from fronde.config import Settings, load_settings
 from fronde.evidence.calibration import LoadCurves, load_curves, load_key, save_load_curves
@@ -25,7 +32,8 @@ from fronde.router.draft_length import DraftLengths
 from fronde.runtime.models import load_profile
 
 from .test_contract import chat, ready
-from .test_single import REPO_MODELS, single_plan
+from .test_load_cli import fronde
+from .test_single import REPO_MODELS, single_plan, value
 
 SCHEDULE = DraftSchedule({Mode.NGRAM_MOD: ((1, 24), (4, 8)), Mode.CASCADE: ((2, 16),)})
 CURVES = LoadCurves(
@@ -180,3 +188,105 @@ def test_a_length_is_never_set_at_or_above_the_modes_own_maximum() -> None:
     assert lengths.n_max(Mode.NGRAM_MOD, 1) is None  # above the server's n_max: its 400
     assert lengths.n_max(Mode.NGRAM_MOD, 8) is None  # its own maximum caps nothing
     assert lengths.n_max(Mode.NGRAM_MOD, 20) == 12
+
+
+# --- measured by fronde bench load ---------------------------------------------------------
+
+
+def _row(arm: str, c: int, tok_s: float) -> LoadRow:
+    return LoadRow(arm, c, tok_s, tok_s, tok_s, 1.0, 1.0, 0.1, float(c), 10, 0, 1, {})
+
+
+def test_the_bench_picks_the_length_that_served_most_at_each_c() -> None:
+    table = {Mode.NGRAM_MOD: {32: "s-mod", 16: "s-mod-n16", 8: "s-mod-n8"}}
+    rows = [
+        *(_row("s-mod", c, r) for c, r in ((1, 300.0), (8, 1500.0), (32, 2000.0))),
+        *(_row("s-mod-n16", c, r) for c, r in ((1, 290.0), (8, 1700.0), (32, 2600.0))),
+        *(_row("s-mod-n8", c, r) for c, r in ((1, 250.0), (8, 1650.0), (32, 2900.0))),
+        _row("plain", 32, 3000.0),
+    ]
+    schedule, best = best_lengths(rows, table)
+    assert schedule == DraftSchedule({Mode.NGRAM_MOD: ((1, 32), (8, 16), (32, 8))})
+    assert best == {Mode.NGRAM_MOD: ((1, 300.0), (8, 1700.0), (32, 2900.0))}
+    # The mode's curve is what the schedule serves; the other curves are untouched.
+    curves = LoadCurves({Mode.BASELINE: ((32, 3000.0),), Mode.NGRAM_MOD: ((1, 300.0),)}, "x")
+    out = with_lengths(curves, rows, table)
+    assert out.points[Mode.NGRAM_MOD] == ((1, 300.0), (8, 1700.0), (32, 2900.0))
+    assert out.points[Mode.BASELINE] == ((32, 3000.0),) and out.lengths == schedule
+    lines = schedule_lines(rows, table)
+    assert lines[0] == "| c | mode | best n_max | n8 tok/s | n16 tok/s | n32 tok/s |"
+    assert lines[2:] == [
+        "| 1 | ngram-mod | 32 | 250 | 290 | 300 |",
+        "| 8 | ngram-mod | 16 | 1650 | 1700 | 1500 |",
+        "| 32 | ngram-mod | 8 | 2900 | 2600 | 2000 |",
+    ]
+    # No length measured: the curves as they were, nothing printed.
+    assert with_lengths(curves, rows, {Mode.NGRAM_MOD: {32: "s-mod"}}) == curves
+    assert schedule_lines(rows, {}) == []
+
+
+def test_a_draft_length_arm_is_the_modes_server_with_its_length_set(
+    fake_gemma: Callable[[int], Settings],
+) -> None:
+    settings = fake_gemma(400)  # ngram-mod n_min 16, n_max 32; no draft model
+    timed = Timed(warmup_s=1.0, window_s=2.0)
+    setup = load_setup(
+        settings,
+        "completion",
+        16,
+        1,
+        (1, 8),
+        slots=8,
+        items=3,
+        timed=timed,
+        lengths=(8, 16, 32, 64),
+    )
+    by = {a.name: a for a in setup.static.arms}
+    assert setup.lengths[Mode.NGRAM_MOD] == {32: "s-mod", 8: "s-mod-n8", 16: "s-mod-n16"}
+    assert setup.lengths[Mode.NGRAM_SIMPLE] == {
+        48: "s-simple", 8: "s-simple-n8", 16: "s-simple-n16", 32: "s-simple-n32"
+    }  # fmt: skip
+    assert Mode.BASELINE not in setup.lengths and "s-mod-n64" not in by
+    assert any("64 is above its configured 32" in n for n in setup.length_notes)
+    argv = static_argv(by["s-mod-n8"], setup.settings)[1]
+    assert value(argv, "--spec-ngram-mod-n-max") == "8"
+    assert value(argv, "--spec-ngram-mod-n-min") == "8"  # n_min <= n_max
+    assert value(argv, "--spec-ngram-mod-n-match") == "24"  # the rest as the mode's
+    casc = static_argv(by["s-casc-n16"], setup.settings)[1]
+    assert value(casc, "--spec-ngram-mod-n-max") == "16"
+    assert value(casc, "--spec-ngram-simple-size-m") == "16"
+    assert by["s-mod-n8"].pin and by["s-mod"].pin  # pinned as their calibration arm
+    assert "draft length 8" in arm_about("s-mod-n8")
+    # Arms named: the lengths' arms come with the calibration arms they are read against.
+    named = load_setup(
+        settings, "completion", 16, 1, (1,), 1, arms={"single-b": None}, lengths=(16,)
+    )
+    names = {a.name for a in named.static.arms}
+    assert {"s-mod", "s-mod-n16", "s-casc", "s-casc-n16", "s-simple-n16"} <= names
+    assert load_setup(settings, "completion", 16, 1, (1,), 1).lengths == {}
+
+
+def test_a_load_run_with_draft_lengths_saves_the_schedule_and_prints_it(
+    tmp_path: Path, fake_gemma: Callable[[int], Settings]
+) -> None:
+    settings = fake_gemma(500)
+    env = os.environ | {
+        "FRONDE_MODELS_DIR": str(settings.models_dir),
+        "FRONDE_CACHE_DIR": str(tmp_path / "cache"),
+        "FRONDE_LLAMA_SERVER": str(settings.llama_server),
+        "FRONDE_PROFILE": "cpu-gemma-270m",
+        "PYTHONPATH": str(Path(__file__).resolve().parents[2]),
+    }
+    run = tmp_path / "run"
+    load = ["bench", "load", "--clients", "1", "--items", "2", "--max-tokens", "8", "--slots", "1"]
+    load += ["--window-s", "0.3", "--warmup-s", "0.1", "--no-screen", "--arm", "s-mod"]
+    out = fronde([*load, "--draft-lengths", "16", "--out", str(run)], env, tmp_path)
+    assert "Draft length by load" in out and "| 1 | ngram-mod |" in out
+    saved = json.loads((tmp_path / "cache" / "load.json").read_text())
+    [entry] = saved.values()
+    assert set(entry["draft_lengths"]) == {"ngram-simple", "ngram-mod", "cascade"}
+    assert entry["draft_lengths"]["ngram-mod"][0][0] == 1  # c = 1, one of 16 and 32
+    page = (run / "load.md").read_text()
+    assert "s-mod-n16" in page and "| c | mode | best n_max |" in page
+    fronde(["bench", "report", str(run)], env, tmp_path)
+    assert (run / "load.md").read_text() == page  # the page again from the records

@@ -297,6 +297,12 @@ class RouterSettings(_Section):
         "most (several servers at once). best is the default: measured ahead of threshold on "
         "the H200 (README, Many agents at once on a GPU)",
     )
+    draft_lengths: Literal["measured", "off"] = Field(
+        default="measured",
+        description="one server for every mode: each speculative request's speculative.n_max "
+        "from the draft length by load that fronde bench load --draft-lengths saved; off = "
+        "each mode drafts up to its configured n_max",
+    )
     gather_ms: float = Field(
         default=10.0,
         ge=0,

@@ -18,8 +18,10 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 __all__ = [
     "BACKEND_SAMPLING_FLAGS",
     "FALLBACK_FLOOR",
+    "NGRAM_SIMPLE_SIZE_M",
     "Mode",
     "SpeculationSettings",
+    "draft_max",
     "mode_args",
 ]
 
@@ -85,6 +87,32 @@ class SpeculationSettings(BaseModel):
                 f"ngram_mod_n_max ({self.ngram_mod_n_max})"
             )
         return self
+
+
+NGRAM_SIMPLE_SIZE_M = 48
+"""ngram-simple's draft length, tokens: llama.cpp's ``size_m`` (``common/common.h``), which
+Fronde does not set (``--spec-ngram-simple-size-m``); ``common_speculative_n_max`` counts
+it in a server's maximum (``common/speculative.cpp``)."""
+
+
+def draft_max(mode: Mode, spec: SpeculationSettings) -> int:
+    """The longest draft ``mode``'s backend makes under ``spec``, tokens (0 for baseline).
+
+    The largest configured length of its speculators: ngram-simple's ``size_m``,
+    ngram-mod's ``n_max``, both for the cascade, the draft model's ``n_max``. A request's
+    ``speculative.n_max`` at or above it caps nothing.
+    """
+    match mode:
+        case Mode.BASELINE:
+            return 0
+        case Mode.NGRAM_SIMPLE:
+            return NGRAM_SIMPLE_SIZE_M
+        case Mode.NGRAM_MOD:
+            return spec.ngram_mod_n_max
+        case Mode.CASCADE:
+            return max(NGRAM_SIMPLE_SIZE_M, spec.ngram_mod_n_max)
+        case Mode.DRAFT:
+            return spec.draft_n_max
 
 
 def _ngram_mod_args(spec: SpeculationSettings) -> list[str]:

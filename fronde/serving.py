@@ -11,7 +11,7 @@ here, and only here (an import-linter contract keeps ``fronde/bench/`` to this f
 - calibration, the files a benchmark writes and `fronde serve` reads: this machine's
   floor (:func:`save_floor` under :func:`calibration_key`, in :data:`FLOORS_FILE`) and
   the load curves (:class:`LoadCurves`, :func:`save_load_curves` under
-  :func:`load_key`);
+  :func:`load_key`) and the draft length by load they carry (:class:`DraftSchedule`);
 - the n-gram replay that estimates α from token ids (``fronde bench shadow`` measures
   it): :class:`NgramModTable`, :class:`ShadowStats`, :func:`shadow_ngram_simple`,
   :func:`shadow_ngram_mod`.
@@ -38,6 +38,7 @@ from fronde.evidence.calibration import (
     save_floor,
     save_load_curves,
 )
+from fronde.evidence.draft_schedule import DraftSchedule
 from fronde.evidence.ngram_replay import (
     NgramModTable,
     ShadowStats,
@@ -47,6 +48,7 @@ from fronde.evidence.ngram_replay import (
 
 __all__ = [
     "FLOORS_FILE",
+    "DraftSchedule",
     "LaunchSpec",
     "LlamaServerProcess",
     "LoadCurves",

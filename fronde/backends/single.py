@@ -142,11 +142,17 @@ def mode_fields(mode: Mode, *, backend_sampling: bool = False) -> dict[str, Any]
     return {TYPES_FIELD: list(SPEC_TYPES[mode])}
 
 
-def with_fields(body: dict[str, Any], fields: Mapping[str, Any]) -> dict[str, Any]:
+def with_fields(
+    body: dict[str, Any], fields: Mapping[str, Any], under: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
     """``body`` with a mode's ``fields`` set over the client's; ``body`` itself when none.
 
     The mode's fields win: the router chose the mode, and ``x-fronde-mode`` says so.
+    ``under``: fields set beneath the client's, which a client's own field of the same
+    name overrides (the draft length by load: a client's ``speculative.n_max`` stays).
     """
+    if under:
+        return {**under, **body, **fields}
     return {**body, **fields} if fields else body
 
 

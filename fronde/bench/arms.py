@@ -69,6 +69,9 @@ class Arm:
         alone: Fronde arms with ``force``: start that mode alone (``--mode``); False
             starts every mode and only the requests name ``force`` (the one-server
             topology's plain requests beside its speculating ones).
+        sets: static arms: (flag, value) pairs set in the argv last, replacing the value
+            of a flag already there (``--spec-ngram-mod-n-max 16`` on a mode's argv: a
+            draft-length arm of ``fronde bench load --draft-lengths``).
     """
 
     name: str
@@ -83,6 +86,7 @@ class Arm:
     pin: bool = False
     unflags: tuple[str, ...] = ()
     alone: bool = True
+    sets: tuple[tuple[str, str], ...] = ()
 
     @property
     def routed(self) -> bool:
@@ -249,7 +253,8 @@ def static_argv(arm: Arm, settings: Settings) -> tuple[Path, list[str]]:
     """The llama-server binary and argv a static ``arm`` starts under ``settings``.
 
     ``backend.plain_args`` go to the plain arm (baseline's argv) only, never to an arm
-    that adds speculation flags to it; ``arm.unflags`` are taken out last.
+    that adds speculation flags to it; ``arm.unflags`` are taken out, then ``arm.sets``
+    set (each flag's value replaced where the argv has it, else appended).
 
     Raises:
         FrondeError: llama-server is not installed, or the model is missing.
@@ -269,6 +274,11 @@ def static_argv(arm: Arm, settings: Settings) -> tuple[Path, list[str]]:
     if mode not in plan.specs:
         raise FrondeError(f"arm {arm.name}: {plan.left_out.get(mode, f'no {mode} backend')}")
     args = [a for a in plan.specs[mode].args if a not in arm.unflags]
+    for flag, value in arm.sets:
+        if flag in args:
+            args[args.index(flag) + 1] = value
+        else:
+            args += [flag, value]
     return binary, [*args, *arm.flags]
 
 

@@ -103,6 +103,17 @@ ProxyOpt = Annotated[
         "alone (every request forced there): what the proxy changes without routing"
     ),
 ]
+DraftLengthsOpt = Annotated[
+    list[int] | None,
+    typer.Option(
+        "--draft-lengths",
+        help="draft lengths (n_max) to measure each speculative mode's server at, "
+        "repeatable (s-mod-n16, ...; its own arm stands for its configured n_max): the best "
+        "at each c is saved with the load curves and set per request on one server of "
+        "every mode [default: none]",
+        min=1,
+    ),
+]
 
 
 def bench_load(
@@ -123,6 +134,7 @@ def bench_load(
     screen: ScreenOpt = None,
     placement: PlacementOpt = None,
     proxy: ProxyOpt = True,
+    draft_lengths: DraftLengthsOpt = None,
 ) -> None:
     """Many agents at once: Fronde against one llama-server at each concurrency c.
 
@@ -142,6 +154,7 @@ def bench_load(
         out, workload, max_tokens, reps, clients, (window_s, warmup_s), history, once,
         arm, slots, items, skip_from, screen, placement, proxy,
     )  # fmt: skip
+    opts = dataclasses.replace(opts, lengths=tuple(sorted(set(draft_lengths or []))))
     form = profile_of(settings).prompt_form
     console = bench_console()
 

@@ -23,10 +23,11 @@ batch, so each c is measured apart (:func:`load_setup` declares the plans).
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Literal
 
 from fronde.bench.arms import ARMS, Arm, static_argv
+from fronde.bench.load_lengths import LengthArms, length_arms
 from fronde.bench.load_mix import WorkloadName, load_mix
 from fronde.bench.passes import Timed
 from fronde.bench.protocol import Level, Plan
@@ -160,6 +161,9 @@ def arm_about(name: str) -> str:
     known |= {r: _router_about(p) for p, r in ROUTERS.items()}
     known[SINGLE] = _router_about("best") + ", one llama-server for every mode"
     known |= {f"s-{short}": _probe_about(m) for m, short in SHORT.items()}
+    probe, _, length = name.rpartition("-n")  # a draft-length arm: s-mod-n16
+    if name not in known and probe in known and length.isdigit():
+        return f"{known[probe]}, draft length {length} (--draft-lengths)"
     return known.get(name, name)
 
 
@@ -211,6 +215,9 @@ class LoadSetup:
         calibration: Fronde mode → the static arm whose curve is that mode's backend's.
         settings: the settings every static arm starts with (slots and context set).
         more: (part, plan) of arms at their own concurrencies (``--arm NAME@1,8,32``).
+        lengths: mode → draft length → its arm (``--draft-lengths``,
+            :mod:`~fronde.bench.load_lengths`); empty without.
+        length_notes: the lengths not measured, and why.
     """
 
     static: Plan
@@ -218,6 +225,8 @@ class LoadSetup:
     calibration: dict[Mode, str]
     settings: Settings
     more: tuple[tuple[Part, Plan], ...] = ()
+    lengths: dict[Mode, dict[int, str]] = field(default_factory=dict[Mode, dict[int, str]])
+    length_notes: tuple[str, ...] = ()
 
     def plans(self, part: Part) -> list[Plan]:
         """The plans of ``part``: its arms at other concurrencies first, then the main plan."""
@@ -277,6 +286,34 @@ def _calibrate(run: Settings, static: list[Arm], pinned: bool) -> dict[Mode, str
     return calibration
 
 
+def _static_arms(
+    run: Settings, pinned: bool, lengths: Sequence[int]
+) -> tuple[list[Arm], dict[Mode, str], LengthArms]:
+    """The static arms (``plain`` first), each mode's calibration arm, the lengths' arms.
+
+    Pinned (timed blocks): the calibration servers pinned, plain decoding's being
+    :data:`PINNED`, which is not in the list (it runs by its own name).
+    """
+    known = {a.name: a for a in ARMS}
+    static = [known[n] for n in STATIC] + [SPREAD]
+    candidates = static + [PINNED] * pinned
+    calibration = _calibrate(run, candidates, pinned=pinned)
+    static += [a for a in candidates if a not in static and a is not PINNED]
+    names = {m: f"s-{short}" for m, short in SHORT.items()}
+    drafts = length_arms(run, calibration, lengths, pinned, names)
+    return static + list(drafts.arms), calibration, drafts
+
+
+def _check_names(arms: Mapping[str, object], every: Sequence[Arm], variant: Arm) -> None:
+    """Raise FrondeError for a name in ``arms`` that is no arm of ``every`` (names them)."""
+    wrong = sorted(set(arms) - {a.name for a in every})
+    if wrong:
+        hint = f" (the plain arm has{' no' * (variant is PLAIN_BS)} {BACKEND_SAMPLING})"
+        raise FrondeError(
+            f"no load arm {', '.join(wrong)}; arms: {', '.join(a.name for a in every)}" + hint
+        )
+
+
 def load_setup(
     settings: Settings,
     form: Form,
@@ -292,6 +329,7 @@ def load_setup(
     workload: WorkloadName = "agent",
     timed: Timed | None = None,
     arms: Mapping[str, tuple[int, ...] | None] | None = None,
+    lengths: Sequence[int] = (),
 ) -> LoadSetup:
     """The arms and plans of a load run (see the module docstring).
 
@@ -312,6 +350,9 @@ def load_setup(
         arms: name → its own concurrencies (None: ``clients``); by default the static
             arms, :data:`SPREAD`, the calibration servers, :data:`PINNED`, :data:`PROXY`
             and a router arm per placement.
+        lengths: draft lengths to measure each speculative mode's server at (static
+            arms, :func:`~fronde.bench.load_lengths.length_arms`; with ``arms`` named,
+            their calibration arms come too).
 
     Raises:
         FrondeError: llama-server or the model is missing; an arm name that is none,
@@ -320,31 +361,24 @@ def load_setup(
     ctx = max(settings.backend.ctx_size, slots * 2048)
     backend = settings.backend.model_copy(update={"parallel": slots, "ctx_size": ctx})
     run = settings.model_copy(update={"backend": backend})
-    known = {a.name: a for a in ARMS}
-    static = [known[n] for n in STATIC] + [SPREAD]
-    # Timed: the calibration servers pinned, plain decoding's being the pinned arm.
-    candidates = static + [PINNED] * bool(timed)
-    calibration = _calibrate(run, candidates, pinned=timed is not None)
-    static += [a for a in candidates if a not in static and a is not PINNED]
+    static, calibration, drafts = _static_arms(run, timed is not None, lengths)
     env = (
         ("FRONDE_BACKEND__PARALLEL", str(slots)),
         ("FRONDE_BACKEND__CTX_SIZE", str(ctx)),
         ("FRONDE_ROUTER__LOAD_RULE", "measured"),
     )
     routers = _router_arms(env)
-    variant = PLAIN_NOBS if BACKEND_SAMPLING in static_argv(known["plain"], run)[1] else PLAIN_BS
+    variant = PLAIN_NOBS if BACKEND_SAMPLING in static_argv(static[0], run)[1] else PLAIN_BS
     proxies = [replace(PROXY, env=(*env, PER_MODE)), replace(SINGLE_PLAIN, env=(*env, ONE_SERVER))]
     every = [*static, PINNED, variant, *proxies, *routers.values()]
     if arms is None:  # the default arms
         named = [ROUTERS[p] for p in placements]
         chosen = [a.name for a in static] + [PINNED.name] * bool(timed)
         arms = dict.fromkeys(chosen + [PROXY.name] * (proxy and bool(named)) + named)
-    wrong = sorted(set(arms) - {a.name for a in every})
-    if wrong:
-        hint = f" (the plain arm has{' no' * (variant is PLAIN_BS)} {BACKEND_SAMPLING})"
-        raise FrondeError(
-            f"no load arm {', '.join(wrong)}; arms: {', '.join(a.name for a in every)}" + hint
-        )
+    elif drafts.arms:  # the lengths' arms and the calibration arms they are read against
+        own = [calibration[m] for m in drafts.table]
+        arms = dict.fromkeys([*own, *(a.name for a in drafts.arms)]) | dict(arms)
+    _check_names(arms, every, variant)
     mix = load_mix(workload, items, skip)
 
     def plan(kind: Part, cs: tuple[int, ...] | None) -> Plan:
@@ -356,4 +390,7 @@ def load_setup(
     sets = sorted({cs for cs in arms.values() if cs is not None})
     parts: tuple[Part, Part] = ("static", "router")
     more: list[tuple[Part, Plan]] = [(kind, plan(kind, cs)) for cs in sets for kind in parts]
-    return LoadSetup(plan("static", None), plan("router", None), calibration, run, tuple(more))
+    return LoadSetup(
+        plan("static", None), plan("router", None), calibration, run, tuple(more),
+        {m: dict(t) for m, t in drafts.table.items()}, drafts.notes,
+    )  # fmt: skip

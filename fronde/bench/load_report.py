@@ -14,18 +14,34 @@ from pathlib import Path
 from typing import Any, cast
 
 from fronde.bench.load import arm_about
+from fronde.bench.load_lengths import LengthTable, schedule_lines
 from fronde.bench.load_notes import answer_lines, own_time_lines, quarantine_lines, served_costs
 from fronde.bench.load_page import load_markdown, load_plot, rows_json
 from fronde.bench.load_race import RACE_ABOUT, RACE_HEAD, race_lines
 from fronde.bench.load_ratios import ratio_sets
 from fronde.bench.load_rows import load_rows, looping_items
-from fronde.bench.load_sessions import session_curves, tagged_samples
+from fronde.bench.load_sessions import session_curves, session_rows, tagged_samples
 from fronde.bench.load_verdict import session_verdicts
 from fronde.bench.store import Store
 from fronde.errors import FrondeError
 from fronde.modes import Mode
 
 __all__ = ["recorded_run", "report_load", "run_about", "write_load_page"]
+
+SCHEDULE_HEAD = "## Draft length by load (`--draft-lengths`, saved with the load curves)"
+SCHEDULE_ABOUT = (
+    "Each speculative mode's server at each draft length (n_max) and at its configured one, "
+    "every c; the best length at each c is the schedule `fronde serve` sets per request "
+    "(`speculative.n_max`) on one server of every mode, and the mode's load curve is that "
+    "length's tok/s (each arm and c from the latest session that measured it, as saved)."
+)
+
+
+def _sections(*parts: tuple[str, str, Sequence[str]]) -> str:
+    """The page's closing sections: (heading, paragraph, lines) each, where it has lines."""
+    return "".join(
+        "\n".join(["", head, "", about, "", *lines, ""]) for head, about, lines in parts if lines
+    )
 
 
 def write_load_page(
@@ -36,26 +52,27 @@ def write_load_page(
     calibration: Mapping[Mode, str],
     meta: Mapping[str, Any],
     about: Sequence[str] = (),
+    lengths: LengthTable | None = None,
 ) -> list[str]:
     """Write a load run's ``load.json``, ``load.md`` and ``load.png`` into ``out``.
 
     Args:
         out: the run's folder.
-        store: its records; the samples of every block that ended ok so far count (a
-            run cut short gives a page of what it measured), each in its measuring
-            session (:func:`~fronde.bench.store.sessions`).
+        store: its records; every block that ended ok so far counts (a run cut short
+            gives a page of what it measured), in its session (:func:`.store.sessions`).
         title: the page's and the plot's title.
         calibration: Fronde mode → the static arm whose curve is that mode's backend's.
         meta: more fields for ``load.json`` (``run``, ``slots``, ``screened``).
         about: lines on the run for the page's head (:func:`run_about`).
+        lengths: the draft-length arms (``--draft-lengths``): mode → length → arm.
 
     Returns:
-        The verdict lines (:func:`session_verdicts`).
+        The verdict lines (:func:`session_verdicts`), then the draft lengths' table.
     """
     samples = tagged_samples(store)
     loops = looping_items(samples)
     rows = load_rows(samples, loops)
-    curves = session_curves(samples, calibration, str(out))
+    curves = session_curves(samples, calibration, str(out), lengths)
     verdict = session_verdicts(samples, loops)
     costs = served_costs(samples)
     quarantines = quarantine_lines(store.records())
@@ -102,11 +119,11 @@ def write_load_page(
         [str(i) for i in cast("list[Any]", meta.get("screened") or [])],
         about,
     )
-    if race:
-        page += "\n".join(["", RACE_HEAD, "", RACE_ABOUT, "", *race, ""])
+    schedule = schedule_lines(session_rows(samples), lengths or {})
+    page += _sections((RACE_HEAD, RACE_ABOUT, race), (SCHEDULE_HEAD, SCHEDULE_ABOUT, schedule))
     (out / "load.md").write_text(page)
     load_plot(rows, out / "load.png", title)
-    return verdict
+    return [*verdict, *(["", SCHEDULE_HEAD, *schedule] if schedule else [])]
 
 
 def recorded_run(out: Path, store: Store) -> tuple[dict[str, Any], dict[Mode, str]]:
@@ -161,6 +178,8 @@ def report_load(out: Path) -> list[str]:
         "slots": identity["slots"],
         "screened": identity.get("skip", []),
     }
+    raw = cast("dict[str, dict[str, str]]", last.get("draft_lengths") or {})
+    lengths = {Mode(m): {int(k): a for k, a in t.items()} for m, t in raw.items()}
     return write_load_page(
         out,
         store,
@@ -168,6 +187,7 @@ def report_load(out: Path) -> list[str]:
         calibration=calibration,
         meta=meta,
         about=run_about(identity),
+        lengths=lengths,
     )
 
 

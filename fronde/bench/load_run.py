@@ -75,6 +75,7 @@ class LoadOptions:
     proxy: bool
     arms: dict[str, tuple[int, ...] | None] | None
     timed: Timed
+    lengths: tuple[int, ...] = ()
 
     def identity(self, machine: Any) -> dict[str, Any]:
         """What every run into the same folder must share (:meth:`Store.begin`)."""
@@ -150,7 +151,7 @@ def run_load(
     setup = load_setup(
         settings, form, opts.max_tokens, opts.reps, opts.clients, opts.slots, opts.items,
         opts.placements, opts.skip, opts.proxy,
-        workload=opts.workload, timed=opts.timed, arms=opts.arms,
+        workload=opts.workload, timed=opts.timed, arms=opts.arms, lengths=opts.lengths,
     )  # fmt: skip
     info = run_info()
     store = Store(opts.out / "records.jsonl")
@@ -162,12 +163,15 @@ def run_load(
             "arms": list(dict.fromkeys(arms)),
             "title": title,
             "calibration": {str(m): a for m, a in setup.calibration.items()},
+            "draft_lengths": {str(m): t for m, t in setup.lengths.items()},
         },
         opts.identity(info["machine"]),
     )
     workload_file(opts.out / "workload.json", setup.static.workloads[0], form, opts.max_tokens)
     key = load_key(setup.settings)
     with progress(sum(planned_requests(p) for p in plans)) as advance:
+        for note in setup.length_notes:
+            advance(f"--draft-lengths: {note}", 0)
         logs = opts.out / "logs"
         for part, rep in bracketed(opts.reps):
             for plan in setup.plans(part):
@@ -179,6 +183,9 @@ def run_load(
             if part == "static" and setup.plans("static"):
                 # Each curve from the latest session that measured it: a run resumed
                 # on a fresh lease (or seeded) would otherwise pool two machines'.
-                curves = session_curves(tagged_samples(store), setup.calibration, str(opts.out))
+                samples = tagged_samples(store)
+                curves = session_curves(samples, setup.calibration, str(opts.out), setup.lengths)
                 save_load_curves(setup.settings.cache_dir, key, curves)
                 advance(f"load curves saved for {key}: plain from c = {curves.threshold()}", 0)
+                if curves.lengths is not None:
+                    advance(f"draft lengths by load saved: {curves.lengths.as_dict()}", 0)

@@ -12,14 +12,15 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from fronde.bench.load import SPREAD
+from fronde.bench.load_lengths import LengthTable, with_lengths
 from fronde.bench.load_rows import LoadRow, load_rows, looping_items
 from fronde.bench.store import Store, samples_of, sessions
 from fronde.modes import Mode
 from fronde.serving import LoadCurves
 
 __all__ = [
-    "arm_ratios", "by_session", "curves_from", "session_curves", "session_ratios",
-    "session_spread", "spread_ratios", "tagged_samples",
+    "arm_ratios", "by_session", "curves_from", "latest_rows", "session_curves", "session_ratios",
+    "session_rows", "session_spread", "spread_ratios", "tagged_samples",
 ]  # fmt: skip
 
 
@@ -75,21 +76,38 @@ def _latest(per_session: Sequence[Sequence[LoadRow]], num: str, den: str) -> dic
 
 
 def session_curves(
-    samples: Sequence[dict[str, Any]], calibration: Mapping[Mode, str], source: str
+    samples: Sequence[dict[str, Any]],
+    calibration: Mapping[Mode, str],
+    source: str,
+    lengths: LengthTable | None = None,
 ) -> LoadCurves:
     """The load curves for the router arms about to run, from ``samples`` so far.
 
     Each (calibration arm, c) from the latest session that measured it (the session
     the router arms run in, when it measured the static arms); ``plain2 ÷ plain`` from
     one session only (:func:`session_spread`), none when no session measured both.
+    With ``lengths`` (``--draft-lengths``), the draft length by load and each measured
+    mode's curve at its best length (:func:`~fronde.bench.load_lengths.with_lengths`).
     """
     per_session = _session_rows(samples, looping_items(samples))
+    rows = latest_rows(per_session)
+    curves = curves_from(rows, dict(calibration), source)
+    spread = _latest(per_session, SPREAD.name, "plain")
+    curves = LoadCurves(curves.points, curves.source, tuple(spread.items()))
+    return with_lengths(curves, rows, lengths) if lengths else curves
+
+
+def latest_rows(per_session: Sequence[Sequence[LoadRow]]) -> list[LoadRow]:
+    """Each (arm, c) row from the last of ``per_session`` (sessions in order) that has it."""
     rows: dict[tuple[str, int], LoadRow] = {}
     for group in per_session:  # later sessions replace earlier ones
         rows |= {(r.arm, r.c): r for r in group}
-    curves = curves_from(list(rows.values()), dict(calibration), source)
-    spread = _latest(per_session, SPREAD.name, "plain")
-    return LoadCurves(curves.points, curves.source, tuple(spread.items()))
+    return list(rows.values())
+
+
+def session_rows(samples: Sequence[dict[str, Any]]) -> list[LoadRow]:
+    """The rows :func:`session_curves` reads: each (arm, c) from its latest session."""
+    return latest_rows(_session_rows(samples, looping_items(samples)))
 
 
 def curves_from(rows: Sequence[LoadRow], calibration: dict[Mode, str], source: str) -> LoadCurves:

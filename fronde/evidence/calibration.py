@@ -16,7 +16,9 @@ The file holds one JSON object, key → ``{"mode", "rates", "source", "at"}``, w
 each mode, the aggregate decode tok/s of one llama-server with Fronde's argv for that
 mode when ``c`` closed-loop clients stream to it, as ``fronde bench load`` measured
 it (:class:`LoadCurves`). The ``measured`` load rule (:mod:`fronde.router.policy`)
-reads them at start.
+reads them at start. Beside them, where ``fronde bench load --draft-lengths`` measured it,
+the draft length by load (:class:`~fronde.evidence.draft_schedule.DraftSchedule`,
+``draft_lengths``); an entry without it loads with none.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from pathlib import Path
 
 from fronde.config import Settings
 from fronde.errors import FrondeError
+from fronde.evidence.draft_schedule import DraftSchedule, schedule_from
 from fronde.json_types import JSON, JSONObject, json_float, json_int
 from fronde.modes import FALLBACK_FLOOR, Mode
 from fronde.runtime.install import find_llama_binary
@@ -229,11 +232,15 @@ class LoadCurves:
             one's at ``c`` requests in flight (``fronde bench load``'s ``plain2`` arm):
             above 1, a second process adds throughput at that load; empty when not
             measured.
+        lengths: the draft length by load each speculative mode's curve was measured
+            with (its points are then the best length's tok/s at each c); None when
+            ``fronde bench load`` measured no length.
     """
 
     points: Mapping[Mode, tuple[tuple[int, float], ...]]
     source: str = ""
     spread: tuple[tuple[int, float], ...] = ()
+    lengths: DraftSchedule | None = None
 
     def aggregate(self, mode: Mode, n: int) -> float | None:
         """Aggregate tok/s of ``mode``'s backend with ``n`` requests in flight.
@@ -291,12 +298,17 @@ class LoadCurves:
         return None
 
     def as_dict(self) -> JSONObject:
-        """JSON-ready: ``{"points": {mode: [[c, tok/s], …]}, "threshold", "source", "spread"}``."""
+        """JSON-ready: the points, threshold, source, spread and draft lengths.
+
+        ``{"points": {mode: [[c, tok/s], …]}, "threshold", "source", "spread",
+        "draft_lengths": {mode: [[c, n_max], …]} or null}``.
+        """
         return {
             "points": {str(m): [[c, round(r, 1)] for c, r in p] for m, p in self.points.items()},
             "threshold": self.threshold(),
             "source": self.source,
             "spread": [[c, round(g, 3)] for c, g in self.spread],
+            "draft_lengths": self.lengths.as_dict() if self.lengths is not None else None,
         }
 
 
@@ -331,7 +343,8 @@ def load_curves(cache_dir: Path, key: str) -> LoadCurves | None:
         spread = ()
     if any(c <= 0 or g <= 0 for c, g in spread):
         spread = ()
-    return LoadCurves(points, source, spread) if points else None
+    lengths = schedule_from(entry.get("draft_lengths"))
+    return LoadCurves(points, source, spread, lengths) if points else None
 
 
 def save_load_curves(cache_dir: Path, key: str, curves: LoadCurves) -> None:

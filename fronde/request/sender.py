@@ -20,7 +20,7 @@ import anyio
 
 from fronde.backends.client import BackendClient, UpstreamStream
 from fronde.backends.pool import BackendPool
-from fronde.backends.single import with_fields
+from fronde.backends.single import N_MAX_FIELD, with_fields
 from fronde.client_request import ClientRequest
 from fronde.config import Settings
 from fronde.errors import FrondeError
@@ -110,6 +110,27 @@ class Sender:
         decision.overhead_ms = round(spent_ms - (decision.queued_ms or 0.0), 3)
         headers["x-fronde-overhead-ms"] = f"{decision.overhead_ms:.3f}"
 
+    def _draft_length(
+        self, decision: Decision, mode: Mode, url: str, body: JSONObject, headers: dict[str, str]
+    ) -> dict[str, int]:
+        """The ``speculative.n_max`` the draft length by load sets under the client's fields.
+
+        Only where one server serves every mode (the mode has fields: a server of its
+        own cannot take the field unless patched) and the client sent no
+        ``speculative.n_max`` of its own. The load is the requests Fronde has open to
+        ``url`` plus this one (the schedule's c counts it). The value goes on the
+        decision and in ``x-fronde-draft-n-max``; ``{}`` when none is set.
+        """
+        fields = self.pool.fields(mode)
+        if not fields or N_MAX_FIELD in fields or N_MAX_FIELD in body:
+            return {}
+        n_max = self.router.draft_lengths.n_max(mode, self.client.in_flight[url] + 1)
+        if n_max is None:
+            return {}
+        decision.draft_n_max = n_max
+        headers["x-fronde-draft-n-max"] = str(n_max)
+        return {N_MAX_FIELD: n_max}
+
     async def _tracked(
         self, adm: Admission, source: AsyncIterator[bytes], events: EventRelay | None = None
     ) -> AsyncIterator[bytes]:
@@ -160,6 +181,7 @@ class Sender:
         url = self.pool.get(mode).url
         fields = self.pool.fields(mode)  # the mode, where one server serves every mode
         body = req.wire()
+        sent = with_fields(body, fields, self._draft_length(decision, mode, url, body, headers))
         self._overhead(decision, headers)
         prediction = prediction_text(body) if self.settings.router.feed_prediction else None
         if prediction is not None and mode in FEEDS_POOL:
@@ -176,7 +198,7 @@ class Sender:
             # Streamed upstream all the same (fronde.request.collect): cancellable.
             with adm.generating(mode):
                 data = await answer_whole(
-                    self.client, url, PATHS[kind], with_fields(body, fields), str(mode), on_timings
+                    self.client, url, PATHS[kind], sent, str(mode), on_timings
                 )
             answer = text_of(kind, data)
             self.hindsight.after(decision, mode, url, kind, body, text=answer)
@@ -187,7 +209,7 @@ class Sender:
         stack.callback(adm.count(mode))
         # Stop strings in a stream are Fronde's (see fronde.request.relay): llama-server
         # would drop the text it held back for a partial match at the budget.
-        upstream_body, stops = OwnedStops.take(with_fields(body, fields), chat=kind == "chat")
+        upstream_body, stops = OwnedStops.take(sent, chat=kind == "chat")
         # Open the upstream before answering: a failure before the first byte is
         # still an ordinary HTTP error (raised here), not a broken 200 stream.
         try:
@@ -239,7 +261,8 @@ class Sender:
         url = self.pool.get(mode).url
         self._overhead(decision, headers)
         body = req.wire()
-        sent = with_fields(body, self.pool.fields(mode))
+        under = self._draft_length(decision, mode, url, body, headers)
+        sent = with_fields(body, self.pool.fields(mode), under)
 
         def on_timings(timings: JSONObject) -> None:
             self.router.record(decision, mode, Timings.parse(timings))

@@ -11,6 +11,7 @@ from fronde.evidence.counterfactual import Counterfactual
 from fronde.evidence.measure import Measurements
 from fronde.logging import get_logger
 from fronde.router.cache import RouteCache
+from fronde.router.draft_length import resolve_draft_lengths
 from fronde.router.engine import Router
 from fronde.router.plan import RouterPolicy
 from fronde.router.ports import RouterEvents, StateStore
@@ -36,6 +37,8 @@ def build_router(
     them (:func:`~fronde.evidence.calibration.resolve_floor`) unless given; under the
     ``measured`` load rule with curves and ``router.floor = "auto"``, the curves'
     best mode alone may replace it (:func:`~fronde.evidence.calibration.curve_floor`).
+    The draft length by load is read whatever the load rule
+    (:func:`~fronde.router.draft_length.resolve_draft_lengths`).
     """
     r = settings.router
     start = floor if floor is not None else resolve_floor(settings)
@@ -75,6 +78,8 @@ def build_router(
         if measurements.alone
         else "parallel decodes: a request's speed is its batch's",
     )
+    lengths = resolve_draft_lengths(settings)
+    log.info("router.draft_lengths", why=lengths.why, schedule=lengths.snapshot()["schedule"])
     if rule == "measured":
         threshold = curves.threshold() if curves is not None else None
         log.info("router.load", rule=rule, why=load_why, plain_from=threshold)
@@ -91,6 +96,7 @@ def build_router(
         counterfactual=book,
         load_curves=curves,
         load_why=load_why,
+        draft_lengths=lengths,
     )
 
 

@@ -53,6 +53,7 @@ DecisionRow = TypedDict(
         "predicted_tok_s": float | None,
         "predicted": dict[str, float],
         "counterfactual": dict[str, float],
+        "draft_n_max": int | None,
     },
 )
 """One request in the recent list and the ``request.finished`` log line
@@ -70,6 +71,8 @@ class Decision:
     says "floor" when the request went there, "fallback" when a load rule sent it
     elsewhere). ``constrained``: its output is held to a grammar
     (:func:`~fronde.router.classify.constrained`), so its speed is not judged a collapse.
+    ``draft_n_max``: the ``speculative.n_max`` Fronde set from the draft length by load
+    (:mod:`fronde.router.draft_length`), None when it set none.
     """
 
     plan: Plan
@@ -99,6 +102,7 @@ class Decision:
     measurement: Measurement | None = None
     class_floor: Mode | None = None
     constrained: bool = False
+    draft_n_max: int | None = None
 
     @property
     def predicted_tok_s(self) -> float | None:
@@ -141,6 +145,7 @@ class Decision:
             "predicted_tok_s": self.predicted_tok_s,
             "predicted": self.predicted,
             "counterfactual": self.counterfactual,
+            "draft_n_max": self.draft_n_max,
         }
 
 

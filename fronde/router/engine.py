@@ -27,6 +27,7 @@ from fronde.modes import Mode
 from fronde.router.cache import RouteCache
 from fronde.router.classify import RequestClass
 from fronde.router.decision import NOT_ROUTED, Decision, Status, rounded
+from fronde.router.draft_length import DraftLengths
 from fronde.router.plan import Route, RouterPolicy, Situation
 from fronde.router.policy import plan_route
 from fronde.router.ports import RouterEvents, StateStore
@@ -62,6 +63,7 @@ class Router(RouterViews):
             or None to route without it.
         load_curves: measured load curves for the ``measured`` load rule, or None.
         load_why: where ``load_curves`` came from, for ``/fronde/v1/router``.
+        draft_lengths: the draft length by load on the shared server (none by default).
     """
 
     def __init__(
@@ -79,8 +81,10 @@ class Router(RouterViews):
         counterfactual: Counterfactual | None = None,
         load_curves: LoadCurves | None = None,
         load_why: str = "",
+        draft_lengths: DraftLengths | None = None,
     ) -> None:
         self.policy = policy or RouterPolicy()
+        self.draft_lengths = draft_lengths or DraftLengths(None, {}, "none")
         self.load_curves = load_curves
         self.load_why = load_why
         self.counterfactual = counterfactual

@@ -18,6 +18,7 @@ from fronde.evidence.savings import Reference, Served, time_saved
 from fronde.modes import Mode
 from fronde.router.cache import RouteCache
 from fronde.router.decision import Decision
+from fronde.router.draft_length import DraftLengths
 from fronde.router.plan import RouterPolicy
 from fronde.router.policy import choose_floor
 from fronde.router.ports import StateStore
@@ -34,6 +35,7 @@ class RouterViews:
     counterfactual: Counterfactual | None
     load_curves: LoadCurves | None
     load_why: str
+    draft_lengths: DraftLengths
     served: dict[str, Served]
     last_of_class: dict[str, Decision]
     in_flight: Counter[Mode]
@@ -154,6 +156,7 @@ class RouterViews:
                 "rule": self.policy.load_rule,
                 "why": self.load_why,
                 "curves": self.load_curves.as_dict() if self.load_curves is not None else None,
+                "draft_lengths": self.draft_lengths.snapshot(),
             },
             "counterfactual": (
                 self.counterfactual.snapshot() if self.counterfactual is not None else None

@@ -28,6 +28,8 @@ import pytest
 from fronde.backends.client import BackendClient
 from fronde.backends.pool import RESTART_BACKOFF_S, BackendPool
 from fronde.config import load_settings
+from fronde.evidence.calibration import LoadCurves, load_key, save_load_curves
+from fronde.evidence.draft_schedule import DraftSchedule
 from fronde.json_types import JSONObject, json_int
 from fronde.modes import Mode
 from fronde.request import splice as splice_module
@@ -269,3 +271,39 @@ def test_a_crash_of_the_one_server_ends_every_request_and_it_comes_back(tmp_path
         assert r.status_code == 200
     finally:
         serve.stop(signal.SIGKILL)
+
+
+def test_the_measured_draft_length_reaches_the_one_server(tmp_path: Path) -> None:
+    """A draft-length schedule in the cache's load.json caps an ngram-mod request's drafts.
+
+    The schedule says n_max 8 at one request in flight (what ``fronde bench load
+    --draft-lengths`` saves); a copy prompt forced to ngram-mod then runs on the one
+    server with ``draft_n_max`` 8 in its timings (patch 0004 shows it), and the answer
+    says so in ``x-fronde-draft-n-max``.
+    """
+    binary = patched_binary()
+    cache = tmp_path / "cache"
+    settings = load_settings(profile=GEMMA, llama_server=binary, cache_dir=cache)
+    curves = LoadCurves(
+        {Mode.BASELINE: ((1, 100.0),), Mode.NGRAM_MOD: ((1, 200.0),)},
+        source="test",
+        lengths=DraftSchedule({Mode.NGRAM_MOD: ((1, 8),)}),
+    )
+    save_load_curves(cache, load_key(settings), curves)
+    env = {"FRONDE_CACHE_DIR": str(cache), "FRONDE_LLAMA_SERVER": str(binary)}
+    serve = start_serve(tmp_path, "--mode", "baseline", "--mode", "ngram-mod", env=env)
+    try:
+        body = {"prompt": COPY, "max_tokens": 48, "temperature": 0}
+        r = httpx.post(
+            f"{serve.base_url}/v1/completions",
+            json=body,
+            headers={"x-fronde-mode": "ngram-mod"},
+            timeout=120,
+        )
+        router = httpx.get(f"{serve.base_url}/fronde/v1/router", timeout=10).json()
+    finally:
+        serve.stop()
+    assert r.status_code == 200, r.text
+    assert r.headers.get("x-fronde-draft-n-max") == "8", dict(r.headers)
+    assert r.json()["timings"]["draft_n_max"] == 8, r.json()["timings"]
+    assert router["load"]["draft_lengths"], router["load"]

@@ -104,7 +104,7 @@ def report(runs: dict[str, list[Sample]], log: str) -> None:
     with open(log) as fh:
         recs = [json.loads(line) for line in fh if '"request.stamps"' in line]
     rows: dict[str, list[float]] = {}
-    for s, rec in zip(runs["fronde"], recs[-len(runs["fronde"]) :], strict=True):
+    for s, rec in zip(runs["fronde"], recs[WARMUP : WARMUP + len(runs["fronde"])], strict=True):
         marks = {f"client {f}": (getattr(s, f) - rec["t0"]) * 1000 for f in ("sent", "first")}
         for k, v in (rec["ms"] | marks).items():
             rows.setdefault(k, []).append(v)
@@ -130,12 +130,12 @@ def main() -> None:
     runs: dict[str, list[Sample]] = {name: [] for name in PATHS}
     clients = {name: httpx.Client(timeout=120) for name in runs}
     try:
-        for i in range((WARMUP + args.n) * 2):
+        for i in range(-(-(WARMUP + args.n) // b) * b * 2):  # whole blocks
             name = PATHS[(i // b + i // (2 * b)) % 2]
             k = i // (2 * b) * b + i % b  # this path's k-th
             tag = "" if args.prompts == "same" else f"Request {2 * k + (name == 'fronde')}. "
             s = one(clients[name], urls[name], f"{tag}Name three colours.", args.max_tokens)
-            (runs[name] if k >= WARMUP else []).append(s)
+            (runs[name] if WARMUP <= k < WARMUP + args.n else []).append(s)
             time.sleep(args.gap_s)
         time.sleep(1.0)  # the last stamps line is written
     finally:

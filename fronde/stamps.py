@@ -10,8 +10,11 @@ request handed to the HTTP client), ``headers`` (its response headers came),
 ``byte`` (the client's first body byte written). The line ``request.stamps`` is logged
 once, at the first body byte (a stream) or the response (a whole answer): ``t0`` is
 the request's arrival on :func:`time.monotonic` (seconds; the same clock for every
-process of a Linux machine, so a client can place its own times beside it), and each
-mark is milliseconds since it; a mark made twice keeps its first time.
+process of a Linux machine, so a client can place its own times beside it), ``ms`` each
+mark in milliseconds since it, and ``cpu_ms`` the proxy process's CPU time
+(:func:`time.process_time`, every task's and thread's) spent since it at each mark: what
+Fronde took from the cores while, say, the backend prefilled. A mark made twice keeps
+its first time.
 
 ``scripts/ttft_split.py`` reads these lines.
 """
@@ -31,25 +34,28 @@ _current: ContextVar[Stamps | None] = ContextVar("fronde_stamps", default=None)
 
 
 class Stamps:
-    """The marks of one request: name → :func:`time.monotonic` seconds (first time only)."""
+    """The marks of one request: name → (:func:`time.monotonic`, :func:`time.process_time`), s."""
 
     def __init__(self, path: str) -> None:
         self.path = path
         self.t0 = time.monotonic()
-        self.marks: dict[str, float] = {}
+        self.cpu0 = time.process_time()
+        self.marks: dict[str, tuple[float, float]] = {}
         self.logged = False
 
     def mark(self, name: str) -> None:
         """Mark ``name`` now, unless it was marked before."""
-        self.marks.setdefault(name, time.monotonic())
+        if name not in self.marks:
+            self.marks[name] = (time.monotonic(), time.process_time())
 
     def log(self) -> None:
         """Log ``request.stamps`` once (later calls are no-ops)."""
         if self.logged:
             return
         self.logged = True
-        ms = {k: round((t - self.t0) * 1000, 3) for k, t in self.marks.items()}
-        log.info("request.stamps", path=self.path, t0=self.t0, ms=ms)
+        ms = {k: round((t - self.t0) * 1000, 3) for k, (t, _) in self.marks.items()}
+        cpu = {k: round((c - self.cpu0) * 1000, 3) for k, (_, c) in self.marks.items()}
+        log.info("request.stamps", path=self.path, t0=self.t0, ms=ms, cpu_ms=cpu)
 
 
 def begin(path: str) -> Stamps:

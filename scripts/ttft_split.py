@@ -2,12 +2,12 @@
 
 Starts ``fronde serve --mode baseline`` with ``server.stamps`` on (:mod:`fronde.stamps`; other
 ``FRONDE_*`` settings pass through) and uses its llama-server. Sends ``--n`` short streamed chat
-requests each way (greedy, ``include_usage``), one at a time, ``--block`` in a row to a path,
-``--gap-s`` apart, the first path alternating; ``--prompts distinct`` numbers each text at its
-start (both paths reuse the cached system turn), ``same`` repeats one. Prints per path median
-[p25, p75] ms from the send to the headers, the first chunk with text and the end, the server's
-``prompt_ms``, the paired difference (k-th through Fronde minus k-th direct), and Fronde's marks
-(ms since its middleware saw the request) beside the client's, on one clock.
+requests each way (greedy, ``include_usage``, ``x-fronde-mode: baseline`` as the load benchmark's
+``fr-plain``), one at a time, ``--block`` in a row to a path, ``--gap-s`` apart, the first path
+alternating; ``--prompts distinct`` numbers each text at its start (both paths reuse the cached
+system turn), ``same`` repeats one. Prints per path median [p25, p75] ms from the send to the
+headers, the first chunk with text and the end, the server's ``prompt_ms``; the paired difference
+(k-th via Fronde minus k-th direct); Fronde's marks (ms since it saw the request; CPU ms) too.
 
     python scripts/ttft_split.py --n 40 [--prompts same] [--block 5 --gap-s 0]
 """
@@ -27,8 +27,8 @@ from dataclasses import dataclass
 
 import httpx
 
-WARMUP = 3  # requests each way not counted, to let both paths' connections and caches warm
-PATHS = ("direct", "fronde")
+WARMUP, PATHS, PORT = 3, ("direct", "fronde"), 18620  # WARMUP: requests a path not counted
+FORCE = {"x-fronde-mode": "baseline"}  # llama-server ignores it
 
 
 @dataclass
@@ -52,7 +52,7 @@ def one(client: httpx.Client, url: str, text: str, max_tokens: int, t0: float = 
     body |= {"max_tokens": max_tokens, "temperature": 0, "stream_options": {"include_usage": True}}
     sent, first, prompt_ms = t0 or time.monotonic(), 0.0, float("nan")
     try:
-        with client.stream("POST", url + "/v1/chat/completions", json=body) as r:
+        with client.stream("POST", url + "/v1/chat/completions", json=body, headers=FORCE) as r:
             r.raise_for_status()
             headers = time.monotonic()
             for line in r.iter_lines():
@@ -103,14 +103,15 @@ def report(runs: dict[str, list[Sample]], log: str) -> None:
         print(f"fronde - direct, paired, {what} ms: {spread(diff)}")
     with open(log) as fh:
         recs = [json.loads(line) for line in fh if '"request.stamps"' in line]
-    rows: dict[str, list[float]] = {}
+    rows, cpu = dict[str, list[float]](), dict[str, list[float]]()  # each mark's ms, CPU ms
     for s, rec in zip(runs["fronde"], recs[WARMUP : WARMUP + len(runs["fronde"])], strict=True):
         marks = {f"client {f}": (getattr(s, f) - rec["t0"]) * 1000 for f in ("sent", "first")}
         for k, v in (rec["ms"] | marks).items():
             rows.setdefault(k, []).append(v)
-    print(f"Fronde's marks, ms since its middleware saw the request ({log}):")
+            cpu.setdefault(k, []).append(rec["cpu_ms"].get(k, 0.0))  # a client mark: none
+    print(f"Fronde's marks, ms since its middleware saw the request, and its CPU ms ({log}):")
     for k, v in sorted(rows.items(), key=lambda kv: statistics.median(kv[1])):
-        print(f"  {k:24} {spread(v)}  ({len(v)})")
+        print(f"  {k:20} {spread(v):>26} {spread(cpu[k]) if k[:6] != 'client' else '':>26}")
 
 
 def main() -> None:
@@ -121,12 +122,11 @@ def main() -> None:
     p.add_argument("--max-tokens", type=int, default=16, help="answer budget [16]")
     p.add_argument("--gap-s", type=float, default=0.3, help="pause after each request [0.3]")
     p.add_argument("--block", type=int, default=1, help="requests to a path in a row [1]")
-    p.add_argument("--port", type=int, default=18620, help="Fronde's port [18620]")
     args = p.parse_args()
     b: int = args.block
     log = os.path.join(tempfile.gettempdir(), f"ttft-split-{os.getpid()}.log")
-    proc, direct = start(args.port, log)
-    urls = {"direct": direct, "fronde": f"http://127.0.0.1:{args.port}"}
+    proc, direct = start(PORT, log)
+    urls = {"direct": direct, "fronde": f"http://127.0.0.1:{PORT}"}
     runs: dict[str, list[Sample]] = {name: [] for name in PATHS}
     clients = {name: httpx.Client(timeout=120) for name in runs}
     try:

@@ -40,6 +40,8 @@ def test_a_stream_logs_its_marks_once_in_order(serve: Any, tmp_path: Path) -> No
     assert list(marks) == WAY  # no upstream call of Fronde's own among them
     times = [marks[k] for k in WAY]
     assert times == sorted(times) and times[0] >= 0
+    cpu: dict[str, float] = line["cpu_ms"]  # the proxy's CPU since arrival, at each mark
+    assert list(cpu) == WAY and [cpu[k] for k in WAY] == sorted(cpu.values())
 
 
 def test_without_the_setting_nothing_is_stamped(serve: Any, tmp_path: Path) -> None:

@@ -77,6 +77,9 @@ class ServerSettings(_Section):
         le=3600,
         description="on SIGTERM, in-flight requests get this long to finish, seconds",
     )
+    stamps: bool = Field(
+        default=False, description="debug: log each request's time stamps to its first byte"
+    )
 
     @property
     def url(self) -> str:

@@ -202,6 +202,7 @@ def create_app(
         open_paths=OPEN_PATHS,
         known_paths=KNOWN_PATHS,
         metrics=runtime.metrics,
+        stamps=settings.server.stamps,
     )
     app.add_api_route("/metrics", _prometheus, methods=["GET"], include_in_schema=False)
     for part in (router, agents, native, ui):

@@ -19,6 +19,7 @@ from starlette.types import Receive, Scope, Send
 
 from fronde.logging import get_logger
 from fronde.request import Answer, Whole
+from fronde.stamps import stamp, stamp_done
 
 __all__ = [
     "CLIENT_GONE_STATUS",
@@ -123,6 +124,7 @@ class RelayResponse(StreamingResponse):
             head = {"status": self.status_code, "headers": self.raw_headers}
             await send({"type": "http.response.start", **head})
             self._started = True
+        stamp("head")
         loop = asyncio.get_running_loop()
         self._last = loop.time()
         async for chunk in self.body_iterator:
@@ -130,6 +132,7 @@ class RelayResponse(StreamingResponse):
             async with self._sending:
                 await send({"type": "http.response.body", "body": body, "more_body": True})
             self._last = loop.time()
+            stamp_done("byte")
         async with self._sending:
             await send({"type": "http.response.body", "body": b"", "more_body": False})
 
@@ -176,6 +179,7 @@ def render(answer: Answer) -> Response:
     answer's clean-up).
     """
     if isinstance(answer, Whole):
+        stamp_done("answer")
         return JSONResponse(answer.body, headers=answer.headers)
     return RelayResponse(
         answer.events,

@@ -19,6 +19,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from fronde.errors import AuthenticationError
 from fronde.metrics import Metrics
 from fronde.request.agent_apis import error_body_for
+from fronde.stamps import begin
 
 __all__ = ["GateMiddleware"]
 
@@ -33,6 +34,7 @@ class GateMiddleware:
         open_paths: paths served without a key (``/health`` for liveness probes).
         known_paths: paths counted under their own label; the rest count as "other".
         metrics: where ``fronde_requests_total`` lives.
+        stamps: time-stamp each request (``server.stamps``, :mod:`fronde.stamps`).
     """
 
     def __init__(
@@ -43,12 +45,14 @@ class GateMiddleware:
         open_paths: Collection[str],
         known_paths: Collection[str],
         metrics: Metrics,
+        stamps: bool = False,
     ) -> None:
         self.app = app
         self.keys = frozenset(keys)
         self.open_paths = frozenset(open_paths)
         self.known_paths = frozenset(known_paths)
         self.metrics = metrics
+        self.stamps = stamps
 
     def _authorized(self, scope: Scope) -> bool:
         if not self.keys or scope["path"] in self.open_paths or scope["method"] == "OPTIONS":
@@ -66,6 +70,8 @@ class GateMiddleware:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
+        if self.stamps:
+            begin(scope["path"])
         path = scope["path"] if scope["path"] in self.known_paths else "other"
         if not self._authorized(scope):
             exc = AuthenticationError(

@@ -20,6 +20,7 @@ from fronde.errors import FrondeError, InvalidRequestError
 from fronde.json_types import JSON, JSONObject
 from fronde.request import MAX_BATCH, PATHS, BatchItem, run_batch
 from fronde.request.prompts import check_prompt
+from fronde.stamps import stamp
 
 __all__ = ["router"]
 
@@ -32,6 +33,7 @@ async def chat_completions(request: Request, rt: RuntimeDep) -> Response:
     body = await read_json_body(request, rt.settings.server.max_body_bytes)
     check_chat(body, rt.settings.server.default_max_tokens)
     chat = ChatRequest.parse(body)
+    stamp("parsed")
     work = rt.dispatcher.answer("chat", chat, request.headers.get("x-fronde-mode"))
     return await answered(request.receive, work)
 
@@ -47,6 +49,7 @@ async def completions(request: Request, rt: RuntimeDep) -> Response:
     check_completion(body, rt.settings.server.default_max_tokens)
     check_prompt(body)
     text = CompletionRequest.parse(body)
+    stamp("parsed")
     work = rt.dispatcher.answer("text", text, request.headers.get("x-fronde-mode"))
     return await answered(request.receive, work)
 

@@ -32,6 +32,7 @@ from fronde.errors import (
     ContextLengthError,
 )
 from fronde.json_types import JSON, JSONObject
+from fronde.stamps import stamp
 
 __all__ = ["TRANSPORT_ERRORS", "BackendClient", "UpstreamStream", "make_http_client"]
 
@@ -284,12 +285,14 @@ class BackendClient:
             BackendHTTPError: status ≥ 400, with the backend's message.
         """
         url = base_url + path
+        stamp(f"call {path}")
         try:
             resp = await _send_once_retried(
                 self.http, self.http.build_request("GET", url), stream=False
             )
         except httpx.HTTPError as exc:
             raise _translate(exc, url) from exc
+        stamp(f"called {path}")
         if resp.status_code >= 400:
             raise _backend_error(resp.content, resp.status_code)
         data: JSON = resp.json()
@@ -322,6 +325,7 @@ class BackendClient:
         url = base_url + path
         await self._settle(base_url, path, body)
         body, pin = self._pin(base_url, path, body, early=False)  # no headers till the end
+        stamp(f"call {path}")
         try:
             request = self.http.build_request("POST", url, json=body)
             resp = await _send_once_retried(self.http, request, stream=False)
@@ -329,6 +333,7 @@ class BackendClient:
             raise _translate(exc, url) from exc
         finally:
             self._unpin(base_url, pin)
+        stamp(f"called {path}")
         if resp.status_code >= 400:
             raise _backend_error(resp.content, resp.status_code)
         try:
@@ -365,7 +370,9 @@ class BackendClient:
         body, pin = self._pin(base_url, path, body, early=True)
         try:
             request = self.http.build_request("POST", url, json=body)
+            stamp("sent")
             resp = await _send_once_retried(self.http, request, stream=True)
+            stamp("headers")
         except BaseException as exc:
             self._unpin(base_url, pin)
             if isinstance(exc, httpx.HTTPError):

@@ -51,6 +51,7 @@ from fronde.router.classify import (
 )
 from fronde.router.engine import Decision, Router
 from fronde.router.plan import Route
+from fronde.stamps import stamp
 
 __all__ = ["Dispatcher"]
 
@@ -154,6 +155,7 @@ class Dispatcher:
                 r = self.settings.router
                 await arrival.gathered(r.gather_ms / 1000, r.gather_max_ms / 1000)
             adm, headers = await self._admit(kind, view, forced, arrival)
+            stamp("planned")
             if gathered:
                 # The part of x-fronde-overhead-ms spent waiting for the burst to end.
                 headers["x-fronde-gather-ms"] = f"{arrival.waited_s * 1000:.3f}"
@@ -273,6 +275,7 @@ class Dispatcher:
         plan = decision.plan
         mode = await self._resident(adm, headers)
         await adm.take_slot()
+        stamp("slot")
 
         async def send(to: Mode) -> Answer:
             if api is not None:

@@ -131,9 +131,13 @@ class Hindsight:
         """Schedule the replay of an answered request.
 
         Its ``text``, or the relayed SSE ``pieces`` it is read from. No-op without a
-        book, or for a token-array prompt.
+        book, for a token-array prompt, and where the book would learn nothing from it
+        (:meth:`~fronde.router.engine.Router.learns_from`: a forced request to baseline,
+        say): its three calls to the backend would come during the client's next request.
         """
         if not self.enabled or (not text and not pieces):
+            return
+        if not self.router.learns_from(decision, mode):
             return
         if kind == "text" and not isinstance(body.get("prompt"), str):
             return  # a token-array or batched prompt: nothing to render

@@ -37,6 +37,7 @@ from fronde.json_types import JSON, JSONObject
 from fronde.logging import get_logger
 from fronde.request.agent_apis import Api
 from fronde.request.choices import ChoiceBook, OwnedStops, choice_index
+from fronde.stamps import stamp
 
 __all__ = [
     "DONE_LINE",
@@ -217,6 +218,7 @@ async def relay_sse(
     relay = _Relay(on_timings, include_usage, stops)
     try:
         async for batch in upstream.line_batches():
+            stamp("event")
             # The events of one read leave in one piece (one write to the client). A
             # plain content event is forwarded as its bytes, unparsed and undecoded.
             out: list[bytes] = []

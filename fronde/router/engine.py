@@ -44,6 +44,12 @@ RECENT_KEPT = 200
 """Recent routing decisions kept for ``/fronde/v1/router``."""
 
 
+def _mirror_only(decision: Decision) -> bool:
+    """Whether the book takes the answer only into its mirrors (:meth:`Router.observe`)."""
+    route = decision.plan.route
+    return decision.measurement is None or route in (Route.FORCED, Route.PROBE, Route.UNSAFE)
+
+
 class Router(RouterViews):
     """Routing state: measurements, cache, in-flight counts, recent decisions.
 
@@ -313,6 +319,18 @@ class Router(RouterViews):
         decision.measurement = m
         self._version += 1
 
+    def learns_from(self, decision: Decision, mode: Mode) -> bool:
+        """Whether :meth:`observe` would change the book for this answer on ``mode``.
+
+        Not without a book, nor for one it only shows to the mirror of its server's table
+        (forced, probed, unsafe-for-spec, unmeasured) when ``mode`` keeps no table
+        (baseline, ngram-simple): then its token ids need not be fetched (hindsight).
+        """
+        book = self.counterfactual
+        if book is None:
+            return False
+        return not _mirror_only(decision) or mode in book.mirrors
+
     def observe(
         self,
         decision: Decision,
@@ -333,8 +351,7 @@ class Router(RouterViews):
         if book is None or decision.status != "done":
             return
         m = decision.measurement
-        route = decision.plan.route
-        if m is None or route in (Route.FORCED, Route.PROBE, Route.UNSAFE):
+        if m is None or _mirror_only(decision):  # m: narrowed for the type checker
             book.seen(mode, prompt, generated)
             return
         stats = book.replay(mode, prompt, generated, budget)

@@ -30,6 +30,8 @@ rest is ignored) plus knobs in the manner of llama-swap's ``cmd/fake-model``:
   llama-server does for a token that ends inside a multi-byte character.
 - ``--fake-record PATH``: append every POST as a JSON line ``{"path", "body"}`` to PATH,
   so a test can see which fields reached the backend on each route (streams included).
+- ``--fake-calls PATH``: append every call's ``METHOD /path`` to PATH, GETs too
+  (``tests/fakes/call_log.py``), so a test can count Fronde's calls around a generation.
 - ``--fake-token-log FILE``: append each generated token's wall-clock time (``time.time()``,
   s) to FILE, one a line: what the server sent, and when, for a client's count to be
   checked against.
@@ -89,8 +91,10 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 if __package__:
+    from .call_log import CallLog
     from .per_request_spec import DRAFT_CAP, PerRequestSpec
 else:  # run as the fake llama-server binary: this file's folder is on sys.path
+    from call_log import CallLog
     from per_request_spec import DRAFT_CAP, PerRequestSpec
 
 GARBAGE = b"data: {this is not json\n\n"
@@ -169,6 +173,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--fake-no-tool-template", action="store_true")
     p.add_argument("--fake-lose-every", type=int, default=None)
     p.add_argument("--fake-record", default=None)
+    p.add_argument("--fake-calls", default=None)
     p.add_argument("--fake-token-log", default=None)
     p.add_argument("--fake-per-request-spec", action="store_true")
     p.add_argument("--fake-per-request", action="store_true")
@@ -1067,6 +1072,8 @@ def main() -> None:
         app = PerRequestSpec(app, types)
     if args.fake_record:
         app = Recorder(app, args.fake_record)
+    if args.fake_calls:
+        app = CallLog(app, args.fake_calls)
     config = uvicorn.Config(app, host=args.host, port=args.port, log_level="warning")
     server = StubbornServer(config) if args.fake_ignore_sigterm else uvicorn.Server(config)
     server.run()

@@ -618,10 +618,10 @@ async def test_replays_do_not_wait_for_idleness_with_slots_and_never_pile_up() -
 
     client = Stuck()
     seen = Hindsight(client, router, wait_idle=False)
-    decision = Decision(Plan(Route.FALLBACK, Mode.BASELINE), RequestClass.GENERAL, "k", 0.0)
+    decision = Decision(Plan(Route.FALLBACK, Mode.NGRAM_MOD), RequestClass.GENERAL, "k", 0.0)
     body: JSONObject = {"prompt": "p"}
-    for _ in range(MAX_PENDING + 8):
-        seen.after(decision, Mode.BASELINE, "http://x", "text", body, text="answer")
+    for _ in range(MAX_PENDING + 8):  # ngram-mod: its mirror learns from any answer
+        seen.after(decision, Mode.NGRAM_MOD, "http://x", "text", body, text="answer")
     assert len(seen._tasks) == MAX_PENDING and seen.dropped == 8  # pyright: ignore[reportPrivateUsage]
     await asyncio.sleep(0.2)
     assert client.calls >= 1  # replays started though requests are in flight

@@ -29,6 +29,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from fronde.backends.affinity import Backend, remote_of
 from fronde.backends.hosts import HOSTS_LABEL, HostCheck, start_hosts
 from fronde.backends.pool_plan import PlanTopology, PoolPlan, plan_pool
 from fronde.backends.process import BackendState, LlamaServerProcess, log_tail
@@ -48,10 +49,6 @@ RESTART_BACKOFF_S = (1.0, 2.0, 4.0, 8.0, 16.0, 30.0)
 """Wait before the n-th consecutive restart of a crashed backend, seconds."""
 
 
-Backend = LlamaServerProcess | RemoteMode | SharedMode
-"""A mode's backend: a local llama-server child, remote replicas, or its view of the
-llama-server that serves every mode."""
-
 OwnBackend = LlamaServerProcess | RemoteMode
 """A backend that serves one mode alone (per-mode)."""
 
@@ -66,12 +63,6 @@ def _slots_of(args: list[str]) -> int:
         if flag in ("-np", "--parallel") and value.isdigit():
             slots = int(value)
     return slots
-
-
-def _remote_of(backend: Backend) -> RemoteMode | None:
-    """The remote replicas behind ``backend`` (its own, or the hosts of every mode), if any."""
-    inner = backend.server.process if isinstance(backend, SharedMode) else backend
-    return inner if isinstance(inner, RemoteMode) else None
 
 
 class BackendPool:
@@ -283,7 +274,7 @@ class BackendPool:
     def count_load_with(self, load: Callable[[str], int]) -> None:
         """Balance remote replicas by ``load(url)``: requests in flight (the client counts)."""
         for backend in self.backends.values():
-            remote = _remote_of(backend)
+            remote = remote_of(backend)
             if remote is not None:
                 remote.load = load
 
@@ -371,7 +362,7 @@ class BackendPool:
                 "restarts": self.restarts[mode],
                 "error": proc.last_error,
             }
-            remote = _remote_of(proc)
+            remote = remote_of(proc)
             if remote is not None:
                 out[str(mode)]["replicas"] = remote.replica_status()
         for mode, reason in self.left_out.items():

@@ -7,6 +7,11 @@ flight. Health uses hysteresis so one slow answer does not flap a replica:
 
     unknown ──2 successes──▶ up ──3 failures──▶ down ──2 successes──▶ up
 
+A request a replica drops before its answer began counts as one failed check there
+(:meth:`RemoteMode.failed`), and goes once to another up replica
+(:mod:`fronde.backends.affinity`, which also keeps a probe's continuation on the
+replica of the probe).
+
 With a :attr:`RemoteMode.check` (hosts that serve every mode, ``remote.all``:
 :mod:`fronde.backends.hosts`), a replica is checked before each time it would come up;
 one the check refuses stays out, with the reason as its error, until it goes down (a
@@ -22,14 +27,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Collection, Iterable
 from dataclasses import dataclass, field
 from typing import TypedDict
 
 import httpx
 
 from fronde.backends.process import BackendState
-from fronde.errors import BackendStartError
+from fronde.errors import BackendStartError, BackendUnavailableError
 from fronde.logging import get_logger
 from fronde.modes import Mode
 
@@ -149,12 +154,41 @@ class RemoteMode:
         """The up replica with the fewest requests in flight (first listed on a tie).
 
         Raises:
-            RuntimeError: no replica is up (the pool checks ``state`` first).
+            BackendUnavailableError: no replica is up (the pool checks ``state`` first).
         """
-        up = [r for r in self.replicas if r.up]
+        return self.url_for()
+
+    def url_for(self, avoid: Collection[str] = (), prefer: Iterable[str] = ()) -> str:
+        """The base URL one call of a request goes to, among the up replicas.
+
+        The first of ``prefer`` that is up (its KV cache holds the request so far), else
+        the one with the fewest requests in flight (first listed on a tie); never one in
+        ``avoid`` (base URLs the request failed on).
+
+        Raises:
+            BackendUnavailableError: no replica outside ``avoid`` is up.
+        """
+        up = [r for r in self.replicas if r.up and r.url not in avoid]
         if not up:
-            raise RuntimeError(f"no replica of {self.mode} is up")
-        return min(up, key=lambda r: self.load(r.url)).url
+            other = " other" if avoid else ""
+            raise BackendUnavailableError(f"no{other} replica of {self.mode} is up")
+        ups = {r.url for r in up}
+        kept = next((url for url in prefer if url in ups), None)
+        return kept if kept is not None else min(up, key=lambda r: self.load(r.url)).url
+
+    def failed(self, url: str, error: str) -> None:
+        """A request to replica ``url`` failed before its answer began (``error``: why).
+
+        It counts as one failed health check there (the hysteresis: :data:`DOWN_AFTER`
+        in a row take the replica down), so a replica that drops requests leaves as
+        soon as one that fails its checks. An unknown ``url`` is ignored.
+        """
+        for replica in self.replicas:
+            if replica.url == url and replica.observe(False, error):
+                log.warning(
+                    "backend.replica_down", mode=str(self.mode), url=url, error=replica.last_error
+                )
+        self._refresh()
 
     def _refresh(self) -> None:
         if self.state is not BackendState.STOPPED:

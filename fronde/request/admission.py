@@ -14,6 +14,7 @@ import time
 from collections.abc import Callable, Generator
 from contextlib import contextmanager
 
+from fronde.backends.affinity import Affinity
 from fronde.modes import Mode
 from fronde.router.engine import Decision, Router, Status
 
@@ -109,6 +110,10 @@ class Admission:
             native ``/completion`` pass-through takes a decode slot all the same).
         arrival: the request's count among those not yet in flight, closed when it is
             (:meth:`count`) or when the admission is released.
+
+    Attributes:
+        affinity: which remote host each of its upstream calls goes to, and the hosts it
+            failed on (:class:`~fronde.backends.affinity.Affinity`).
     """
 
     def __init__(
@@ -121,6 +126,7 @@ class Admission:
         self._gate_held = False
         self._after: list[Callable[[], None]] = []
         self._uncounts: list[Callable[[], None]] = []
+        self.affinity = Affinity()
 
     def on_release(self, callback: Callable[[], None]) -> None:
         """Run ``callback`` once when the admission is released (e.g. give a lease back)."""

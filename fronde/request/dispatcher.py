@@ -15,6 +15,7 @@ errors carry them too.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
 from typing import cast
 
 from fronde.backends.client import BackendClient
@@ -23,7 +24,7 @@ from fronde.backends.swap import SwapScheduler
 from fronde.client_request import ClientRequest
 from fronde.config import Settings
 from fronde.errors import (
-    BackendConnectionError,
+    BackendError,
     BackendUnavailableError,
     ContextLengthError,
     FrondeError,
@@ -38,6 +39,7 @@ from fronde.request.hindsight import Hindsight
 from fronde.request.native import Kind, max_new_tokens, splice_safe
 from fronde.request.native_calls import NativeCalls
 from fronde.request.reply import Answer, Whole
+from fronde.request.retry import lost, retry_mode, unavailable
 from fronde.request.sender import Sender
 from fronde.request.tools import ToolTemplate, honour_tool_choice
 from fronde.router.cache import cache_key
@@ -269,7 +271,9 @@ class Dispatcher:
         """Wait for residency and a slot, then send or probe; retry once elsewhere.
 
         A request of another ``api`` is never probed (the probe speaks chat): it goes
-        whole to the plan's mode.
+        whole to the plan's mode. One that failed before any byte was sent goes once
+        more: to another up host of its mode where remote hosts serve it
+        (:class:`~fronde.backends.affinity.Affinity`), else to another ready mode.
         """
         decision = cast("Decision", adm.decision)
         plan = decision.plan
@@ -282,28 +286,59 @@ class Dispatcher:
                 return await self.sender.pass_api(adm, api, req, to, headers)
             return await self.sender.send(adm, kind, req, to, headers)
 
-        try:
+        async def attempt() -> Answer:
             # A probe hands over between two backends; with swap residency only the
             # leased one is sure to stay up, so the probed mode answers in full.
             probe = plan.route is Route.PROBE and api is None and _probe_eligible(kind, req.wire())
             if probe and self.swap is None:
                 return await self.sender.probe(adm, kind, req, headers)
             return await send(mode)
-        except (BackendConnectionError, BackendUnavailableError) as exc:
-            # Nothing reached the client yet: serve from another ready mode.
-            alt = self._retry_mode(decision)
-            if alt is None and self.pool.topology == "single":
-                # Every mode's server failed: the supervisor restarts it, come back then.
-                raise BackendUnavailableError(
-                    f"the llama-server of every mode failed ({exc.message}); it is being "
-                    "restarted: retry"
-                ) from exc
-            if alt is None:
+
+        try:
+            return await attempt()
+        except BackendError as exc:
+            # Nothing reached the client yet (a stream's later failure is in-band).
+            if not adm.affinity.elsewhere(self.pool.backends.get(mode), exc):
+                return await self._retried(adm, exc, mode, headers, send)
+            failed = adm.affinity.last
+            log.warning("route.host_retried", mode=str(mode), failed=failed, error=exc.message)
+        try:
+            return await attempt()
+        except BackendError as exc:
+            # Counted in its host's health; no third try: the other hosts failed or are down.
+            adm.affinity.elsewhere(self.pool.backends.get(mode), exc)
+            if not lost(self.pool, mode, exc, adm.affinity):
                 raise
-            log.warning("route.retried", failed=str(plan.mode), mode=str(alt), error=exc.message)
-            headers |= {"x-fronde-mode": str(alt), "x-fronde-retried-from": str(plan.mode)}
-            decision.winner = alt
-            return await send(alt)
+            raise unavailable(self.pool, mode, exc) from exc
+
+    async def _retried(
+        self,
+        adm: Admission,
+        exc: BackendError,
+        mode: Mode,
+        headers: dict[str, str],
+        send: Callable[[Mode], Awaitable[Answer]],
+    ) -> Answer:
+        """After ``exc`` on ``mode`` before any byte was sent: ``send`` to another mode.
+
+        Raises:
+            BackendError: ``exc`` itself where it was the server's answer, or no other
+                mode may take the request (:func:`~fronde.request.retry.retry_mode`); in
+                single a 503 with ``Retry-After``.
+        """
+        decision = cast("Decision", adm.decision)
+        plan = decision.plan
+        if not lost(self.pool, mode, exc, adm.affinity):
+            raise exc
+        alt = retry_mode(self.pool, decision, swap=self.swap is not None)
+        if alt is None and self.pool.topology == "single":
+            raise unavailable(self.pool, mode, exc) from exc
+        if alt is None:
+            raise exc
+        log.warning("route.retried", failed=str(plan.mode), mode=str(alt), error=exc.message)
+        headers |= {"x-fronde-mode": str(alt), "x-fronde-retried-from": str(plan.mode)}
+        decision.winner = alt
+        return await send(alt)
 
     async def _resident(self, adm: Admission, headers: dict[str, str]) -> Mode:
         """With swap residency, wait for the plan's mode to be resident; return the mode to use.
@@ -325,23 +360,3 @@ class Dispatcher:
             headers |= {"x-fronde-mode": str(lease.mode), "x-fronde-swap-fallback": str(plan.mode)}
             decision.winner = lease.mode
         return lease.mode
-
-    def _retry_mode(self, decision: Decision) -> Mode | None:
-        """Where a request goes when its mode failed before any byte was sent, or None.
-
-        Forced requests are not moved (the client asked for that mode), nor are
-        unsafe-for-spec ones (only baseline may serve them), nor requests under swap
-        residency (only the leased mode is sure to stay up), nor any in single (every
-        mode is the one llama-server that failed). Otherwise the plan's floor, then
-        baseline, then any other ready mode.
-        """
-        plan = decision.plan
-        if plan.route in (Route.FORCED, Route.UNSAFE) or self.swap is not None:
-            return None
-        if self.pool.topology == "single":
-            return None  # every mode is the same llama-server: no other to go to
-        ready = [m for m in self.pool.ready_modes() if m is not plan.mode]
-        for m in (plan.floor, Mode.BASELINE, *ready):
-            if m is not None and m in ready:
-                return m
-        return None

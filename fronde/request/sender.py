@@ -178,7 +178,7 @@ class Sender:
         OpenAI's accepted and rejected prediction token counts.
         """
         decision = cast("Decision", adm.decision)
-        url = self.pool.get(mode).url
+        url = adm.affinity.url(self.pool.get(mode))
         fields = self.pool.fields(mode)  # the mode, where one server serves every mode
         body = req.wire()
         sent = with_fields(body, fields, self._draft_length(decision, mode, url, body, headers))
@@ -258,7 +258,7 @@ class Sender:
         leaves closes the upstream connection, which frees the slot.
         """
         decision = cast("Decision", adm.decision)
-        url = self.pool.get(mode).url
+        url = adm.affinity.url(self.pool.get(mode))
         self._overhead(decision, headers)
         body = req.wire()
         under = self._draft_length(decision, mode, url, body, headers)

@@ -19,8 +19,11 @@ over the same token ids; a hand-over neither loses nor invents text:
   (:meth:`~fronde.backends.slots.SlotPins.keep`) until the answer ends: the server
   prefills only the tokens that are new, not the prompt again. In the single topology
   (one llama-server serves every mode, :mod:`fronde.backends.single`) that is every
-  hand-over: the floor continues from the candidate's KV cache. Per mode, a hand-over to
-  another server still prefills the whole prompt there.
+  hand-over: the floor continues from the candidate's KV cache. Over several remote
+  hosts (``remote.all``, or a mode's replicas) a segment goes back to a host that ran an
+  earlier one while it is up (:class:`~fronde.backends.affinity.Affinity`); if that
+  host went down, another takes the segment and prefills the whole prompt. Per mode, a
+  hand-over to another server still prefills the whole prompt there.
 - Each segment carries its mode's request fields on a server of every mode
   (:meth:`~fronde.backends.pool.BackendPool.fields`).
 - Every segment **streams** from its backend, also for a client that wants one JSON
@@ -189,7 +192,7 @@ class Splice:
         Raises:
             BackendError, InvalidRequestError: as :func:`prompt_ids`.
         """
-        url = self.pool.get(self.decision.plan.mode).url
+        url = self.admission.affinity.url(self.pool.get(self.decision.plan.mode))
         self.prompt = await prompt_ids(self.client, url, self.kind, self.body)
 
     def _n_next(self) -> int:
@@ -207,7 +210,7 @@ class Splice:
         if all(s.generated == len(s.tokens) for s in self.segments):
             return self.prompt + self.tokens
         text = "".join(s.text for s in self.segments)
-        url = self.pool.get(self.decision.plan.mode).url
+        url = self.admission.affinity.url(self.pool.get(self.decision.plan.mode), self.slots)
         out = await self.client.post_json(
             url, "/tokenize", {"content": text, "add_special": False, "parse_special": False}
         )
@@ -225,8 +228,9 @@ class Splice:
         find a stream to close.
         """
         seg = Segment(mode)
-        url = self.pool.get(mode).url
         context = await self._context()
+        # Remote hosts: back to a host whose slot holds the answer so far, while it is up.
+        url = self.admission.affinity.url(self.pool.get(mode), self.slots)
         self.segments.append(seg)
         params = with_fields(self.params, self.pool.fields(mode))
         if url in self.slots:  # its cache holds the prompt and the tokens so far

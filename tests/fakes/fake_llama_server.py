@@ -5,7 +5,8 @@ rest is ignored) plus knobs in the manner of llama-swap's ``cmd/fake-model``:
 
 - ``--fake-tps N``: decode speed in tokens per second (reported and paced);
 - ``--fake-accept-rate P``: α reported when a spec type is set;
-- ``--fake-load-s S``: answer /health 503 for S seconds first;
+- ``--fake-load-s S``: for S seconds first, answer every request with llama-server's
+  503 ``Loading model`` (``/health`` included), as b11434 does while it loads;
 - ``--fake-prefill-s S``: a generation waits S seconds before its first token (a
   stream's headers come at once, as b11434 sends them once the request has a slot);
 - ``--fake-exit-on-start CODE``: exit at once with CODE, after a line on stderr;
@@ -147,6 +148,22 @@ class Recorder:
             return {"type": "http.request", "body": raw, "more_body": False}
 
         await self.app(scope, replay, send)
+
+
+class Loading:
+    """ASGI wrapper of ``--fake-load-s``: every request gets b11434's 503 while it loads
+    (``middleware_server_state``, ``tools/server/server-http.cpp``)."""
+
+    def __init__(self, app: Any, load_s: float) -> None:
+        self.app, self.until = app, time.monotonic() + load_s
+        error = {"code": 503, "message": "Loading model", "type": "unavailable_error"}
+        self.body = {"error": error}
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http" or time.monotonic() >= self.until:
+            await self.app(scope, receive, send)
+            return
+        await JSONResponse(self.body, 503)(scope, receive, send)
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -1070,6 +1087,8 @@ def main() -> None:
     if args.fake_per_request_spec:
         types = [t for t in args.spec_type.split(",") if t != "none"]
         app = PerRequestSpec(app, types)
+    if args.fake_load_s > 0:
+        app = Loading(app, args.fake_load_s)
     if args.fake_record:
         app = Recorder(app, args.fake_record)
     if args.fake_calls:

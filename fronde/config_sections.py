@@ -77,9 +77,7 @@ class ServerSettings(_Section):
         le=3600,
         description="on SIGTERM, in-flight requests get this long to finish, seconds",
     )
-    stamps: bool = Field(
-        default=False, description="debug: log each request's time stamps to its first byte"
-    )
+    stamps: bool = Field(default=False, description="debug: log each request's time stamps")
 
     @property
     def url(self) -> str:

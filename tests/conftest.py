@@ -9,6 +9,7 @@ import stat
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from playwright.sync_api import Browser, sync_playwright
@@ -40,19 +41,44 @@ def fake_gemma(tmp_path: Path, fake_binary: Path) -> Callable[[int], Settings]:
     """
 
     def settings(tps: int) -> Settings:
-        shutil.copy(REPO_MODELS / "cpu-gemma-270m.toml", tmp_path)
-        profile = load_profile(tmp_path, "cpu-gemma-270m")
-        with (tmp_path / profile.target.file).open("wb") as f:
-            f.truncate(profile.target.size or 1)
-        return load_settings(
-            models_dir=tmp_path,
-            cache_dir=tmp_path,
-            profile="cpu-gemma-270m",
-            llama_server=fake_binary,
-            backend={"extra_args": ["--fake-tps", str(tps)]},
+        return gemma_on_fake(
+            tmp_path, fake_binary, backend={"extra_args": ["--fake-tps", str(tps)]}
         )
 
     return settings
+
+
+def gemma_on_fake(tmp_path: Path, fake_binary: Path, **overrides: Any) -> Settings:
+    """Settings for the gemma profile on the fake binary, with ``overrides``.
+
+    The profile and a sparse GGUF of its manifest's size go to ``tmp_path``, which is also
+    the models and cache folder, so :func:`~fronde.evidence.calibration.load_key` resolves.
+    """
+    shutil.copy(REPO_MODELS / "cpu-gemma-270m.toml", tmp_path)
+    profile = load_profile(tmp_path, "cpu-gemma-270m")
+    with (tmp_path / profile.target.file).open("wb") as f:
+        f.truncate(profile.target.size or 1)
+    return load_settings(
+        models_dir=tmp_path,
+        cache_dir=tmp_path,
+        profile="cpu-gemma-270m",
+        llama_server=fake_binary,
+        **overrides,
+    )
+
+
+def cli_env(settings: Settings, cache_dir: Path) -> dict[str, str]:
+    """The environment a ``python -m fronde`` child needs to run ``settings``' profile.
+
+    Its models, its llama-server, the cache folder ``cache_dir`` and this checkout on the path.
+    """
+    return os.environ | {
+        "FRONDE_MODELS_DIR": str(settings.models_dir),
+        "FRONDE_CACHE_DIR": str(cache_dir),
+        "FRONDE_LLAMA_SERVER": str(settings.llama_server),
+        "FRONDE_PROFILE": settings.profile,
+        "PYTHONPATH": str(Path(__file__).resolve().parents[1]),
+    }
 
 
 CHROMIUM_FLAGS = [

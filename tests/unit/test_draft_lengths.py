@@ -8,8 +8,6 @@ the body the server received, so a test sees the ``speculative.n_max`` it carrie
 from __future__ import annotations
 
 import json
-import os
-import shutil
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, cast
@@ -24,16 +22,16 @@ from fronde.bench.load_lengths import best_lengths, schedule_lines, with_lengths
 from fronde.bench.load_rows import LoadRow
 from fronde.bench.passes import Timed
 from fronde.compose import Runtime
-from fronde.config import Settings, load_settings
+from fronde.config import Settings
 from fronde.evidence.calibration import LoadCurves, load_curves, load_key, save_load_curves
 from fronde.evidence.draft_schedule import DraftSchedule
 from fronde.modes import Mode
 from fronde.router.draft_length import DraftLengths
-from fronde.runtime.models import load_profile
 
+from ..conftest import cli_env, gemma_on_fake
 from .test_contract import chat, ready
 from .test_load_cli import fronde
-from .test_single import REPO_MODELS, single_plan, value
+from .test_single import single_plan, value
 
 SCHEDULE = DraftSchedule({Mode.NGRAM_MOD: ((1, 24), (4, 8)), Mode.CASCADE: ((2, 16),)})
 CURVES = LoadCurves(
@@ -81,32 +79,17 @@ def test_the_schedule_survives_load_json_and_an_old_entry_loads_without_one(
 # --- applied per request on the one server --------------------------------------------------
 
 
-def _settings_with_profile(tmp_path: Path, fake_binary: Path, **overrides: Any) -> Settings:
-    """Settings whose :func:`load_key` resolves (the fake binary, a profile on disk)."""
-    shutil.copy(REPO_MODELS / "cpu-gemma-270m.toml", tmp_path)
-    profile = load_profile(tmp_path, "cpu-gemma-270m")
-    with (tmp_path / profile.target.file).open("wb") as f:
-        f.truncate(profile.target.size or 1)
-    return load_settings(
-        cache_dir=tmp_path,
-        models_dir=tmp_path,
-        profile="cpu-gemma-270m",
-        llama_server=fake_binary,
-        **overrides,
-    )
-
-
 def _client(fake_binary: Path, tmp_path: Path, topology: str = "auto", **kw: Any) -> TestClient:
     """The app over the fakes (:func:`single_plan`; the one server patched)."""
     plan = single_plan(fake_binary, tmp_path, "--fake-per-request", topology=topology)
     backend = {"topology": topology}
-    settings = _settings_with_profile(tmp_path, fake_binary, backend=backend, **kw)
+    settings = gemma_on_fake(tmp_path, fake_binary, backend=backend, **kw)
     return TestClient(create_app(settings, pool=BackendPool(plan, stop_grace_s=1.0)))
 
 
 def _saved(tmp_path: Path, fake_binary: Path) -> None:
     """:data:`CURVES` (with :data:`SCHEDULE`) saved where the app reads them."""
-    save_load_curves(tmp_path, load_key(_settings_with_profile(tmp_path, fake_binary)), CURVES)
+    save_load_curves(tmp_path, load_key(gemma_on_fake(tmp_path, fake_binary)), CURVES)
 
 
 def _ask(c: TestClient, mode: Mode, others: int = 0, **extra: Any) -> tuple[Any, dict[str, Any]]:
@@ -270,13 +253,7 @@ def test_a_load_run_with_draft_lengths_saves_the_schedule_and_prints_it(
     tmp_path: Path, fake_gemma: Callable[[int], Settings]
 ) -> None:
     settings = fake_gemma(500)
-    env = os.environ | {
-        "FRONDE_MODELS_DIR": str(settings.models_dir),
-        "FRONDE_CACHE_DIR": str(tmp_path / "cache"),
-        "FRONDE_LLAMA_SERVER": str(settings.llama_server),
-        "FRONDE_PROFILE": "cpu-gemma-270m",
-        "PYTHONPATH": str(Path(__file__).resolve().parents[2]),
-    }
+    env = cli_env(settings, tmp_path / "cache")
     run = tmp_path / "run"
     load = ["bench", "load", "--clients", "1", "--items", "2", "--max-tokens", "8", "--slots", "1"]
     load += ["--window-s", "0.3", "--warmup-s", "0.1", "--no-screen", "--arm", "s-mod"]

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
 
 from fronde.config import Settings
+
+from ..conftest import cli_env
 
 
 def fronde(args: list[str], env: dict[str, str], cwd: Path) -> str:
@@ -36,13 +37,7 @@ def test_a_load_run_writes_the_page_that_bench_report_writes_again(
 ) -> None:
     """A new user's trial (2026-12-05) saw `bench report` change a fresh run's load.json."""
     settings = fake_gemma(500)  # the profile and a sparse GGUF in tmp_path
-    env = os.environ | {
-        "FRONDE_MODELS_DIR": str(settings.models_dir),
-        "FRONDE_CACHE_DIR": str(tmp_path / "cache"),
-        "FRONDE_LLAMA_SERVER": str(settings.llama_server),
-        "FRONDE_PROFILE": "cpu-gemma-270m",
-        "PYTHONPATH": str(Path(__file__).resolve().parents[2]),
-    }
+    env = cli_env(settings, tmp_path / "cache")
     run = tmp_path / "run"
     load = ["bench", "load", "--clients", "1", "--items", "2", "--max-tokens", "8"]
     load += ["--window-s", "0.5", "--warmup-s", "0.1"]

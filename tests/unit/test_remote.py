@@ -32,9 +32,11 @@ def test_health_hysteresis_three_failures_down_two_successes_up() -> None:
     assert [r.observe(True) for _ in range(UP_AFTER)][-1] is True and r.up
 
 
-def start_fake(binary: Path, port: int, log: Path, *knobs: str) -> subprocess.Popen[bytes]:
-    """A fake llama-server at ``port``, once its /health answers (ngram-mod unless
-    ``knobs`` name a ``--spec-type``)."""
+def start_fake(
+    binary: Path, port: int, log: Path, *knobs: str, health: int = 200
+) -> subprocess.Popen[bytes]:
+    """A fake llama-server at ``port``, once its /health answers ``health`` (ngram-mod unless
+    ``knobs`` name a ``--spec-type``; 503 for one started loading, ``--fake-load-s``)."""
     args = ["--port", str(port), "--alias", "fronde", "--fake-tps", "20"]
     if "--spec-type" not in knobs:
         args += ["--spec-type", "ngram-mod"]
@@ -42,7 +44,7 @@ def start_fake(binary: Path, port: int, log: Path, *knobs: str) -> subprocess.Po
         proc = subprocess.Popen([str(binary), *args, *knobs], stdout=out, stderr=out)
     for _ in range(200):
         with contextlib.suppress(httpx.TransportError):
-            if httpx.get(f"http://127.0.0.1:{port}/health", timeout=1).status_code == 200:
+            if httpx.get(f"http://127.0.0.1:{port}/health", timeout=1).status_code == health:
                 return proc
         time.sleep(0.05)
     proc.kill()

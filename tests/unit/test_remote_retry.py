@@ -9,7 +9,6 @@ the requests move the hysteresis.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import subprocess
 import time
@@ -182,16 +181,7 @@ def test_a_host_that_drops_requests_sends_each_once_to_the_other_until_it_is_dow
 def loading_host(binary: Path, tmp_path: Path, port: int, record: Path) -> subprocess.Popen[bytes]:
     """A fake host restarted at ``port``, loading its model (503 to every request)."""
     argv = [*PER_REQUEST, "--fake-record", str(record), "--fake-load-s", "600"]
-    cmd = [str(binary), "--port", str(port), "--alias", "fronde", *argv]
-    with (tmp_path / "loading.log").open("ab") as out:
-        proc = subprocess.Popen(cmd, stdout=out, stderr=out)
-    for _ in range(200):
-        with contextlib.suppress(httpx.TransportError):
-            if httpx.get(f"http://127.0.0.1:{port}/health", timeout=1).status_code == 503:
-                return proc
-        time.sleep(0.05)
-    proc.kill()
-    raise AssertionError("the loading host did not start")
+    return start_fake(binary, port, tmp_path / "loading.log", *argv, health=503)
 
 
 def test_a_host_loading_its_model_sends_the_request_to_the_other_and_with_none_a_503(

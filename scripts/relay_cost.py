@@ -9,7 +9,15 @@ token is one upstream read and one downstream write):
 - ``asgi``: the least an ASGI relay does (uvicorn with uvloop and httptools, one aiohttp
   session, each upstream piece sent on as it comes): the floor of Fronde's stack;
 - ``tcp``: asyncio Protocols on uvloop passing bytes through (no HTTP parsing): the
-  floor of a Python relay.
+  floor of a Python relay;
+- ``wake``, ``driven``, ``direct``: uvicorn as in ``asgi``, but the upstream answer read
+  by an asyncio Protocol with httptools' parser (no client library), its body pieces
+  sent on (``wake``) by a task woken once a read, through ``await send``; (``driven``)
+  from the Protocol's ``data_received`` itself, through ``send`` wrapped in three
+  closures (as Starlette's middleware stack wraps it) and run to its end at once
+  (uvicorn's ``send`` awaits nothing but flow control); (``direct``) from
+  ``data_received`` straight to uvicorn's transport, chunk-framed: how far a relay
+  could get that left the ASGI send path for the stream's bytes.
 
 For each arm in turn, round after round, it streams --requests completions of
 --long tokens and as many of --short tokens, one at a time over one keep-alive
@@ -18,11 +26,13 @@ token = (long − short) ÷ (the tokens between them), which leaves out what a r
 costs once (printed apart, ms a request). Median [lowest, highest] over the rounds.
 
     python scripts/relay_cost.py --arm fronde:. --arm fronde:/tmp/old --arm asgi --arm tcp
+    python scripts/relay_cost.py --arm asgi --arm wake --arm driven --arm direct --arm tcp
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import shutil
@@ -87,6 +97,68 @@ async def main():
 uvloop.run(main())
 """
 
+PROTOCOL_UP = """
+import asyncio, sys, httptools, uvicorn
+HOST, UPORT = sys.argv[1].split("//")[1].rsplit(":", 1)
+HOW = sys.argv[3]
+class Up(asyncio.Protocol):
+    def __init__(self, sink, end):
+        self.sink, self.end, self.parser = sink, end, httptools.HttpResponseParser(self)
+    def data_received(self, data): self.parser.feed_data(data)
+    def on_body(self, body): self.sink(body)
+    def on_message_complete(self): self.end()
+    def connection_lost(self, exc): self.end()
+def wrapped(send):
+    async def a(m): await send(m)
+    async def b(m): await a(m)
+    async def c(m): await b(m)
+    return c
+def at_once(send, message):
+    try: send(message).send(None)
+    except StopIteration: return
+    raise RuntimeError("send awaited (flow control)")
+async def app(scope, receive, send):
+    if scope["type"] != "http":
+        return
+    body = b""
+    while True:
+        m = await receive(); body += m.get("body", b"")
+        if not m.get("more_body"): break
+    await send({"type": "http.response.start", "status": 200,
+                "headers": [(b"content-type", b"text/event-stream")]})
+    loop = asyncio.get_running_loop()
+    ended, wake, pending = loop.create_future(), [loop.create_future()], []
+    def end():
+        ended.done() or ended.set_result(None)
+        wake[0].done() or wake[0].set_result(None)
+    if HOW == "direct":
+        down = send.__self__.transport
+        sink = lambda b: down.write(b"%x\\r\\n%b\\r\\n" % (len(b), b))
+    elif HOW == "driven":
+        send_c = wrapped(send)
+        sink = lambda b: at_once(send_c, {"type": "http.response.body", "body": b,
+                                          "more_body": True})
+    else:
+        def sink(b):
+            pending.append(b)
+            wake[0].done() or wake[0].set_result(None)
+    up, _ = await loop.create_connection(lambda: Up(sink, end), HOST, int(UPORT))
+    up.write(b"POST %b HTTP/1.1\\r\\nhost: x\\r\\ncontent-type: application/json\\r\\n"
+             b"content-length: %d\\r\\n\\r\\n%b" % (scope["path"].encode(), len(body), body))
+    while not ended.done() or pending:
+        await wake[0]
+        wake[0] = loop.create_future()
+        while pending:
+            await send({"type": "http.response.body", "body": pending.pop(0), "more_body": True})
+    up.close()
+    await send({"type": "http.response.body", "body": b"", "more_body": False})
+uvicorn.run(app, port=int(sys.argv[2]), loop="uvloop", http="httptools",
+            log_level="warning", access_log=False, lifespan="off")
+"""
+
+UP_ARMS = ("wake", "driven", "direct")
+"""The arms of :data:`PROTOCOL_UP`: how its body pieces reach the client."""
+
 
 def free_port() -> int:
     """A TCP port nothing listens on now."""
@@ -96,10 +168,18 @@ def free_port() -> int:
 
 
 def cpu_s(pid: int) -> float:
-    """User + system CPU seconds of process ``pid`` (Linux ``/proc``)."""
-    with open(f"/proc/{pid}/stat") as fh:
-        fields = fh.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    """CPU seconds process ``pid``'s live threads have run (Linux ``/proc``, nanoseconds).
+
+    Each thread's ``schedstat`` counts its run time exactly; ``utime + stime`` in
+    ``/proc/PID/stat`` comes in clock ticks (10 ms), which over a round's 2,480 tokens is
+    a step of 0.004 ms a token. A thread that exited takes its time with it; the arms
+    keep theirs (the event loop's, the resolver's pool).
+    """
+    total_ns = 0
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        with contextlib.suppress(FileNotFoundError), open(f"/proc/{pid}/task/{tid}/schedstat") as f:
+            total_ns += int(f.read().split()[0])
+    return total_ns / 1e9
 
 
 def wait_up(url: str, proc: subprocess.Popen[bytes]) -> None:
@@ -119,9 +199,9 @@ def wait_up(url: str, proc: subprocess.Popen[bytes]) -> None:
 def start(arm: str, upstream: str, tps: float, work: Path) -> tuple[subprocess.Popen[bytes], str]:
     """Start ``arm`` in front of ``upstream`` (a fake llama-server's URL); (process, its URL)."""
     port = free_port()
-    if arm in ("asgi", "tcp"):
-        code = ASGI_FLOOR if arm == "asgi" else TCP_FLOOR
-        cmd = [sys.executable, "-c", code, upstream, str(port)]
+    floors = {"asgi": ASGI_FLOOR, "tcp": TCP_FLOOR} | dict.fromkeys(UP_ARMS, PROTOCOL_UP)
+    if arm in floors:
+        cmd = [sys.executable, "-c", floors[arm], upstream, str(port), arm]
         proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         url = f"http://127.0.0.1:{port}"
         wait_up(url + "/health", proc)
@@ -172,7 +252,8 @@ def fake_dir(work: Path) -> None:
 def main() -> None:
     """Parse the arguments, run the rounds, print one line per arm."""
     ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
-    ap.add_argument("--arm", action="append", required=True, help="fronde:DIR, asgi or tcp")
+    arm_help = f"fronde:DIR, asgi, tcp, {', '.join(UP_ARMS)}"
+    ap.add_argument("--arm", action="append", required=True, help=arm_help)
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--requests", type=int, default=20, help="requests of each length a round")
     ap.add_argument("--long", type=int, default=128, help="tokens of a long answer")

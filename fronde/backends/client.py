@@ -21,6 +21,7 @@ import anyio
 import httpx
 from httpx_aiohttp import AiohttpTransport
 
+from fronde.backends.aiohttp_body import aiohttp_reader
 from fronde.backends.slots import Pin, SlotPins
 from fronde.config_sections import UpstreamSettings
 from fronde.errors import (
@@ -224,12 +225,14 @@ class UpstreamStream:
             yield [tail[:-1] if tail.endswith(b"\r") else tail]
 
     def raw(self) -> AsyncIterator[bytes]:
-        """The body's bytes as they arrive.
+        """The body's bytes as they arrive (from aiohttp's reader where there is one).
 
         Raises:
             BackendStreamError: the body broke (while iterating).
         """
-        return self._guarded(self._resp.aiter_raw())
+        reader = aiohttp_reader(self._resp)
+        parts = self._resp.aiter_raw() if reader is None else reader.iter_any()
+        return self._guarded(parts)
 
 
 class BackendClient:

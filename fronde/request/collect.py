@@ -23,7 +23,7 @@ completion chunk object" and "The chat completion object".
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -37,6 +37,13 @@ from fronde.request.relay import DONE_LINE, relay_sse
 __all__ = ["answer_whole", "collect"]
 
 _CHUNK_OBJECT = {"chat": "chat.completion", "text": "text_completion"}
+
+_NOT_TOP = ("choices", "usage", "object")
+"""A chunk's fields that are not carried to the answer's top level as they are."""
+
+_scan: Callable[[str, int], tuple[JSON, int]] = vars(json.JSONDecoder())["scan_once"]
+"""One JSON value at an index of a string: (value, its end); JSONDecodeError if none
+(the C scanner :meth:`json.JSONDecoder.raw_decode` calls; typeshed does not name it)."""
 
 
 def _merge_logprobs(into: JSONObject, part: JSONObject) -> None:
@@ -141,11 +148,31 @@ class _Answer:
         return out
 
 
-async def _split(pieces: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
-    """One line at a time: a relayed piece holds the lines of one upstream read."""
-    async for piece in pieces:
-        for line in piece.split(b"\n"):
-            yield line
+def _events(piece: bytes) -> Iterator[JSON]:
+    """A relayed piece's ``data: {...}`` events, parsed, in order; None for ``[DONE]``.
+
+    A piece holds whole lines (:func:`~fronde.request.relay.relay_sse` yields the lines
+    of one upstream read, each with its newline; a hindsight folds a whole answer).
+    Each event goes straight to the C scanner: :func:`json.loads` adds two regex
+    matches and three Python calls an event, and the payload, stripped and opening with
+    ``{``, has no whitespace around it to skip. Lazy, so that what follows an error
+    event or ``[DONE]`` is never decoded (as when the stream is read line by line).
+
+    Raises:
+        UnicodeDecodeError: a line is not UTF-8.
+        ValueError: a data line is not one JSON value.
+    """
+    for raw in piece.split(b"\n"):
+        line = raw.decode().strip()
+        if line.startswith("data: {"):
+            payload = line[6:]  # "{...": an object
+            event, end = _scan(payload, 0)
+            if end != len(payload):
+                raise json.JSONDecodeError("Extra data", payload, end)
+            yield event
+        elif line.startswith(DONE_LINE):
+            yield None
+            return
 
 
 async def collect(lines: AsyncIterator[bytes], kind: Kind) -> dict[str, Any]:
@@ -171,31 +198,38 @@ async def collect(lines: AsyncIterator[bytes], kind: Kind) -> dict[str, Any]:
     usage: JSON = None
     timings: JSON = None
     done = False
-    async for raw in _split(lines):
-        line = raw.decode().strip()
-        if line.startswith(DONE_LINE):
-            done = True
+    async for piece in lines:
+        for event in _events(piece):
+            if event is None:
+                done = True
+                break
+            if not isinstance(event, dict):
+                continue
+            if "error" in event:
+                err = event["error"]
+                message = err.get("message") if isinstance(err, dict) else err
+                raise BackendConnectionError(str(message or "the backend's stream failed"))
+            choices = event.get("choices")
+            if event.get("usage") is not None:
+                usage = event["usage"]
+            if isinstance(event.get("timings"), dict):
+                timings = event["timings"]  # b11434 puts them on the usage chunk
+            if not choices:
+                continue
+            for choice in choices if isinstance(choices, list) else []:
+                if isinstance(choice, dict):
+                    index = choice_index(choice)
+                    answer = answers.get(index)
+                    if answer is None:
+                        answer = answers[index] = _Answer(kind)
+                    answer.add(choice)
+            top.update(event)  # its choices, usage and object go at the end
+        if done:
             break
-        if not line.startswith("data: {"):
-            continue
-        event: JSONObject = json.loads(line[6:])  # "{...": an object
-        if "error" in event:
-            err = event["error"]
-            message = err.get("message") if isinstance(err, dict) else err
-            raise BackendConnectionError(str(message or "the backend's stream failed"))
-        choices = event.get("choices")
-        if event.get("usage") is not None:
-            usage = event["usage"]
-        if isinstance(event.get("timings"), dict):
-            timings = event["timings"]  # b11434 puts them on the usage chunk
-        if not choices:
-            continue
-        for choice in choices if isinstance(choices, list) else []:
-            if isinstance(choice, dict):
-                answers.setdefault(choice_index(choice), _Answer(kind)).add(choice)
-        top |= {k: v for k, v in event.items() if k not in ("choices", "usage", "object")}
     if not done:
         raise BackendConnectionError("the backend's stream ended before [DONE]")
+    for key in _NOT_TOP:
+        top.pop(key, None)
     folded: list[JSON] = [answers[i].choice(i) for i in sorted(answers)]
     folded = folded or [_Answer(kind).choice(0)]
     out: JSONObject = {"object": _CHUNK_OBJECT[kind], **top, "choices": folded}

@@ -220,15 +220,18 @@ async def relay_sse(
         async for batch in upstream.line_batches():
             stamp("event")
             # The events of one read leave in one piece (one write to the client). A
-            # plain content event is forwarded as its bytes, unparsed and undecoded.
+            # plain content event, and the blank line after it, is forwarded as its
+            # bytes, unparsed and undecoded.
             out: list[bytes] = []
             over = False
             for raw in batch:
-                if (
-                    stops is None
-                    and raw.startswith(b"data: {")
-                    and b'"usage"' not in raw
-                    and b'"timings"' not in raw
+                if stops is None and (
+                    (not raw and not relay.dropped_null)  # not the one a null event drops
+                    or (
+                        raw.startswith(b"data: {")
+                        and b'"usage"' not in raw
+                        and b'"timings"' not in raw
+                    )
                 ):
                     out.append(raw + b"\n")
                     continue

@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import math
 import subprocess
 import sys
 from pathlib import Path
@@ -68,6 +69,37 @@ def agree(outside: list[float], row: dict[str, Any] | None) -> str:
     return f"{mine}, {mid / row['tok_s']:.2f}× the median, misses [{lo:.0f}, {hi:.0f}]"
 
 
+def pooled_sd(cells: list[list[float]]) -> float:
+    """The pooled standard deviation of ln tok/s over ``cells`` (each a cell's repetitions).
+
+    Σ over cells of the squared deviations from the cell's mean log ÷ Σ (n − 1): how far
+    one block of an arm lies from another block of the same arm and c in this lease. 0.0
+    when no cell has two repetitions.
+    """
+    logs = [[math.log(x) for x in cell] for cell in cells if len(cell) >= 2 and min(cell) > 0]
+    dof = sum(len(cell) - 1 for cell in logs)
+    sq = sum((x - sum(cell) / len(cell)) ** 2 for cell in logs for x in cell)
+    return math.sqrt(sq / dof) if dof else 0.0
+
+
+def agree_pooled(outside: list[float], bench: list[float], sd: float) -> str:
+    """Whether the two means differ by at most two pooled standard errors, in ln tok/s.
+
+    The lone-figure rule of :func:`agree` holds a figure to the range of the run's
+    repetitions, which a third draw of the same arm falls inside only (n − 1) ÷ (n + 1)
+    of the time (1/3 with two); this one asks whether the outside client and the
+    benchmark read one arm alike, given the spread every checked cell shows:
+    |mean ln outside − mean ln bench| ≤ 2 · ``sd`` · √(1/k + 1/n).
+    """
+    if not outside or not bench or not sd or min(outside + bench) <= 0:
+        return "-"
+    gap = sum(map(math.log, outside)) / len(outside) - sum(map(math.log, bench)) / len(bench)
+    bound = 2 * sd * math.sqrt(1 / len(outside) + 1 / len(bench))
+    verdict = "agree" if abs(gap) <= bound else "differ"
+    band = f"×{math.exp(-bound):.2f}–{math.exp(bound):.2f}"
+    return f"{math.exp(gap):.2f}× the run, within {band}: {verdict}"
+
+
 async def check_one(
     arm: Any, settings: Any, form: Any, c: int, identity: dict[str, Any], folder: Path, logs: Path
 ) -> dict[str, Any]:
@@ -88,6 +120,31 @@ async def check_one(
         return json.loads(run.stdout)
 
 
+def reps_of(row: dict[str, Any]) -> list[float]:
+    """A load.json row's tok/s per repetition (``tok_s_reps``: repetition → tok/s)."""
+    reps: dict[str, float] = row.get("tok_s_reps") or {}
+    return [float(v) for v in reps.values()] if reps else [float(row["tok_s"])]
+
+
+def judge(run: Path, names: list[str], clients: list[int], out: Path) -> None:
+    """Print, per (arm, c), the outside figures beside the run's, by both rules."""
+    rows = {(r["arm"], r["c"]): r for r in json.loads((run / "load.json").read_text())["rows"]}
+    seen = [json.loads(line) for line in out.read_text().splitlines()] if out.exists() else []
+    mine = {
+        (n, c): [r["tok_s"] for r in seen if (r["arm"], r["clients"]) == (n, c)]
+        for n in names
+        for c in clients
+    }
+    theirs = {k: reps_of(rows[k]) for k in mine if k in rows}
+    sd = pooled_sd([*theirs.values(), *mine.values()])
+    print(f"pooled spread of one block: {sd:.3f} in ln tok/s, over {len(theirs)} cells", flush=True)
+    for (name, c), outside in mine.items():
+        row = rows.get((name, c))
+        bench = f"{row['tok_s']:.0f} [{row['tok_s_lo']:.0f}, {row['tok_s_hi']:.0f}]" if row else "-"
+        pooled = agree_pooled(outside, theirs.get((name, c), []), sd)
+        print(f"{name} c={c}: outside {agree(outside, row)}; {pooled} (bench load {bench})")
+
+
 def main() -> int:
     """Run the checks; print one line each; exit 0 (the lines say within or not)."""
     ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
@@ -96,7 +153,11 @@ def main() -> int:
     ap.add_argument("--clients", type=int, action="append", required=True)
     ap.add_argument("--reps", type=int, default=1, help="rounds of every (arm, c)")
     ap.add_argument("--out", type=Path, required=True, help="JSONL of the outside figures")
+    ap.add_argument("--judge", action="store_true", help="run nothing: judge --out's records")
     args = ap.parse_args()
+    if args.judge:
+        judge(args.run, args.arm, args.clients, args.out)
+        return 0
     configure_logging(level="warning")
     last, _ = recorded_run(args.run, Store(args.run / "records.jsonl"))
     identity: dict[str, Any] = last["identity"]
@@ -132,14 +193,7 @@ def main() -> int:
                 with args.out.open("a") as fh:
                     fh.write(json.dumps(got) + "\n")
                 print(f"{name} c={c} round {k}: outside {got['tok_s']:.0f} tok/s", flush=True)
-    for name in args.arm:
-        for c in args.clients:
-            row = rows.get((name, c))
-            outside = [r["tok_s"] for r in seen if (r["arm"], r["clients"]) == (name, c)]
-            mine = (
-                f"{row['tok_s']:.0f} [{row['tok_s_lo']:.0f}, {row['tok_s_hi']:.0f}]" if row else "-"
-            )
-            print(f"{name} c={c}: outside {agree(outside, row)} (bench load {mine})", flush=True)
+    judge(args.run, args.arm, args.clients, args.out)
     return 0
 
 

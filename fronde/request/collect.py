@@ -174,9 +174,11 @@ async def collect(lines: AsyncIterator[bytes], kind: Kind) -> dict[str, Any]:
     async for raw in _split(lines):
         line = raw.decode().strip()
         if line.startswith(DONE_LINE):
+            # Read on: the relay ends once the upstream body has (nothing follows
+            # [DONE]), which leaves its connection in the pool for the next request.
             done = True
-            break
-        if not line.startswith("data: {"):
+            continue
+        if done or not line.startswith("data: {"):
             continue
         event: JSONObject = json.loads(line[6:])  # "{...": an object
         if "error" in event:

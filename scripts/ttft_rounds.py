@@ -59,16 +59,31 @@ def one(text: str) -> dict[str, float]:
     }
 
 
+def show(title: str, runs: list[dict[str, float]]) -> None:
+    """Print ``title``, then each figure's median [lowest, highest] over ``runs``."""
+    print(f"{title}: {len(runs)} rounds, median [lowest, highest] of the rounds, ms")
+    for key in runs[0]:
+        xs = [r[key] for r in runs]
+        print(f"  {key:30} {statistics.median(xs):7.2f} [{min(xs):.2f}, {max(xs):.2f}]")
+
+
 def main() -> None:
-    """Parse ``ARM=GLOB`` arguments; print each arm's figures over its rounds."""
+    """Parse ``ARM=GLOB`` arguments; print each arm's figures over its rounds.
+
+    With two arms of as many rounds, also the second minus the first, round by round
+    (the files of each arm in name order: ``…-r1-…`` with ``…-r1-…``).
+    """
+    arms: list[tuple[str, list[dict[str, float]]]] = []
     for arg in sys.argv[1:]:
         arm, pattern = arg.split("=", 1)
         texts = [Path(p).read_text() for p in sorted(glob.glob(pattern))]
         runs = [one(t) for t in texts if "paired, TTFT" in t]  # a run still going: left out
-        print(f"{arm}: {len(runs)} rounds, median [lowest, highest] of the rounds, ms")
-        for key in runs[0]:
-            xs = [r[key] for r in runs]
-            print(f"  {key:30} {statistics.median(xs):7.2f} [{min(xs):.2f}, {max(xs):.2f}]")
+        show(arm, runs)
+        arms.append((arm, runs))
+    if len(arms) == 2 and len(arms[0][1]) == len(arms[1][1]):
+        (a, xs), (b, ys) = arms
+        diffs = [{k: y[k] - x[k] for k in x} for x, y in zip(xs, ys, strict=True)]
+        show(f"{b} - {a}, round by round", diffs)
 
 
 if __name__ == "__main__":

@@ -60,7 +60,7 @@ def one(client: httpx.Client, url: str, text: str, max_tokens: int, t0: float = 
                     first = time.monotonic()
                 if line.startswith("data: {") and '"timings"' in line:
                     prompt_ms = json.loads(line[6:])["timings"]["prompt_ms"]
-    except httpx.RemoteProtocolError:  # a keep-alive connection b11434 had closed
+    except httpx.RemoteProtocolError:  # a connection a llama-server without 0008 had closed
         if t0:
             raise
         return one(client, url, text, max_tokens, sent)

@@ -70,10 +70,10 @@ async def _send_once_retried(
 ) -> httpx.Response:
     """Send ``request``, retrying once if a pooled connection was stale.
 
-    A keep-alive connection the backend closed while idle (llama-server b11434
-    also closes one after some streamed answers) fails before any byte of a
-    response arrived, so the backend never saw the request and sending it again
-    is safe.
+    A keep-alive connection the backend closed while idle (a llama-server b11434
+    without patch 0008 also closes one after every streamed answer) fails before
+    any byte of a response arrived, so the backend never saw the request and
+    sending it again is safe.
     """
     try:
         return await http.send(request, stream=stream)

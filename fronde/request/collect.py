@@ -199,6 +199,10 @@ async def collect(lines: AsyncIterator[bytes], kind: Kind) -> dict[str, Any]:
     timings: JSON = None
     done = False
     async for piece in lines:
+        if done:
+            # Read on: the relay ends once the upstream body has (nothing follows
+            # [DONE]), which leaves its connection in the pool for the next request.
+            continue
         for event in _events(piece):
             if event is None:
                 done = True
@@ -224,8 +228,6 @@ async def collect(lines: AsyncIterator[bytes], kind: Kind) -> dict[str, Any]:
                         answer = answers[index] = _Answer(kind)
                     answer.add(choice)
             top.update(event)  # its choices, usage and object go at the end
-        if done:
-            break
     if not done:
         raise BackendConnectionError("the backend's stream ended before [DONE]")
     for key in _NOT_TOP:

@@ -27,6 +27,7 @@ costs once (printed apart, ms a request). Median [lowest, highest] over the roun
 
     python scripts/relay_cost.py --arm fronde:. --arm fronde:/tmp/old --arm asgi --arm tcp
     python scripts/relay_cost.py --arm asgi --arm wake --arm driven --arm direct --arm tcp
+    python scripts/relay_cost.py --arm fronde:. --arm asgi --stop   # requests with a stop string
 """
 
 from __future__ import annotations
@@ -219,14 +220,27 @@ def start(arm: str, upstream: str, tps: float, work: Path) -> tuple[subprocess.P
     return proc, f"http://127.0.0.1:{port}"
 
 
-def stream_cpu(url: str, pid: int, n: int, tokens: int, first: int) -> tuple[float, int]:
-    """Stream ``n`` completions of ``tokens`` through ``url``: (CPU s of ``pid``, text events)."""
+NEVER_STOP = "\n\n### never said"
+"""The stop string ``--stop`` sends: one the fake never writes, so every answer runs to its
+budget while Fronde matches the string against each event (it owns a stream's stops)."""
+
+
+def stream_cpu(
+    url: str, pid: int, n: int, tokens: int, first: int, stop: bool = False
+) -> tuple[float, int]:
+    """Stream ``n`` completions of ``tokens`` through ``url``: (CPU s of ``pid``, text events).
+
+    With ``stop``, each request carries :data:`NEVER_STOP`.
+    """
     got = 0
     c0 = cpu_s(pid)
     with httpx.Client(timeout=300) as http:
         for i in range(first, first + n):
-            body = {"model": "x", "prompt": f"def power_{i}(x): return x to the {i}th power now"}
+            body: dict[str, object] = {"model": "x"}
+            body["prompt"] = f"def power_{i}(x): return x to the {i}th power now"
             body |= {"max_tokens": tokens, "stream": True}
+            if stop:
+                body["stop"] = [NEVER_STOP]
             with http.stream("POST", f"{url}/v1/completions", json=body) as r:
                 for line in r.iter_lines():
                     if line.startswith("data: {") and '"text":"' in line.replace(" ", ""):
@@ -259,6 +273,7 @@ def main() -> None:
     ap.add_argument("--long", type=int, default=128, help="tokens of a long answer")
     ap.add_argument("--short", type=int, default=4, help="tokens of a short answer")
     ap.add_argument("--tps", type=float, default=400.0, help="the fake's decode speed")
+    ap.add_argument("--stop", action="store_true", help="every request carries a stop string")
     args = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="relay-cost-"))
     fake_dir(work)
@@ -277,8 +292,10 @@ def main() -> None:
             for name, (proc, url) in arms.items():
                 first = k * 1000
                 pid = proc.pid
-                long_s, long_n = stream_cpu(url, pid, args.requests, args.long, first)
-                short_s, short_n = stream_cpu(url, pid, args.requests, args.short, first + 500)
+                long_s, long_n = stream_cpu(url, pid, args.requests, args.long, first, args.stop)
+                short_s, short_n = stream_cpu(
+                    url, pid, args.requests, args.short, first + 500, args.stop
+                )
                 slope = (long_s - short_s) / max(long_n - short_n, 1)
                 per_token[name].append(slope * 1000)
                 per_request[name].append((short_s - slope * short_n) / args.requests * 1000)

@@ -6,6 +6,8 @@ token is one upstream read and one downstream write):
 
 - ``fronde:DIR``: ``fronde serve --mode baseline`` run from the checkout DIR (its
   relayed-stream route: one mode, no probe), the fake as its llama-server;
+  ``fronde+held:DIR`` the same over a fake that sends the text held back for a stop
+  string (``--fake-held-stop-text``, as patch 0009), so that ``--stop`` strings go upstream;
 - ``asgi``: the least an ASGI relay does (uvicorn with uvloop and httptools, one aiohttp
   session, each upstream piece sent on as it comes): the floor of Fronde's stack;
 - ``tcp``: asyncio Protocols on uvloop passing bytes through (no HTTP parsing): the
@@ -27,7 +29,7 @@ costs once (printed apart, ms a request). Median [lowest, highest] over the roun
 
     python scripts/relay_cost.py --arm fronde:. --arm fronde:/tmp/old --arm asgi --arm tcp
     python scripts/relay_cost.py --arm asgi --arm wake --arm driven --arm direct --arm tcp
-    python scripts/relay_cost.py --arm fronde:. --arm asgi --stop   # requests with a stop string
+    python scripts/relay_cost.py --arm fronde:. --arm fronde+held:. --arm asgi --stop
 """
 
 from __future__ import annotations
@@ -207,12 +209,15 @@ def start(arm: str, upstream: str, tps: float, work: Path) -> tuple[subprocess.P
         url = f"http://127.0.0.1:{port}"
         wait_up(url + "/health", proc)
         return proc, url
-    src = Path(arm.split(":", 1)[1]).resolve()
+    kind, _, where = arm.partition(":")
+    src = Path(where).resolve()
+    fake_args = ["--fake-tps", str(tps)]
+    fake_args += ["--fake-held-stop-text"] if kind == "fronde+held" else []
     env = os.environ | {
         "PYTHONPATH": str(src), "FRONDE_MODELS_DIR": str(work), "FRONDE_CACHE_DIR": str(work),
         "FRONDE_LLAMA_SERVER": str(work / "llama-server"), "FRONDE_PROFILE": "cpu-gemma-270m",
         "FRONDE_LOG_LEVEL": "warning",
-        "FRONDE_BACKEND__EXTRA_ARGS": json.dumps(["--fake-tps", str(tps)]),
+        "FRONDE_BACKEND__EXTRA_ARGS": json.dumps(fake_args),
     }  # fmt: skip
     cmd = [sys.executable, "-m", "fronde", "serve", "--port", str(port), "--mode", "baseline"]
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -266,7 +271,7 @@ def fake_dir(work: Path) -> None:
 def main() -> None:
     """Parse the arguments, run the rounds, print one line per arm."""
     ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
-    arm_help = f"fronde:DIR, asgi, tcp, {', '.join(UP_ARMS)}"
+    arm_help = f"fronde:DIR, fronde+held:DIR, asgi, tcp, {', '.join(UP_ARMS)}"
     ap.add_argument("--arm", action="append", required=True, help=arm_help)
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--requests", type=int, default=20, help="requests of each length a round")

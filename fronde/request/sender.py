@@ -19,6 +19,7 @@ from typing import cast
 import anyio
 
 from fronde.backends.client import BackendClient, UpstreamStream
+from fronde.backends.held_stop import HeldStopText
 from fronde.backends.pool import BackendPool
 from fronde.backends.single import N_MAX_FIELD, with_fields
 from fronde.client_request import ClientRequest
@@ -99,6 +100,7 @@ class Sender:
         self.client = client
         self.router = router
         self.hindsight = hindsight
+        self.held_stop = HeldStopText(client)
 
     @staticmethod
     def _overhead(decision: Decision, headers: dict[str, str]) -> None:
@@ -207,9 +209,12 @@ class Sender:
             return Whole(data, headers)
         stack = AsyncExitStack()
         stack.callback(adm.count(mode))
-        # Stop strings in a stream are Fronde's (see fronde.request.relay): llama-server
-        # would drop the text it held back for a partial match at the budget.
-        upstream_body, stops = OwnedStops.take(sent, chat=kind == "chat")
+        # Stop strings in a stream are Fronde's (see fronde.request.relay) unless the
+        # server sends the text it held back for a partial match at the budget (patch
+        # 0009): then it applies them and the events pass through untouched.
+        upstream_body, stops = sent, None
+        if "stop" in sent and not await self.held_stop.sent(url):
+            upstream_body, stops = OwnedStops.take(sent, chat=kind == "chat")
         # Open the upstream before answering: a failure before the first byte is
         # still an ordinary HTTP error (raised here), not a broken 200 stream.
         try:

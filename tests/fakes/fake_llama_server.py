@@ -47,6 +47,8 @@ rest is ignored) plus knobs in the manner of llama-swap's ``cmd/fake-model``:
   ``draft_n_max``. Without it the fields are ignored, as a stock b11434 does.
 - ``--fake-props-only``: ``/props`` says ``speculative_per_request`` but the fields are
   ignored (a binary whose word its behaviour belies).
+- ``--fake-held-stop-text``: as patch 0009, a stream that ends at its budget sends the text
+  held back for a partial stop match, and ``/props`` says ``stream_sends_held_stop_text``.
 - ``--fake-slot N``: the slot a native ``/completion`` without ``id_slot`` runs on, and each
   slot keeps the ids of its last request as its cache: ``prompt_n`` counts only the ids
   past the cached prefix (``cache_prompt``); without it ``prompt_n`` is 10 and the slot 0.
@@ -196,6 +198,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--fake-per-request", action="store_true")
     p.add_argument("--fake-props-only", action="store_true")
     p.add_argument("--fake-slot", type=int, default=None)
+    p.add_argument("--fake-held-stop-text", action="store_true")
     p.add_argument("--version", action="store_true")
     args, _unknown = p.parse_known_args(argv)
     return args
@@ -246,7 +249,10 @@ def piece(token: int) -> str:
 
 
 async def with_stops(
-    pieces: AsyncIterator[tuple[list[int], str]], stops: list[str], found: list[str] | None = None
+    pieces: AsyncIterator[tuple[list[int], str]],
+    stops: list[str],
+    found: list[str] | None = None,
+    flush: bool = False,
 ) -> AsyncGenerator[tuple[list[int], str, str | None]]:
     """Apply ``stop`` as llama-server's ``process_token`` does; yield (tokens, text, stop).
 
@@ -255,7 +261,8 @@ async def with_stops(
     token comes with no text) until a later token decides. At the end ``limit``, then
     ``held`` with the held-back text: a non-streamed answer keeps it, a stream drops it
     (llama-server b11434 sends no content in its final event). The matched stop string
-    is appended to ``found``.
+    is appended to ``found``. With ``flush`` (patch 0009, ``--fake-held-stop-text``) the
+    held-back text comes before ``limit`` as text sent, so a stream keeps it too.
     """
     generated, sent = "", 0
     async for toks, text in pieces:
@@ -275,6 +282,9 @@ async def with_stops(
         else:
             yield toks, unsent, None
             sent = len(generated)
+    if flush and generated[sent:]:
+        yield [], generated[sent:], None
+        sent = len(generated)
     yield [], "", "limit"
     yield [], generated[sent:], "held"
 
@@ -456,7 +466,7 @@ def build_app(args: argparse.Namespace) -> FastAPI:
 
         async def whole() -> JSONResponse:
             text, finish, n = "", "length", 0
-            async for toks, t, st in with_stops(pieces(), stops):
+            async for toks, t, st in with_stops(pieces(), stops, flush=args.fake_held_stop_text):
                 n, text = n + len(toks), text + t
                 finish = "stop" if st == "word" else finish
             usage = {"prompt_tokens": 10, "completion_tokens": n, "total_tokens": 10 + n}
@@ -469,7 +479,9 @@ def build_app(args: argparse.Namespace) -> FastAPI:
         async def events() -> AsyncIterator[bytes]:
             n = 0
             per_token = bool(body.get("timings_per_token"))
-            async with contextlib.aclosing(with_stops(pieces(), stops)) as steps:
+            async with contextlib.aclosing(
+                with_stops(pieces(), stops, flush=args.fake_held_stop_text)
+            ) as steps:
                 async for toks, t, st in steps:
                     if st == "held":
                         break  # a stream never sends what it held back at the budget
@@ -514,7 +526,7 @@ def build_app(args: argparse.Namespace) -> FastAPI:
                 async for w in generate({**body, "prompt": prompt}, request):
                     yield [0], w
 
-            async for toks, text, st in with_stops(pieces(), stops):
+            async for toks, text, st in with_stops(pieces(), stops, flush=args.fake_held_stop_text):
                 yield len(toks), text, st
 
         def usage(n: int) -> dict[str, Any]:
@@ -718,6 +730,8 @@ def build_app(args: argparse.Namespace) -> FastAPI:
         if args.fake_per_request_spec or args.fake_per_request or args.fake_props_only:
             props["speculative_per_request"] = True
             shown = ",".join(configured) or "none"
+        if args.fake_held_stop_text:
+            props["stream_sends_held_stop_text"] = True
         props["default_generation_settings"] = {"params": {"speculative.types": shown}}
         return JSONResponse(props)
 
@@ -803,7 +817,9 @@ def build_app(args: argparse.Namespace) -> FastAPI:
 
         async def gen() -> AsyncIterator[tuple[list[int], str, str | None]]:
             """Yield (tokens, text to send, stop_type or None); EOS releases held text."""
-            async for toks, text, st in with_stops(tokens(), stops, stopping_word):
+            async for toks, text, st in with_stops(
+                tokens(), stops, stopping_word, args.fake_held_stop_text
+            ):
                 if st == "limit" and hit_eos[0]:
                     continue
                 if st == "held" and hit_eos[0]:
@@ -896,7 +912,9 @@ def build_app(args: argparse.Namespace) -> FastAPI:
                         if isinstance(w, str):
                             yield [0], w
 
-            async with contextlib.aclosing(with_stops(pieces(), stops, found)) as steps:
+            async with contextlib.aclosing(
+                with_stops(pieces(), stops, found, args.fake_held_stop_text)
+            ) as steps:
                 async for _, t, st in steps:
                     if t and not (stream and st == "held"):
                         yield t

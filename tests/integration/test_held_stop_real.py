@@ -1,0 +1,93 @@
+"""Patch 0009 on real parts: a stream that ends at its budget keeps the text held back for
+a stop string, as the whole answer does.
+
+Real parts: the llama-server `fronde install` built (patched by default; the test skips,
+saying so, on a stock build) serving SmolLM2-135M as Fronde's baseline server. b11434 held
+back the tail that could start a stop string and, in a stream, never sent it when the
+budget ran out (docs/llama-patches.md, "A stream that ends at its budget keeps its last
+text"); Fronde then had to match a stream's stop strings itself.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import pytest
+
+from fronde.backends.held_stop import HELD_STOP_FLAG
+from fronde.backends.process import free_port
+from fronde.modes import Mode
+
+from .conftest import SMOLLM2
+from .test_per_request_spec_real import server_argv
+
+pytestmark = pytest.mark.integration
+
+PROMPT = "The three primary colours are"
+BUDGET = 12
+
+
+@pytest.fixture(scope="module")
+def base(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """SmolLM2 as Fronde's baseline server, one slot: its base URL."""
+    log = tmp_path_factory.mktemp("held-stop") / "server.log"
+    port = free_port()
+    argv = server_argv(SMOLLM2, Mode.BASELINE, ("-np", "1"))
+    with log.open("wb") as fh:
+        proc = subprocess.Popen(
+            [*argv, "--host", "127.0.0.1", "--port", str(port)], stdout=fh, stderr=fh
+        )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 180
+        while True:
+            assert proc.poll() is None, log.read_text(errors="replace")[-2000:]
+            try:
+                if httpx.get(url + "/health", timeout=2).status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            assert time.monotonic() < deadline, log.read_text(errors="replace")[-2000:]
+            time.sleep(0.2)
+        if httpx.get(url + "/props", timeout=10).json().get(HELD_STOP_FLAG) is not True:
+            pytest.skip(f"{argv[0]} has no patch 0009: `fronde install` builds the patched one")
+        yield url
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+
+
+def complete(url: str, stream: bool, stop: list[str] | None = None) -> tuple[str, str]:
+    """A greedy ``/v1/completions`` of :data:`BUDGET` tokens: (text, finish_reason)."""
+    body: dict[str, object] = {"prompt": PROMPT, "max_tokens": BUDGET, "temperature": 0}
+    body |= {"stream": stream, "cache_prompt": False} | ({"stop": stop} if stop else {})
+    if not stream:
+        choice = httpx.post(url + "/v1/completions", json=body, timeout=60).json()["choices"][0]
+        return choice["text"], choice["finish_reason"]
+    text, finish = "", ""
+    with httpx.stream("POST", url + "/v1/completions", json=body, timeout=60) as r:
+        for line in r.iter_lines():
+            if line.startswith("data: {"):
+                event: dict[str, Any] = json.loads(line[6:])
+                choices: list[dict[str, Any]] = event.get("choices") or []
+                for choice in choices:
+                    text += str(choice.get("text") or "")
+                    finish = str(choice.get("finish_reason") or finish)
+    return text, finish
+
+
+def test_a_stream_ending_at_its_budget_in_a_partial_stop_keeps_its_tail(base: str) -> None:
+    """The answer's last characters start the stop string when the budget ends: the
+    stream sends them, as the whole answer keeps them (b11434's stream dropped them)."""
+    free, _ = complete(base, stream=False)
+    assert len(free.strip()) >= 3, free
+    stop = [free[-3:] + "\u2603never"]  # a tail that starts the stop string, never completed
+    whole = complete(base, stream=False, stop=stop)
+    streamed = complete(base, stream=True, stop=stop)
+    assert whole == (free, "length")
+    assert streamed == whole

@@ -133,6 +133,20 @@ class Sender:
         headers["x-fronde-draft-n-max"] = str(n_max)
         return {N_MAX_FIELD: n_max}
 
+    async def _stops(
+        self, sent: JSONObject, kind: Kind, url: str
+    ) -> tuple[JSONObject, OwnedStops | None]:
+        """A relayed stream's upstream body, and its stop strings where Fronde matches them.
+
+        Fronde's (:mod:`fronde.request.relay`) unless the server at ``url`` sends the text it
+        held back for a partial match at the budget (patch 0009,
+        :mod:`fronde.backends.held_stop`): then it applies them and the events pass through
+        untouched.
+        """
+        if "stop" not in sent or await self.held_stop.sent(url):
+            return sent, None
+        return OwnedStops.take(sent, chat=kind == "chat")
+
     async def _tracked(
         self, adm: Admission, source: AsyncIterator[bytes], events: EventRelay | None = None
     ) -> AsyncIterator[bytes]:
@@ -209,12 +223,7 @@ class Sender:
             return Whole(data, headers)
         stack = AsyncExitStack()
         stack.callback(adm.count(mode))
-        # Stop strings in a stream are Fronde's (see fronde.request.relay) unless the
-        # server sends the text it held back for a partial match at the budget (patch
-        # 0009): then it applies them and the events pass through untouched.
-        upstream_body, stops = sent, None
-        if "stop" in sent and not await self.held_stop.sent(url):
-            upstream_body, stops = OwnedStops.take(sent, chat=kind == "chat")
+        upstream_body, stops = await self._stops(sent, kind, url)
         # Open the upstream before answering: a failure before the first byte is
         # still an ordinary HTTP error (raised here), not a broken 200 stream.
         try:

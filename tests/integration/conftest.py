@@ -6,12 +6,13 @@ does both); without them the tests fail with that instruction, never skip.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -104,6 +105,39 @@ class Serve:
         if self.proc.poll() is None:
             self.proc.send_signal(sig)
         return self.proc.wait(timeout=60)
+
+
+@contextlib.contextmanager
+def patched_server(argv: list[str], log: Path, flag: str) -> Generator[str]:
+    """Run the llama-server ``argv`` on a free port until ready; its base URL.
+
+    Skips the test, saying so, unless its ``GET /props`` carries ``flag`` as true (the
+    patch under test); the server is stopped when the block ends.
+    """
+    port = free_port()
+    with log.open("wb") as fh:
+        proc = subprocess.Popen(
+            [*argv, "--host", "127.0.0.1", "--port", str(port)], stdout=fh, stderr=fh
+        )
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 180
+        while True:
+            assert proc.poll() is None, log.read_text(errors="replace")[-2000:]
+            with contextlib.suppress(httpx.TransportError):
+                if httpx.get(base + "/health", timeout=2).status_code == 200:
+                    break
+            assert time.monotonic() < deadline, log.read_text(errors="replace")[-2000:]
+            time.sleep(0.2)
+        if httpx.get(base + "/props", timeout=10).json().get(flag) is not True:
+            pytest.skip(
+                f"{argv[0]} has no {flag} in /props: `fronde install` builds the patched "
+                "llama-server (patches on by default)"
+            )
+        yield base
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
 
 
 def require_real_parts() -> None:

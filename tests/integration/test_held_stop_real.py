@@ -11,8 +11,6 @@ text"); Fronde then had to match a stream's stop strings itself.
 from __future__ import annotations
 
 import json
-import subprocess
-import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -20,10 +18,9 @@ import httpx
 import pytest
 
 from fronde.backends.held_stop import HELD_STOP_FLAG
-from fronde.backends.process import free_port
 from fronde.modes import Mode
 
-from .conftest import SMOLLM2
+from .conftest import SMOLLM2, patched_server
 from .test_per_request_spec_real import server_argv
 
 pytestmark = pytest.mark.integration
@@ -36,30 +33,9 @@ BUDGET = 12
 def base(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """SmolLM2 as Fronde's baseline server, one slot: its base URL."""
     log = tmp_path_factory.mktemp("held-stop") / "server.log"
-    port = free_port()
     argv = server_argv(SMOLLM2, Mode.BASELINE, ("-np", "1"))
-    with log.open("wb") as fh:
-        proc = subprocess.Popen(
-            [*argv, "--host", "127.0.0.1", "--port", str(port)], stdout=fh, stderr=fh
-        )
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 180
-        while True:
-            assert proc.poll() is None, log.read_text(errors="replace")[-2000:]
-            try:
-                if httpx.get(url + "/health", timeout=2).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            assert time.monotonic() < deadline, log.read_text(errors="replace")[-2000:]
-            time.sleep(0.2)
-        if httpx.get(url + "/props", timeout=10).json().get(HELD_STOP_FLAG) is not True:
-            pytest.skip(f"{argv[0]} has no patch 0009: `fronde install` builds the patched one")
+    with patched_server(argv, log, HELD_STOP_FLAG) as url:
         yield url
-    finally:
-        proc.terminate()
-        proc.wait(timeout=30)
 
 
 def complete(url: str, stream: bool, stop: list[str] | None = None) -> tuple[str, str]:

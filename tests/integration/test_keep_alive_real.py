@@ -13,19 +13,15 @@ from __future__ import annotations
 import http.client
 import json
 import socket
-import subprocess
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
-import httpx
 import pytest
 
 from fronde.backends.capability import PER_REQUEST_FLAG
-from fronde.backends.process import free_port
 from fronde.modes import Mode
 
-from .conftest import SMOLLM2
+from .conftest import SMOLLM2, patched_server
 from .test_per_request_spec_real import server_argv
 
 pytestmark = pytest.mark.integration
@@ -35,33 +31,9 @@ pytestmark = pytest.mark.integration
 def baseline_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[int, Path]]:
     """SmolLM2 as Fronde's baseline server, one slot: (port, log)."""
     log = tmp_path_factory.mktemp("keep-alive") / "server.log"
-    port = free_port()
     argv = server_argv(SMOLLM2, Mode.BASELINE, ("-np", "1"))
-    with log.open("wb") as fh:
-        proc = subprocess.Popen(
-            [*argv, "--host", "127.0.0.1", "--port", str(port)], stdout=fh, stderr=fh
-        )
-    base = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 180
-        while True:
-            assert proc.poll() is None, log.read_text(errors="replace")[-2000:]
-            try:
-                if httpx.get(base + "/health", timeout=2).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            assert time.monotonic() < deadline, log.read_text(errors="replace")[-2000:]
-            time.sleep(0.2)
-        if httpx.get(base + "/props", timeout=10).json().get(PER_REQUEST_FLAG) is not True:
-            pytest.skip(
-                f"{argv[0]} is a stock llama-server b11434: `fronde install` builds the "
-                "patched one (patches on by default)"
-            )
-        yield port, log
-    finally:
-        proc.terminate()
-        proc.wait(timeout=30)
+    with patched_server(argv, log, PER_REQUEST_FLAG) as base:
+        yield int(base.rsplit(":", 1)[1]), log
 
 
 def chat(conn: http.client.HTTPConnection, stream: bool) -> http.client.HTTPResponse:

@@ -12,8 +12,6 @@ each reserve as ``sched_reserve: reserve took … ms``.
 
 from __future__ import annotations
 
-import subprocess
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -22,10 +20,9 @@ import httpx
 import pytest
 
 from fronde.backends.capability import PER_REQUEST_FLAG
-from fronde.backends.process import free_port
 from fronde.modes import Mode
 
-from .conftest import SMOLLM2
+from .conftest import SMOLLM2, patched_server
 from .test_per_request_spec_real import server_argv
 
 pytestmark = pytest.mark.integration
@@ -41,33 +38,9 @@ LISTENING = "listening on"
 def verbose_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path]]:
     """SmolLM2 as Fronde's ngram-mod server, one slot, logging at verbosity 5: (URL, log)."""
     log = tmp_path_factory.mktemp("reserve") / "server.log"
-    port = free_port()
     argv = [*server_argv(SMOLLM2, Mode.NGRAM_MOD, ("-np", "1", "-lv", "5"))]
-    with log.open("wb") as fh:
-        proc = subprocess.Popen(
-            [*argv, "--host", "127.0.0.1", "--port", str(port)], stdout=fh, stderr=fh
-        )
-    base = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 180
-        while True:
-            assert proc.poll() is None, log.read_text(errors="replace")[-2000:]
-            try:
-                if httpx.get(base + "/health", timeout=2).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            assert time.monotonic() < deadline, log.read_text(errors="replace")[-2000:]
-            time.sleep(0.2)
-        if httpx.get(base + "/props", timeout=10).json().get(PER_REQUEST_FLAG) is not True:
-            pytest.skip(
-                f"{argv[0]} is a stock llama-server b11434: `fronde install` builds the "
-                "patched one (patches on by default)"
-            )
+    with patched_server(argv, log, PER_REQUEST_FLAG) as base:
         yield base, log
-    finally:
-        proc.terminate()
-        proc.wait(timeout=30)
 
 
 def reserves_after_start(log: Path) -> int:

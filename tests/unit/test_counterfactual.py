@@ -259,6 +259,21 @@ def test_router_feeds_routed_answers_and_only_mirrors_forced_ones() -> None:
     assert failed.counterfactual == {}
 
 
+def test_a_book_of_one_replayable_mode_learns_from_nothing() -> None:
+    # One mode served (``fronde serve --mode baseline``): nothing to compare it with, so
+    # hindsight fetches no token ids for a routed answer either.
+    alone = Router(RouterPolicy(), counterfactual=Counterfactual(SPEC, [Mode.BASELINE]))
+    d = alone.plan(RequestClass.GENERAL, "k0", [Mode.BASELINE])
+    d.measurement = _measure(64, 1600.0)
+    assert not alone.learns_from(d, Mode.BASELINE)
+    with_draft = Counterfactual(SPEC, [Mode.BASELINE, Mode.DRAFT])  # a draft is not replayed
+    assert not Router(RouterPolicy(), counterfactual=with_draft).learns_from(d, Mode.BASELINE)
+    both = Router(
+        RouterPolicy(), counterfactual=Counterfactual(SPEC, [Mode.BASELINE, Mode.NGRAM_MOD])
+    )
+    assert both.learns_from(d, Mode.BASELINE)
+
+
 def test_served_answers_are_replayed_and_later_ones_routed_on_the_prediction(
     fake_binary: Path, tmp_path: Path
 ) -> None:

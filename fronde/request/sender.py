@@ -100,7 +100,7 @@ class Sender:
         self.client = client
         self.router = router
         self.hindsight = hindsight
-        self.held_stop = HeldStopText(client)
+        self.held_stop = HeldStopText(pool.props)
 
     @staticmethod
     def _overhead(decision: Decision, headers: dict[str, str]) -> None:

@@ -14,6 +14,7 @@ import pytest
 
 from fronde.backends.client import BackendClient
 from fronde.backends.held_stop import HELD_STOP_FLAG, HeldStopText
+from fronde.backends.props import PropsCache
 from fronde.modes import Mode
 
 from .test_contract import MODES
@@ -74,7 +75,7 @@ class _Props:
 def _ask(handler: _Props, times: int) -> list[bool]:
     async def run() -> list[bool]:
         async with httpx.AsyncClient(transport=httpx.MockTransport(handler)) as http:
-            held = HeldStopText(BackendClient(http))
+            held = HeldStopText(PropsCache(BackendClient(http)))
             return [await held.sent("http://backend") for _ in range(times)]
 
     return asyncio.run(run())

@@ -22,7 +22,8 @@ mode that is up. Where ``/props`` does not say, every mode stays, and a request 
 mode the host was not started for gets llama-server's own 400.
 
 A host's ``/props`` is the pool's :class:`~fronde.backends.props.PropsCache` entry: the
-check reads it fresh each time the host would come up.
+check reads it fresh each time the host would come up, and a failed health check drops it
+(its owner may restart it with other flags), so no reader acts on the host that was.
 """
 
 from __future__ import annotations

@@ -83,7 +83,8 @@ class BackendPool:
             before (the plan's).
         topology_why: how it was settled, for ``/health`` and the log.
         props: each backend's ``GET /props``, read once per base URL
-            (:mod:`fronde.backends.props`); the start checks refresh it.
+            (:mod:`fronde.backends.props`); the start checks refresh it, and a remote
+            replica's entry is dropped when it fails a health check.
     """
 
     def __init__(
@@ -102,7 +103,9 @@ class BackendPool:
             for mode, spec in plan.specs.items()
         }
         for mode, urls in plan.remote.items():
-            per_mode[mode] = RemoteMode(mode, urls, start_timeout_s=start_timeout_s)
+            per_mode[mode] = RemoteMode(
+                mode, urls, start_timeout_s=start_timeout_s, props=self.props
+            )
         self.per_mode: dict[Mode, OwnBackend] = {m: per_mode[m] for m in Mode if m in per_mode}
         """Each mode's own backend (what per-mode runs)."""
         self.shared: SharedServer | None = None
@@ -114,7 +117,9 @@ class BackendPool:
         self._hosts: tuple[RemoteMode, HostCheck] | None = None
         """The remote hosts that serve every mode and their check, if the plan has them."""
         if plan.hosts:
-            hosts = RemoteMode(HOSTS_LABEL, list(plan.hosts), start_timeout_s=start_timeout_s)
+            hosts = RemoteMode(
+                HOSTS_LABEL, list(plan.hosts), start_timeout_s=start_timeout_s, props=self.props
+            )
             check = HostCheck(list(plan.fields), self.props)
             self.shared, self._hosts = SharedServer(hosts), (hosts, check)
             self.backends = {m: SharedMode(m, self.shared, f) for m, f in plan.fields.items()}

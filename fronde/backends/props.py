@@ -19,7 +19,11 @@ have changed. A read that fails is not kept: the next call asks again.
 When an entry goes stale: a local llama-server Fronde restarts runs the same binary,
 model and flags (a restart may take another port, which is another key), and every local
 server of a pool runs the same binary and model, so a local URL's facts hold for as long
-as Fronde runs. The start check
+as Fronde runs. A remote llama-server's owner may restart it with other flags or another
+binary: :class:`~fronde.backends.remote.RemoteMode` forgets a replica's entry at each
+failed health check or dropped request (a restart fails at least one: the port is closed,
+then ``/health`` answers 503 while the model loads), so the next reader asks the server
+that came back. The start check
 (:func:`~fronde.backends.capability.check_per_request_speculation`) reads ``/props``
 fresh on purpose, since it decides whether a server may serve at all, and keeps what it
 read here (:meth:`PropsCache.keep`).

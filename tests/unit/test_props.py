@@ -1,4 +1,5 @@
-"""One ``GET /props`` per backend: read once per base URL, shared by every reader.
+"""One ``GET /props`` per backend: read once per base URL, shared by every reader, and
+read again once a remote server may have been restarted by its owner.
 
 Over fake llama-servers (tests/fakes) and ``httpx.MockTransport``.
 """
@@ -6,16 +7,26 @@ Over fake llama-servers (tests/fakes) and ``httpx.MockTransport``.
 from __future__ import annotations
 
 import asyncio
+import json
+import time
 from pathlib import Path
 
 import httpx
+from fastapi.testclient import TestClient
 
+from fronde.api.app import create_app
 from fronde.backends.client import BackendClient
+from fronde.backends.pool import BackendPool, PoolPlan
+from fronde.backends.process import free_port
 from fronde.backends.props import Props, PropsCache
+from fronde.backends.remote import RemoteMode
+from fronde.config import load_settings
 from fronde.json_types import JSON
+from fronde.modes import Mode
 
 from .test_contract import chat, ready, sse_events
 from .test_correctness import TOOLS, WORDS
+from .test_remote import start_fake
 from .test_single import single_client
 
 PATCHED: JSON = {
@@ -59,6 +70,17 @@ def test_a_forgotten_url_is_read_again() -> None:
     assert calls == ["http://a/props", "http://a/props", "http://b/props"]
 
 
+def test_a_replica_that_fails_a_check_or_drops_a_request_is_forgotten() -> None:
+    """Not only when it goes down: a restart shorter than three checks still fails one."""
+    props = PropsCache(timeout_s=0.5)
+    replicas = RemoteMode(Mode.BASELINE, ["http://127.0.0.1:9"], props=props)
+    props.keep("http://127.0.0.1:9", Props(held_stop_text=True))
+    replicas.failed("http://127.0.0.1:9", "ConnectError")
+    assert not replicas.replicas[0].up  # one failure takes nothing down...
+    # ...but the entry is gone: the next reader asks (port 9 refuses: unknown, not kept).
+    assert asyncio.run(props.get("http://127.0.0.1:9")) is None
+
+
 def props_reads(calls: Path) -> int:
     return calls.read_text().splitlines().count("GET /props")
 
@@ -76,3 +98,68 @@ def test_every_reader_shares_the_start_checks_read(fake_binary: Path, tmp_path: 
             stream = {"prompt": WORDS, "max_tokens": 3, "stop": ["gamma x"]}
             assert sse_events(c, stream, "/v1/completions")[-1] == "[DONE]"
     assert props_reads(calls) == 1
+
+
+def streamed_text(c: TestClient) -> str:
+    """A streamed completion whose budget ends inside a partial match of its stop string."""
+    body = {"prompt": WORDS, "max_tokens": 3, "stop": ["gamma x"], "model": "fronde:baseline"}
+    text = ""
+    for event in sse_events(c, body, "/v1/completions"):
+        if event != "[DONE]":
+            text += "".join(ch.get("text") or "" for ch in json.loads(event)["choices"])
+    return text
+
+
+def stops_sent(record: Path) -> list[bool]:
+    """Whether each completion body the fake recorded carried ``stop``."""
+    bodies = [json.loads(line)["body"] for line in record.read_text().splitlines()]
+    return ["stop" in b for b in bodies if "max_tokens" in b]
+
+
+def replica_up(c: TestClient) -> bool:
+    return c.get("/health").json()["backends"]["baseline"]["replicas"][0]["up"]
+
+
+def test_a_remote_server_restarted_without_the_patch_is_read_again(
+    fake_binary: Path, tmp_path: Path
+) -> None:
+    """Its owner restarts it as a stock build: Fronde takes the stop strings back, so the
+    text held back at the budget still reaches the client."""
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    before, after = tmp_path / "before.jsonl", tmp_path / "after.jsonl"
+    log = tmp_path / "replica.log"
+    patched = start_fake(
+        fake_binary, port, log, "--fake-held-stop-text", "--fake-record", str(before)
+    )
+    stock = None
+    pool = BackendPool(PoolPlan({}, {}, {Mode.BASELINE: [url]}), stop_grace_s=1.0)
+    router = {"max_parallel_decodes": 4, "load_rule": "off"}
+    settings = load_settings(
+        cache_dir=tmp_path, models_dir=tmp_path, modes=["baseline"], router=router
+    )
+    try:
+        with TestClient(create_app(settings, pool=pool)) as c:
+            ready(c)
+            assert streamed_text(c) == "alpha beta gamma "
+            assert stops_sent(before) == [True]  # the patched server applies them
+            patched.kill()
+            patched.wait()
+            for _ in range(100):
+                if not replica_up(c):
+                    break
+                time.sleep(0.1)
+            assert not replica_up(c)
+            stock = start_fake(fake_binary, port, log, "--fake-record", str(after))
+            for _ in range(100):
+                if replica_up(c):
+                    break
+                time.sleep(0.1)
+            assert replica_up(c)
+            assert streamed_text(c) == "alpha beta gamma "
+            assert stops_sent(after) == [False]  # Fronde matches them: the stock one drops
+    finally:
+        for proc in (patched, stock):
+            if proc is not None:
+                proc.kill()
+                proc.wait()

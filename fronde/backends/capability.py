@@ -24,6 +24,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from fronde.backends.client import BackendClient
+from fronde.backends.props import PER_REQUEST_FLAG, PropsCache, read_props
 from fronde.errors import BackendHTTPError
 from fronde.json_types import JSONObject
 
@@ -34,9 +35,6 @@ __all__ = [
     "PerRequestSpeculation",
     "check_per_request_speculation",
 ]
-
-PER_REQUEST_FLAG = "speculative_per_request"
-"""Top-level key of a patched llama-server's ``GET /props`` (true when present)."""
 
 COPY_PROMPT = "def add(a, b):\n    return a + b\n\n\ndef sub(a, b):\n    return a - b\n\n" * 3
 """Text a base model continues by copying it: an n-gram speculator drafts on it at once."""
@@ -84,7 +82,7 @@ async def _refuses(client: BackendClient, base_url: str, body: JSONObject) -> bo
 
 
 async def check_per_request_speculation(
-    client: BackendClient, base_url: str
+    client: BackendClient, base_url: str, props: PropsCache | None = None
 ) -> PerRequestSpeculation:
     """Ask the llama-server at ``base_url`` whether it honours per-request speculation.
 
@@ -96,6 +94,7 @@ async def check_per_request_speculation(
     Args:
         client: Fronde's backend client.
         base_url: e.g. ``http://127.0.0.1:8081``.
+        props: the pool's ``/props`` cache, given what was read here (None: kept nowhere).
 
     Returns:
         What the server showed; ``.supported`` is the verdict.
@@ -104,8 +103,13 @@ async def check_per_request_speculation(
         BackendError: the server is unreachable, times out, or answers an error other
             than the 400 asked for.
     """
-    props = await client.get_json(base_url, "/props")
-    if not (isinstance(props, dict) and props.get(PER_REQUEST_FLAG) is True):
+    # Fresh on purpose, never from the cache: this check decides whether the server at
+    # base_url may serve at all, and a server that just (re)started there may be another
+    # binary than the one an entry describes. What it read is kept for the other readers.
+    shown = await read_props(client, base_url)
+    if props is not None:
+        props.keep(base_url, shown)
+    if not shown.per_request_speculation:
         return PerRequestSpeculation(
             advertised=False,
             reason=f"GET /props has no {PER_REQUEST_FLAG}: a stock llama-server "

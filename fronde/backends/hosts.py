@@ -20,24 +20,26 @@ comma-joined, ``none`` without speculation); a mode that needs one the hosts che
 start lack is left out with the reason, and a host that comes up later must serve every
 mode that is up. Where ``/props`` does not say, every mode stays, and a request of a
 mode the host was not started for gets llama-server's own 400.
+
+A host's ``/props`` is the pool's :class:`~fronde.backends.props.PropsCache` entry: the
+check reads it fresh each time the host would come up, and a failed health check drops it
+(its owner may restart it with other flags), so no reader acts on the host that was.
 """
 
 from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass, field
-from typing import Any
-
-import httpx
 
 from fronde.backends.process import BackendState
-from fronde.backends.remote import HEALTH_TIMEOUT_S, RemoteMode
+from fronde.backends.props import PropsCache
+from fronde.backends.remote import RemoteMode
 from fronde.backends.single import SPEC_TYPES, SharedServer, per_request_support
 from fronde.errors import BackendStartError
 from fronde.logging import get_logger
 from fronde.modes import Mode
 
-__all__ = ["HOSTS_LABEL", "HostCheck", "host_types", "start_hosts"]
+__all__ = ["HOSTS_LABEL", "HostCheck", "start_hosts"]
 
 log = get_logger(__name__)
 
@@ -52,45 +54,32 @@ STOCK_HINT = (
 """What to do about a host that does not honour the per-request fields."""
 
 
-async def host_types(url: str) -> frozenset[str] | None:
-    """The speculators the llama-server at ``url`` runs with, from its ``/props``.
-
-    Returns:
-        ``--spec-type`` names (empty: no speculation); None when ``/props`` does not
-        show them (a build without patch 0004) or cannot be read. Never raises.
-    """
-    try:
-        async with httpx.AsyncClient(timeout=HEALTH_TIMEOUT_S) as http:
-            data: Any = (await http.get(f"{url}/props")).json()
-        shown = data["default_generation_settings"]["params"]["speculative.types"]
-    except (httpx.HTTPError, ValueError, KeyError, TypeError):
-        return None
-    if not isinstance(shown, str):
-        return None
-    return frozenset(t for t in shown.split(",") if t and t != "none")
-
-
 @dataclass
 class HostCheck:
     """The check a host passes before it takes requests (a :attr:`RemoteMode.check`).
 
     Attributes:
         modes: the modes the hosts serve; narrowed while :attr:`settled` is False.
+        props: the pool's ``/props`` cache: the check reads a host's fresh and keeps it.
         left_out: each mode a host checked at start cannot draft for, and why.
         settled: the start is over: a host must then serve every mode of :attr:`modes`.
     """
 
     modes: list[Mode]
+    props: PropsCache
     left_out: dict[Mode, str] = field(default_factory=dict[Mode, str])
     settled: bool = False
 
     async def __call__(self, url: str) -> str | None:
         """Why the host at ``url`` may not serve (None: it may). Never raises."""
-        why = await per_request_support(url)
+        # The check reads /props fresh (the host may have come back as another binary)
+        # and keeps it, so the speculators below are this host's as it runs now.
+        why = await per_request_support(url, props=self.props)
         if why is not None:
             return f"does not honour per-request speculation: {why}. {STOCK_HINT}"
-        types = await host_types(url)
-        if types is None:
+        shown = await self.props.get(url)
+        types = None if shown is None else shown.spec_types
+        if types is None:  # a build without patch 0004: every mode stays
             return None
         lacking = [m for m in self.modes if not set(SPEC_TYPES[m]) <= types]
         if not lacking:

@@ -33,6 +33,7 @@ from fronde.backends.affinity import Backend, remote_of
 from fronde.backends.hosts import HOSTS_LABEL, HostCheck, start_hosts
 from fronde.backends.pool_plan import PlanTopology, PoolPlan, plan_pool
 from fronde.backends.process import BackendState, LlamaServerProcess, log_tail
+from fronde.backends.props import PropsCache
 from fronde.backends.remote import RemoteMode
 from fronde.backends.single import SharedMode, SharedServer, per_request_support, remember_stock
 from fronde.config import Settings
@@ -81,6 +82,9 @@ class BackendPool:
         topology: ``single`` or ``per-mode`` once :meth:`start` settled it; ``auto``
             before (the plan's).
         topology_why: how it was settled, for ``/health`` and the log.
+        props: each backend's ``GET /props``, read once per base URL
+            (:mod:`fronde.backends.props`); the start checks refresh it, and a remote
+            replica's entry is dropped when it fails a health check.
     """
 
     def __init__(
@@ -93,12 +97,15 @@ class BackendPool:
         restart_window_s: float = 300.0,
     ) -> None:
         self.left_out: dict[Mode, str] = dict(plan.left_out)
+        self.props = PropsCache()
         per_mode: dict[Mode, OwnBackend] = {
             mode: LlamaServerProcess(spec, start_timeout_s, stop_grace_s)
             for mode, spec in plan.specs.items()
         }
         for mode, urls in plan.remote.items():
-            per_mode[mode] = RemoteMode(mode, urls, start_timeout_s=start_timeout_s)
+            per_mode[mode] = RemoteMode(
+                mode, urls, start_timeout_s=start_timeout_s, props=self.props
+            )
         self.per_mode: dict[Mode, OwnBackend] = {m: per_mode[m] for m in Mode if m in per_mode}
         """Each mode's own backend (what per-mode runs)."""
         self.shared: SharedServer | None = None
@@ -110,8 +117,11 @@ class BackendPool:
         self._hosts: tuple[RemoteMode, HostCheck] | None = None
         """The remote hosts that serve every mode and their check, if the plan has them."""
         if plan.hosts:
-            hosts = RemoteMode(HOSTS_LABEL, list(plan.hosts), start_timeout_s=start_timeout_s)
-            self.shared, self._hosts = SharedServer(hosts), (hosts, HostCheck(list(plan.fields)))
+            hosts = RemoteMode(
+                HOSTS_LABEL, list(plan.hosts), start_timeout_s=start_timeout_s, props=self.props
+            )
+            check = HostCheck(list(plan.fields), self.props)
+            self.shared, self._hosts = SharedServer(hosts), (hosts, check)
             self.backends = {m: SharedMode(m, self.shared, f) for m, f in plan.fields.items()}
         elif plan.single is not None and plan.topology != "per-mode":
             shared = SharedServer(LlamaServerProcess(plan.single, start_timeout_s, stop_grace_s))
@@ -196,7 +206,7 @@ class BackendPool:
         except BackendStartError as exc:
             why = f"the llama-server of every mode did not start: {exc.message}"
         else:
-            why = await per_request_support(proc.url)
+            why = await per_request_support(proc.url, props=self.props)
             if why is None:
                 shared.checked = True  # its modes read ready from now on
                 asked, self.topology = self.topology, "single"

@@ -17,6 +17,11 @@ With a :attr:`RemoteMode.check` (hosts that serve every mode, ``remote.all``:
 one the check refuses stays out, with the reason as its error, until it goes down (a
 restart may bring another binary) and comes back.
 
+A replica's ``/props`` entry in the pool's :class:`~fronde.backends.props.PropsCache` is
+dropped at each failed health check or dropped request, not only when the replica goes
+down: a restart by its owner (perhaps with other flags) fails at least one check, and
+may take less than the :data:`DOWN_AFTER` failures that take the replica down.
+
 :class:`RemoteMode` offers the subset of
 :class:`~fronde.backends.process.LlamaServerProcess` the pool and the routes use
 (``url``, ``state``, ``start``, ``stop``, ``wait``), so the rest of Fronde does
@@ -34,6 +39,7 @@ from typing import TypedDict
 import httpx
 
 from fronde.backends.process import BackendState
+from fronde.backends.props import PropsCache
 from fronde.errors import BackendStartError, BackendUnavailableError
 from fronde.logging import get_logger
 from fronde.modes import Mode
@@ -119,6 +125,8 @@ class RemoteMode:
         check: base URL → why that replica may not serve (None: it may), awaited before
             it comes up; None: health alone decides.
         failure: why the pool gave these replicas up at start (shown as the error).
+        props: the pool's ``/props`` cache, whose entry of a replica that fails a check
+            is dropped (None: no cache).
     """
 
     mode: Mode | str
@@ -127,6 +135,7 @@ class RemoteMode:
     start_timeout_s: float = 180.0
     check: Callable[[str], Awaitable[str | None]] | None = None
     failure: str | None = None
+    props: PropsCache | None = None
     replicas: list[Replica] = field(default_factory=list[Replica])
     state: BackendState = BackendState.STOPPED
     starts: int = 0
@@ -184,11 +193,21 @@ class RemoteMode:
         soon as one that fails its checks. An unknown ``url`` is ignored.
         """
         for replica in self.replicas:
-            if replica.url == url and replica.observe(False, error):
-                log.warning(
-                    "backend.replica_down", mode=str(self.mode), url=url, error=replica.last_error
-                )
+            if replica.url == url:
+                self._forget(url)
+                if replica.observe(False, error):
+                    log.warning(
+                        "backend.replica_down",
+                        mode=str(self.mode),
+                        url=url,
+                        error=replica.last_error,
+                    )
         self._refresh()
+
+    def _forget(self, url: str) -> None:
+        """Drop ``url``'s ``/props`` entry: the server that answers next may be another."""
+        if self.props is not None:
+            self.props.forget(url)
 
     def _refresh(self) -> None:
         if self.state is not BackendState.STOPPED:
@@ -203,6 +222,8 @@ class RemoteMode:
                     ok, error = resp.status_code == 200, f"/health answered {resp.status_code}"
                 except httpx.HTTPError as exc:
                     ok, error = False, f"{type(exc).__name__}: {exc}"
+                if not ok:
+                    self._forget(replica.url)
                 if ok and self.check is not None and replica.due:
                     why = await self.check(replica.url)
                     if why is not None:

@@ -46,6 +46,7 @@ import httpx
 from fronde.backends.capability import check_per_request_speculation
 from fronde.backends.client import BackendClient
 from fronde.backends.process import BackendState, LlamaServerProcess
+from fronde.backends.props import PropsCache
 from fronde.backends.remote import RemoteMode
 from fronde.errors import FrondeError
 from fronde.modes import Mode, SpeculationSettings, mode_args
@@ -237,17 +238,20 @@ class SharedMode:
         return await self.server.process.wait()
 
 
-async def per_request_support(url: str, timeout_s: float = CHECK_TIMEOUT_S) -> str | None:
+async def per_request_support(
+    url: str, timeout_s: float = CHECK_TIMEOUT_S, props: PropsCache | None = None
+) -> str | None:
     """Whether the llama-server at ``url`` honours per-request speculation: None, else why not.
 
     The checks of :func:`~fronde.backends.capability.check_per_request_speculation` (the
-    ``/props`` flag, llama-server's own 400 for ``speculative.n_max`` -1, and a copy-heavy
-    greedy request with ``speculative.n_max`` 0 that must draft nothing), each request
-    within ``timeout_s``. Never raises: a failure is a reason.
+    ``/props`` flag, read fresh and kept in ``props``; llama-server's own 400 for
+    ``speculative.n_max`` -1; and a copy-heavy greedy request with ``speculative.n_max`` 0
+    that must draft nothing), each request within ``timeout_s``. Never raises: a failure
+    is a reason.
     """
     try:
         async with httpx.AsyncClient(timeout=timeout_s) as http:
-            got = await check_per_request_speculation(BackendClient(http), url)
+            got = await check_per_request_speculation(BackendClient(http), url, props)
     except (FrondeError, httpx.HTTPError, ValueError) as exc:
         return f"the check failed: {type(exc).__name__}: {exc}"
     return None if got.supported else got.reason

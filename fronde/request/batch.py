@@ -182,7 +182,8 @@ async def _run_one(
         url = d.pool.get(mode).url
         sent = with_fields(req.wire(), d.pool.fields(mode))  # the mode, on a server of every mode
         with adm.generating(mode):
-            data = await answer_whole(d.client, url, PATHS[kind], sent, str(mode))
+            held = d.sender.held_stop  # the stop strings' one rule, as a single request's
+            data = await answer_whole(d.client, url, PATHS[kind], sent, str(mode), held=held)
     except FrondeError as exc:
         adm.close("error", exc.message)
         return _item_error(index, exc)

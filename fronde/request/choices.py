@@ -23,12 +23,13 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from fronde.backends.held_stop import HeldStopText
 from fronde.json_types import JSON, JSONObject
 from fronde.request.prompts import prompt_count
 from fronde.request.stops import StopMatcher
 from fronde.timings import Timings, TimingsTrail
 
-__all__ = ["ChoiceBook", "OwnedStops", "choice_index", "summed_usage"]
+__all__ = ["ChoiceBook", "OwnedStops", "choice_index", "summed_usage", "take_stops"]
 
 
 def choice_index(choice: JSONObject) -> int:
@@ -125,17 +126,23 @@ class OwnedStops:
         self.ended: set[int] = set()
 
     @staticmethod
-    def take(body: JSONObject, *, chat: bool) -> tuple[JSONObject, OwnedStops | None]:
+    def take(
+        body: JSONObject, *, chat: bool, held_text_sent: bool = False
+    ) -> tuple[JSONObject, OwnedStops | None]:
         """Take ``body``'s stop strings for Fronde to apply: (upstream body, stops or None).
 
         The upstream body has no ``stop`` and asks for ``timings_per_token``. Requests
         with tools keep their stops upstream (None): llama-server applies them to the
-        raw text it parses tool calls from, which a relay cannot see.
+        raw text it parses tool calls from, which a relay cannot see. So do all
+        requests to a server whose streams send the text held back for a partial match
+        (``held_text_sent``, patch 0009: :mod:`fronde.backends.held_stop`): there
+        llama-server's own matching gives the text Fronde's would.
         """
         stop = body.get("stop")
         if isinstance(stop, str):
             stop = [stop]
-        if body.get("tools") or body.get("functions") or not isinstance(stop, list):
+        upstream_applies = held_text_sent or body.get("tools") or body.get("functions")
+        if upstream_applies or not isinstance(stop, list):
             return body, None
         owned = [s for s in stop if isinstance(s, str) and s]
         if not owned:
@@ -197,3 +204,23 @@ class OwnedStops:
         if piece or out:
             self._set_text(choice, out)
         return False
+
+
+async def take_stops(
+    body: JSONObject, *, chat: bool, url: str, held: HeldStopText
+) -> tuple[JSONObject, OwnedStops | None]:
+    """The stop strings of a request Fronde streams from the server at ``url``.
+
+    The one rule for every such request, a relayed stream and a whole answer alike
+    (:func:`~fronde.request.collect.answer_whole` asks for a stream too):
+    :meth:`OwnedStops.take`, given whether that server's streams send the text held back
+    for a partial match (``held``, its ``/props`` read once). A body without ``stop``
+    costs no ``/props`` read. The probe's segments are not sent here: a stop string may
+    span two segments, so :mod:`fronde.request.splice` always matches them itself.
+
+    Returns:
+        (the upstream body, the stops Fronde applies or None). Never raises.
+    """
+    if "stop" not in body:
+        return body, None
+    return OwnedStops.take(body, chat=chat, held_text_sent=await held.sent(url))

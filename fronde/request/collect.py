@@ -6,7 +6,9 @@ and keeps generating a non-streamed one to the end (measured on gemma: a 400-tok
 answer whose client left after 1.5 s still held the slot 4 s later; a stream freed
 it in 0.07 s). So a client that leaves frees its slot on every route, and the stop
 strings, usage and timings come through the same relay as a stream's
-(:func:`~fronde.request.relay.relay_sse`).
+(:func:`~fronde.request.relay.relay_sse`): the stop strings by the stream's own rule
+(:func:`~fronde.request.choices.take_stops`), so on a server with patch 0009 they stay
+upstream and no event is matched in Python.
 
 :func:`collect` folds the relayed chunks into OpenAI's non-streamed shape: the
 ``content`` (and ``reasoning_content``) pieces joined, tool-call deltas merged by
@@ -28,9 +30,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from fronde.backends.client import BackendClient
+from fronde.backends.held_stop import HeldStopText
 from fronde.errors import BackendConnectionError
 from fronde.json_types import JSON, JSONObject
-from fronde.request.choices import OwnedStops, choice_index
+from fronde.request.choices import choice_index, take_stops
 from fronde.request.native import Kind
 from fronde.request.relay import DONE_LINE, relay_sse
 
@@ -249,6 +252,8 @@ async def answer_whole(
     body: JSONObject,
     mode: str,
     on_timings: Callable[[JSONObject], None] | None = None,
+    *,
+    held: HeldStopText,
 ) -> dict[str, Any]:
     """One non-streamed OpenAI answer from ``url + path``, asked for as a stream.
 
@@ -259,6 +264,9 @@ async def answer_whole(
         body: the client's (non-streamed) request body.
         mode: the backend's mode, for errors and logs.
         on_timings: called with llama-server's ``timings`` (for the router).
+        held: whether a server's streams send the text held back for a stop string:
+            the stop strings stay upstream there, as a relayed stream's do
+            (:func:`~fronde.request.choices.take_stops`).
 
     Returns:
         The answer, as llama-server's non-streamed endpoint shapes it.
@@ -268,7 +276,7 @@ async def answer_whole(
             reached the client).
     """
     kind: Kind = "chat" if path.endswith("/chat/completions") else "text"
-    upstream, stops = OwnedStops.take(body, chat=kind == "chat")
+    upstream, stops = await take_stops(body, chat=kind == "chat", url=url, held=held)
     sent: JSONObject = {**upstream, "stream": True, "stream_options": {"include_usage": True}}
     async with client.stream(url, path, sent) as resp:
         relayed = relay_sse(resp, mode, on_timings, include_usage=True, stops=stops)

@@ -94,7 +94,7 @@ class Dispatcher:
         self.client = client
         self.router = router
         self.swap = swap
-        self.tools = ToolTemplate(client, self._template_url)
+        self.tools = ToolTemplate(pool.props, self._template_url)
         gated = settings.effective_max_parallel_decodes() == 1
         self.hindsight = Hindsight(client, router, wait_idle=gated)
         self.sender = Sender(settings, pool, client, router, self.hindsight)

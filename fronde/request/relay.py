@@ -12,8 +12,9 @@ start of a stop string, and when the budget runs out in a stream it never sends 
 (the non-streamed answer keeps it). So for a streamed request with ``stop`` Fronde
 sends the request without ``stop`` and matches the strings itself
 (:class:`~fronde.request.stops.StopMatcher`, llama-server's rule), unless the server
-sends that text (patch 0009, :mod:`fronde.backends.held_stop`: the relayed-stream route
-then leaves the strings upstream). Matched here, text is released as
+sends that text (patch 0009, :mod:`fronde.backends.held_stop`: a relayed stream and a
+whole answer then leave the strings upstream, :func:`~fronde.request.choices.take_stops`).
+Matched here, text is released as
 it is decided, a match ends the answer (``finish_reason: "stop"``, the upstream
 closed, which stops its generation), and held text is released at the end. The
 streamed text then equals the non-streamed one. ``timings_per_token`` is asked for so

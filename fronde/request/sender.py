@@ -29,17 +29,12 @@ from fronde.json_types import JSONObject
 from fronde.modes import Mode
 from fronde.request.admission import Admission
 from fronde.request.agent_apis import Api
+from fronde.request.choices import take_stops
 from fronde.request.collect import answer_whole
 from fronde.request.hindsight import Hindsight, text_of
 from fronde.request.native import Kind, chunk, finish_reason, full_response, new_id, usage
 from fronde.request.predicted_outputs import FEEDS_POOL, feed_pool, prediction_text, with_counts
-from fronde.request.relay import (
-    DONE_LINE,
-    EventRelay,
-    OwnedStops,
-    relay_sse,
-    sse_error_event,
-)
+from fronde.request.relay import DONE_LINE, EventRelay, relay_sse, sse_error_event
 from fronde.request.reply import Answer, Streamed, Whole
 from fronde.request.splice import Splice
 from fronde.router.engine import Decision, Router, Status
@@ -100,7 +95,7 @@ class Sender:
         self.client = client
         self.router = router
         self.hindsight = hindsight
-        self.held_stop = HeldStopText(client)
+        self.held_stop = HeldStopText(pool.props)
 
     @staticmethod
     def _overhead(decision: Decision, headers: dict[str, str]) -> None:
@@ -132,20 +127,6 @@ class Sender:
         decision.draft_n_max = n_max
         headers["x-fronde-draft-n-max"] = str(n_max)
         return {N_MAX_FIELD: n_max}
-
-    async def _stops(
-        self, sent: JSONObject, kind: Kind, url: str
-    ) -> tuple[JSONObject, OwnedStops | None]:
-        """A relayed stream's upstream body, and its stop strings where Fronde matches them.
-
-        Fronde's (:mod:`fronde.request.relay`) unless the server at ``url`` sends the text it
-        held back for a partial match at the budget (patch 0009,
-        :mod:`fronde.backends.held_stop`): then it applies them and the events pass through
-        untouched.
-        """
-        if "stop" not in sent or await self.held_stop.sent(url):
-            return sent, None
-        return OwnedStops.take(sent, chat=kind == "chat")
 
     async def _tracked(
         self, adm: Admission, source: AsyncIterator[bytes], events: EventRelay | None = None
@@ -214,7 +195,7 @@ class Sender:
             # Streamed upstream all the same (fronde.request.collect): cancellable.
             with adm.generating(mode):
                 data = await answer_whole(
-                    self.client, url, PATHS[kind], sent, str(mode), on_timings
+                    self.client, url, PATHS[kind], sent, str(mode), on_timings, held=self.held_stop
                 )
             answer = text_of(kind, data)
             self.hindsight.after(decision, mode, url, kind, body, text=answer)
@@ -223,7 +204,9 @@ class Sender:
             return Whole(data, headers)
         stack = AsyncExitStack()
         stack.callback(adm.count(mode))
-        upstream_body, stops = await self._stops(sent, kind, url)
+        upstream_body, stops = await take_stops(
+            sent, chat=kind == "chat", url=url, held=self.held_stop
+        )
         # Open the upstream before answering: a failure before the first byte is
         # still an ordinary HTTP error (raised here), not a broken 200 stream.
         try:

@@ -28,7 +28,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import cast
 
-from fronde.backends.client import BackendClient
+from fronde.backends.props import PropsCache
 from fronde.client_request import ClientRequest
 from fronde.errors import BackendError, InvalidRequestError
 from fronde.json_types import JSON, JSONObject
@@ -122,32 +122,28 @@ def _named(choice: JSONObject, tools: list[JSON], api: str) -> list[JSON]:
 
 
 class ToolTemplate:
-    """Whether baseline's chat template describes tools (its ``/props``), read once.
+    """Whether baseline's chat template describes tools (its ``/props``, read once).
 
     Args:
-        client: the backend client.
+        props: the pool's ``/props`` cache.
         url: where baseline answers, or a callable giving it (it may move on restart).
     """
 
-    def __init__(self, client: BackendClient, url: Callable[[], str]) -> None:
-        self.client = client
+    def __init__(self, props: PropsCache, url: Callable[[], str]) -> None:
+        self.props = props
         self.url = url
-        self.known: bool | None = None
 
     async def supports_tools(self) -> bool | None:
-        """``chat_template_caps.supports_tools`` of baseline's ``/props``; None if unknown."""
-        if self.known is None:
-            try:
-                props = await self.client.get_json(self.url(), "/props")
-            except BackendError:
-                return None
-            props_d = cast("JSONObject", props) if isinstance(props, dict) else {}
-            caps = props_d.get("chat_template_caps")
-            value = caps.get("supports_tools") if isinstance(caps, dict) else None
-            if not isinstance(value, bool):
-                return None
-            self.known = value
-        return self.known
+        """``chat_template_caps.supports_tools`` of baseline's ``/props``; None if unknown.
+
+        Unknown: no backend is ready, its ``/props`` could not be read, or it does not say.
+        """
+        try:
+            url = self.url()
+        except BackendError:  # no backend ready: the request meets that error later
+            return None
+        props = await self.props.get(url)
+        return None if props is None else props.supports_tools
 
 
 async def honour_tool_choice(

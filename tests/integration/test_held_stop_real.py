@@ -10,6 +10,7 @@ text"); Fronde then had to match a stream's stop strings itself.
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Iterator
 from typing import Any
@@ -17,8 +18,12 @@ from typing import Any
 import httpx
 import pytest
 
-from fronde.backends.held_stop import HELD_STOP_FLAG
+from fronde.backends.client import BackendClient
+from fronde.backends.held_stop import HELD_STOP_FLAG, HeldStopText
+from fronde.backends.props import PropsCache
+from fronde.json_types import JSONObject
 from fronde.modes import Mode
+from fronde.request.collect import answer_whole
 
 from .conftest import SMOLLM2, patched_server
 from .test_per_request_spec_real import server_argv
@@ -67,3 +72,32 @@ def test_a_stream_ending_at_its_budget_in_a_partial_stop_keeps_its_tail(base: st
     streamed = complete(base, stream=True, stop=stop)
     assert whole == (free, "length")
     assert streamed == whole
+
+
+def test_a_whole_answer_leaves_the_stop_upstream_and_equals_the_stream(base: str) -> None:
+    """Fronde's whole answer (asked for as a stream, ``answer_whole``) whose budget ends
+    in a partial stop match: on the patched server its ``stop`` goes upstream, and the
+    answer is the stream's text, tail included."""
+    free, _ = complete(base, stream=False)
+    stop = [free[-3:] + "\u2603never"]
+    streamed = complete(base, stream=True, stop=stop)
+    assert streamed == (free, "length")
+    body: JSONObject = {"prompt": PROMPT, "max_tokens": BUDGET, "temperature": 0}
+    body |= {"cache_prompt": False, "stop": [stop[0]]}
+    sent: list[dict[str, Any]] = []
+
+    async def seen(request: httpx.Request) -> None:  # each body Fronde sends upstream
+        if request.method == "POST":
+            sent.append(json.loads(request.content))
+
+    async def whole() -> dict[str, Any]:
+        async with httpx.AsyncClient(timeout=60, event_hooks={"request": [seen]}) as http:
+            client = BackendClient(http)
+            held = HeldStopText(PropsCache(client))
+            return await answer_whole(client, base, "/v1/completions", body, "baseline", held=held)
+
+    data = asyncio.run(whole())
+    choice: dict[str, Any] = data["choices"][0]
+    assert (choice["text"], choice["finish_reason"]) == streamed
+    assert [b.get("stop") for b in sent] == [stop]  # llama-server matched it, not Fronde
+    assert "timings_per_token" not in sent[0]

@@ -14,6 +14,7 @@ import pytest
 
 from fronde.backends.client import BackendClient
 from fronde.backends.held_stop import HELD_STOP_FLAG, HeldStopText
+from fronde.backends.props import PropsCache
 from fronde.modes import Mode
 
 from .test_contract import MODES
@@ -58,6 +59,43 @@ def test_the_stop_strings_go_upstream_only_where_the_stream_keeps_held_text(
     assert ("timings_per_token" in streamed) is not held
 
 
+@pytest.mark.parametrize("held", [True, False], ids=["patched", "stock"])
+@pytest.mark.parametrize("route", ["chat", "text", "batch"])
+def test_a_whole_answer_leaves_its_stop_strings_upstream_where_the_stream_keeps_held_text(
+    serve: Any, tmp_path: Path, held: bool, route: str
+) -> None:
+    """A non-streamed answer (also asked for as a stream, fronde.request.collect), one by
+    itself or in a batch, follows the stream's rule: its body upstream keeps ``stop`` (and
+    asks no per-token timings) only on a server whose /props says it sends held text, and
+    the client reads the same text on either server."""
+    records = [tmp_path / f"{m}.jsonl" for m in MODES]
+    knobs: dict[Mode, list[str]] = {
+        m: ["--fake-record", str(r), *(["--fake-held-stop-text"] if held else [])]
+        for m, r in zip(MODES, records, strict=True)
+    }
+    c = serve(knobs)
+    body: dict[str, Any] = {"max_tokens": 3, "stop": ["gamma x"], "model": "fronde:baseline"}
+    if route == "text":
+        body["prompt"] = WORDS
+    else:
+        body["messages"] = [{"role": "user", "content": WORDS}]
+    if route == "batch":
+        r = c.post("/fronde/v1/batch", json={"requests": [body]})
+        assert r.status_code == 200, r.text
+        answer: dict[str, Any] = r.json()["data"][0]["body"]
+    else:
+        path = "/v1/completions" if route == "text" else "/v1/chat/completions"
+        r = c.post(path, json=body)
+        assert r.status_code == 200, r.text
+        answer = r.json()
+    choice: dict[str, Any] = answer["choices"][0]
+    text = choice["text"] if route == "text" else choice["message"]["content"]
+    assert (text, choice["finish_reason"]) == ("alpha beta gamma ", "length")
+    (sent,) = _streamed_bodies(records)  # the one generation, streamed upstream
+    assert ("stop" in sent) is held
+    assert ("timings_per_token" in sent) is not held
+
+
 class _Props:
     """A /props handler: fails ``fail`` times, then answers ``props``; counts calls."""
 
@@ -74,7 +112,7 @@ class _Props:
 def _ask(handler: _Props, times: int) -> list[bool]:
     async def run() -> list[bool]:
         async with httpx.AsyncClient(transport=httpx.MockTransport(handler)) as http:
-            held = HeldStopText(BackendClient(http))
+            held = HeldStopText(PropsCache(BackendClient(http)))
             return [await held.sent("http://backend") for _ in range(times)]
 
     return asyncio.run(run())

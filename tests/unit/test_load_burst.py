@@ -20,6 +20,7 @@ import pytest
 
 from fronde.backends.client import BackendClient, UpstreamStream
 from fronde.backends.pool import BackendPool
+from fronde.backends.props import PropsCache
 from fronde.client_request import ChatRequest
 from fronde.config import load_settings
 from fronde.evidence.calibration import LoadCurves
@@ -82,6 +83,7 @@ class _Pool:
     topology = "per-mode"
 
     def __init__(self) -> None:
+        self.props = PropsCache()
         self.backends = {m: _Backend(f"http://{m}") for m in READY}
 
     def fields(self, mode: Mode) -> dict[str, Any]:

@@ -14,6 +14,7 @@ from fastapi.testclient import TestClient
 
 from fronde.backends.client import BackendClient
 from fronde.backends.pool import BackendPool
+from fronde.backends.props import PropsCache
 from fronde.bench.serve import running_serve, settled
 from fronde.client_request import CompletionRequest
 from fronde.config import load_settings
@@ -73,6 +74,7 @@ class BrokenPool:
     """A pool whose one backend is ready but cannot be reached: ``get`` raises a bug."""
 
     def __init__(self, ready: list[Mode]) -> None:
+        self.props = PropsCache()
         self.backends = dict.fromkeys(Mode, None)
         self._ready = ready
 

@@ -17,7 +17,6 @@ from fronde.bench.load import arm_about
 from fronde.bench.load_lengths import LengthTable, schedule_lines
 from fronde.bench.load_notes import answer_lines, own_time_lines, quarantine_lines, served_costs
 from fronde.bench.load_page import load_markdown, load_plot, rows_json
-from fronde.bench.load_race import RACE_ABOUT, RACE_HEAD, race_lines
 from fronde.bench.load_ratios import ratio_sets
 from fronde.bench.load_rows import load_rows, looping_items
 from fronde.bench.load_sessions import session_curves, session_rows, tagged_samples
@@ -80,7 +79,6 @@ def write_load_page(
     answers = answer_lines(samples)
     arms = list(dict.fromkeys(r.arm for r in rows))
     ratios = ratio_sets(samples, loops, arms)
-    race = race_lines(samples, loops)
     legend = {a: arm_about(a) for a in arms}
     legend |= {f"(calibration) {m}": arm for m, arm in calibration.items()}
     body = {
@@ -98,7 +96,6 @@ def write_load_page(
             for kind, by_label in ratios.items()
         },
         "about": list(about),
-        "race": race,
         "served_costs": {a: asdict(c) | {"draft_cost": c.draft_cost} for a, c in costs.items()},
     }
     (out / "load.json").write_text(json.dumps(body, indent=1) + "\n")
@@ -120,7 +117,7 @@ def write_load_page(
         about,
     )
     schedule = schedule_lines(session_rows(samples), lengths or {})
-    page += _sections((RACE_HEAD, RACE_ABOUT, race), (SCHEDULE_HEAD, SCHEDULE_ABOUT, schedule))
+    page += _sections((SCHEDULE_HEAD, SCHEDULE_ABOUT, schedule))
     (out / "load.md").write_text(page)
     load_plot(rows, out / "load.png", title)
     return [*verdict, *(["", SCHEDULE_HEAD, *schedule] if schedule else [])]

@@ -1,14 +1,11 @@
 """The few lines that answer the verdict's question, printed last under the tables.
 
-A run prints a dozen tables; a reader who asked "is Fronde faster than one
-llama-server?" should not have to find the answer among them. These lines say it in
-words, from the same figures as the tables and the checks
-(:mod:`fronde.bench.verdict`), each routed arm on one line:
+A reader who asked "is Fronde faster than one llama-server?" should not have to find
+the answer among a dozen tables::
 
     Is Fronde faster than one llama-server? (A: 29 prompts × 2 reps; B: 12 steps)
       the best fixed arm: cascade = llama-server --spec-type ngram-simple,ngram-mod
       routing, cold: 0.94× cascade in total, 0.93× per prompt [0.88–0.98]
-      ...
     VERDICT: FAIL: not faster than cascade (cold, warm); ...
 """
 
@@ -22,7 +19,6 @@ from fronde.bench.verdict import BOUNDS, Check, Table, best_static, verdict_of
 __all__ = ["answer_lines"]
 
 _LABELS = {"router": "routing, cold", "router-w": "routing, warm"}
-"""How the routed arms are named in words (the arms' legend: ``fronde/bench/arms.py``)."""
 
 
 def _label(arm: str) -> str:
@@ -111,15 +107,9 @@ def answer_lines(
 ) -> list[str]:
     """The answer in words: workload A's checks per routed arm, workload B, the verdict.
 
-    Args:
-        a: workload A's table (first encounter).
-        b: workload B's table (agent sessions); may be empty.
-        checks: the verdict's checks (:func:`fronde.bench.verdict.checks`) of every
-            routed arm of ``a``.
-        about: arm name → one line saying what serves it (the arms' legend).
-
-    Returns:
-        Lines to print last; the last one starts ``VERDICT:`` or ``no verdict:``.
+    ``a``, ``b``: workload A's and B's tables (B may be empty); ``checks``: the verdict's
+    checks of every routed arm of ``a``; ``about``: arm name → what serves it. The last
+    line starts ``VERDICT:`` or ``no verdict:``.
     """
     routers = _routers(a)
     verdict = verdict_of(checks)

@@ -1,23 +1,12 @@
 """The arms a benchmark compares: Fronde (a mode forced, or routing) and static llama-servers.
 
-An arm is started fresh for every block of work (:mod:`fronde.bench.protocol`), so
-no n-gram pool has seen a prompt before its first request, and stopped after it.
-
-- A **Fronde** arm runs `fronde serve` as a user runs it: with ``force`` set, only
-  that mode is started and every request names it (``x-fronde-mode``); without, the
-  profile's modes are started and the router decides.
-- A **static** arm is one llama-server with the argv `fronde serve` gives its
-  baseline (model, context, threads, slots, chat template) plus ``flags``: what a
-  user would run instead of Fronde. With ``force`` set, it is the argv `fronde serve`
-  gives that mode's backend (the load benchmark measures each backend alone).
-
-``--spec-default`` in b11434 is ngram-mod with n_match 24, n_min 48 and n_max 64
-(``common/arg.cpp``), which are also ngram-mod's defaults (``common/common.h``,
-``common_params_speculative_ngram_mod``): the arm ``default`` stands for both
-"``--spec-default``" and "ngram-mod, n_match 24". A cascade
-(``--spec-type ngram-simple,ngram-mod``) asks each speculator in turn per step, the
-first that drafts wins, and ngram-mod's pool learns every prompt
-(``common/speculative.cpp``).
+Every arm is started fresh for each block of work and stopped after it. A **Fronde**
+arm runs `fronde serve` as a user runs it: ``force`` starts only that mode and every
+request names it (``x-fronde-mode``); without, the router decides. A **static** arm is
+one llama-server with the argv `fronde serve` gives baseline plus ``flags``, or, with
+``force``, the argv it gives that mode's backend. ``--spec-default`` in b11434 is
+ngram-mod with n_match 24, n_min 48, n_max 64 (``common/arg.cpp``); a cascade
+(``--spec-type ngram-simple,ngram-mod``) asks each speculator in turn per step.
 """
 
 from __future__ import annotations
@@ -30,8 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from fronde.bench.litellm import LITELLM_MODEL, litellm_proxy, litellm_python
-from fronde.bench.serve import running_serve
+from fronde.bench.serve import LITELLM_MODEL, litellm_proxy, litellm_python, running_serve
 from fronde.bench.workloads import Form, Item
 from fronde.config import Settings
 from fronde.errors import FrondeError
@@ -48,30 +36,22 @@ class Arm:
     """One way of serving the workload.
 
     Attributes:
-        name: short key in records and tables (at most 9 characters, for 80 columns).
-        kind: ``fronde`` (through `fronde serve`), ``static`` (one llama-server), or
-            ``litellm`` (LiteLLM's proxy in front of one plain llama-server).
-        force: Fronde arms: the mode every request names; None routes. Static arms:
-            the mode whose backend argv is started (None: baseline's plus ``flags``).
-        flags: static arms: llama-server speculation flags added to baseline's argv.
-        priming: Fronde arms: send the priming workload before measuring (router warm).
+        name: short key in records and tables (at most 9 characters).
+        kind: ``fronde`` (`fronde serve`), ``static`` (llama-server) or ``litellm``
+            (LiteLLM's proxy in front of a plain llama-server).
+        force: Fronde: the mode every request names (None routes); static: the mode
+            whose backend argv is started (None: baseline's plus ``flags``).
+        flags: static: speculation flags added to baseline's argv; ``unflags`` taken out
+            of it; ``sets`` (flag, value) pairs replacing a value or appended.
+        priming: Fronde: send the priming workload before measuring (router warm).
         about: one line for the report's legend.
-        env: Fronde arms: environment for `fronde serve` (settings such as
-            ``FRONDE_RESIDENCY``), as (name, value) pairs.
-        default: whether a run that names no arms runs it (``mod12`` is left out: it
-            won no run of the 2026-12-01 verdicts, and Fronde's ``mod`` covers n_match).
-        servers: static arms: how many llama-servers of that argv start; with more
-            than one, each request goes to the least busy (:meth:`Target.server`).
-        pin: a timed load block's client k names llama-server's slot k (``id_slot``)
-            in every request (:func:`~fronde.bench.passes.timed_pass`).
-        unflags: static arms: flags (without a value) taken out of the argv, e.g.
-            ``--backend-sampling`` from the plain arm's ``backend.plain_args``.
-        alone: Fronde arms with ``force``: start that mode alone (``--mode``); False
-            starts every mode and only the requests name ``force`` (the one-server
-            topology's plain requests beside its speculating ones).
-        sets: static arms: (flag, value) pairs set in the argv last, replacing the value
-            of a flag already there (``--spec-ngram-mod-n-max 16`` on a mode's argv: a
-            draft-length arm of ``fronde bench load --draft-lengths``).
+        env: Fronde: environment for `fronde serve`, as (name, value) pairs.
+        default: whether a run that names no arms runs it.
+        servers: static: how many llama-servers of that argv; each request goes to the
+            least busy (:meth:`Target.server`).
+        pin: a timed load block's client k names slot k (``id_slot``).
+        alone: Fronde with ``force``: start that mode alone (``--mode``); False starts
+            every mode and only the requests name ``force``.
     """
 
     name: str
@@ -155,9 +135,7 @@ ARMS: tuple[Arm, ...] = (
 def arms_named(names: Sequence[str], *, draft: bool) -> list[Arm]:
     """The arms called ``names`` (the default ones when empty), in :data:`ARMS` order.
 
-    Args:
-        names: arm names; empty selects every arm whose ``default`` is set.
-        draft: whether the profile has a draft model (else the ``draft`` arm is left out).
+    Without a ``draft`` model the ``draft`` arm is left out.
 
     Raises:
         FrondeError: a name that is no arm (the message lists them).
@@ -174,11 +152,8 @@ def arms_named(names: Sequence[str], *, draft: bool) -> list[Arm]:
 class Target:
     """A started arm: where to send requests, with which headers and model name.
 
-    Attributes:
-        base_url: the arm's URL (the first server's with several).
-        headers: sent with every request.
-        model: the ``model`` every body names, when the arm needs one.
-        urls: an arm of several servers: all of them (:meth:`server` picks one).
+    ``base_url`` is the first server's; ``urls`` all of them when there are several;
+    ``model`` the name every body gives, when the arm needs one.
     """
 
     base_url: str
@@ -189,11 +164,7 @@ class Target:
 
     @contextlib.contextmanager
     def server(self) -> Generator[str]:
-        """The URL for one request, held until the block exits.
-
-        ``base_url``, or of ``urls`` the one with the fewest requests in flight, the
-        first on a tie: what a least-busy load balancer in front of them would do.
-        """
+        """The URL for one request, held until the block exits: the least busy of ``urls``."""
         if not self.urls:
             yield self.base_url
             return
@@ -252,9 +223,7 @@ async def started(
 def static_argv(arm: Arm, settings: Settings) -> tuple[Path, list[str]]:
     """The llama-server binary and argv a static ``arm`` starts under ``settings``.
 
-    ``backend.plain_args`` go to the plain arm (baseline's argv) only, never to an arm
-    that adds speculation flags to it; ``arm.unflags`` are taken out, then ``arm.sets``
-    set (each flag's value replaced where the argv has it, else appended).
+    ``backend.plain_args`` go to no arm that adds speculation flags.
 
     Raises:
         FrondeError: llama-server is not installed, or the model is missing.

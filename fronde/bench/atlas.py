@@ -1,17 +1,10 @@
 """The speculation atlas: α, τ and speed by domain and quantization, on the one harness.
 
-A campaign is workload A (``first-encounter``) sent to one static llama-server per
-mode, with `fronde serve`'s argv for that mode (:data:`ATLAS_ARMS`), through
-:mod:`fronde.bench.protocol`: fresh servers per block, arms rotated across
-repetitions, records in a store, tables and charts from :mod:`fronde.bench.report`
-(per arm: rate, × baseline with its interval, α; per domain: × baseline). It runs on
-the shipped model and on variants that ``llama-quantize --allow-requantize`` derives
-from it: requantizations of a 4-bit file, not quantizations of full-precision
-weights, and the page says so.
-
-With llama-bench's verify costs (:func:`fronde.bench.breakeven.measure_verify_costs`)
-the page adds the break-even map: the shipped model's measured (α, speed ÷ baseline)
-per domain and mode over the expected-speedup surface.
+Workload A goes to one static llama-server per model-free mode with `fronde serve`'s
+argv for it (:func:`atlas_arms`), on the shipped model and on variants that
+``llama-quantize --allow-requantize`` derives from it (requantizations of a 4-bit file,
+and the page says so); the tables come from :mod:`fronde.bench.report`. With
+llama-bench's verify costs the page adds the break-even map.
 """
 
 from __future__ import annotations
@@ -51,7 +44,7 @@ no importance matrix."""
 
 
 def check_quants(quants: Sequence[str]) -> None:
-    """Refuse, before anything is measured, a type llama-quantize would not take.
+    """Refuse a type llama-quantize would not take, before anything is measured.
 
     Raises:
         FrondeError: the first unknown type, and the known ones.
@@ -82,12 +75,7 @@ def atlas_arms(settings: Settings) -> tuple[Arm, ...]:
 
 
 def requantize(llama_quantize: Path, source: Path, qtype: str, out_dir: Path) -> Path:
-    """Derive a ``qtype`` variant of ``source`` with ``llama-quantize --allow-requantize``.
-
-    An existing output is reused.
-
-    Returns:
-        The variant's path, ``<source stem>-requant-<qtype>.gguf`` in ``out_dir``.
+    """``<source stem>-requant-<qtype>.gguf`` in ``out_dir``, made once by llama-quantize.
 
     Raises:
         FrondeError: llama-quantize failed (its last lines).
@@ -113,16 +101,8 @@ async def run_atlas(
 ) -> None:
     """Run one campaign per variant into ``out/<variant>/records.jsonl`` (resumable).
 
-    Args:
-        settings: Fronde settings (the profile, the backend's argv).
-        config_file: the settings file, passed on to nothing here (static arms only).
-        out: the atlas folder.
-        variants: (name, GGUF) pairs; None serves the profile's own target.
-        reps: repetitions of every block.
-        max_tokens: tokens per answer.
-        per_domain: prompts per domain (None: all).
-        progress: called as requests end (see :data:`fronde.bench.protocol.Progress`).
-        status: told what runs now (see :data:`fronde.bench.protocol.Status`).
+    ``variants``: (name, GGUF) pairs, None for the profile's own target; ``per_domain``:
+    prompts per domain (None: all).
 
     Raises:
         FrondeError: a record file from another variant or budget (``Store.begin``).

@@ -1,10 +1,8 @@
 """Running a plan: each block on fresh servers, or a repetition's arms side by side.
 
-:func:`run_plan` runs every block of a :class:`~fronde.bench.protocol.Plan` (the
-module docstring of :mod:`fronde.bench.protocol` gives the protocol) that is not
-already done in the store, and appends its records: a block's samples, then its end
-(with a routed arm's own account of the router) or its failure. A block that fails
-to start or whose requests fail is recorded so, and the run goes on.
+:func:`run_plan` runs every block of a :class:`~fronde.bench.protocol.Plan` not already
+done in the store and appends its records: a block's samples, then its end (with a
+routed arm's own account of the router) or its failure; the run goes on after one.
 """
 
 from __future__ import annotations
@@ -43,17 +41,10 @@ BLOCK_ERRORS = (FrondeError, httpx.HTTPError, OSError)
 
 
 _ONE_AT_A_TIME = Level()
-"""The default level: one item after the other, streamed."""
 
 
 class BlockHead(TypedDict):
-    """The fields every record of a block carries (its samples and its end).
-
-    Attributes:
-        block: the block's key (:func:`~fronde.bench.protocol.block_key`).
-        block_id: a fresh id of this run of the block (a rerun gets another).
-        workload, arm, rep: the workload's name, the arm's name, the repetition.
-    """
+    """The fields every record of a block carries: its key, a fresh id, workload, arm, rep."""
 
     block: str
     block_id: str
@@ -100,17 +91,10 @@ async def run_plan(
 ) -> None:
     """Run every block of ``plan`` not already done in ``store``; append its records.
 
-    With ``rep``, only that repetition's blocks (``bench load`` runs its static and
-    router plans a repetition at a time, bracketed: :func:`~fronde.bench.load.bracketed`).
-
-    ``progress`` hears of every request that ends and every block that ends;
-    ``status`` of each step between (an arm starting, a warm arm priming, the
-    requests being sent).
-
-    Each level is a block of its own on fresh servers (servers that had answered the
-    same prompts at another level found them in the prompt cache and ngram-mod's pool:
-    c = 2 read twice c = 1 that way). A block whose arm fails to start, or whose
-    requests fail, is recorded with the error and the run goes on.
+    With ``rep``, only that repetition's blocks. ``progress`` hears of every request
+    and block that ends, ``status`` of each step between. Each level is a block on
+    fresh servers (servers that had answered the same prompts at another level found
+    them in the prompt cache and ngram-mod's pool: c = 2 read twice c = 1 that way).
     """
     done = store.done_blocks()
     async with bench_http() as http:
@@ -163,7 +147,7 @@ class _Run:
                 await self.run_side_by_side(k, workload, todo)
 
     def head_of(self, rep: int, workload: Workload, arm: Arm, level: Level) -> BlockHead:
-        """The fields every record of a block carries: its key, a fresh id, workload, arm, rep."""
+        """The head of a block's records (:class:`BlockHead`), with a fresh id."""
         key = block_key(rep, workload, arm, level)
         block_id = uuid.uuid4().hex[:12]
         return BlockHead(

@@ -2,19 +2,14 @@
 # (matplotlib's bundled annotations leave **kwargs untyped on Axes and Figure methods)
 """Break-even maps: where speculation pays on a given machine.
 
-**Verify cost.** :func:`measure_verify_costs` times a target batch of k tokens,
-k = 1…64, with llama.cpp's ``llama-bench`` (``-p k -n 0``) at a context depth (``-d``);
-``r(k) = T(k) ÷ T(1)`` is then the cost of verifying ``k − 1`` drafts in decode steps.
-
-**Expected speedup** (Leviathan, Kalman and Matias, *Fast Inference from Transformers
-via Speculative Decoding*, ICML 2023, Theorem 3.8 and Eq. 1): with an i.i.d. per-token
-acceptance β and γ drafts a step, a step yields ``E = (1 − β^(γ+1)) ÷ (1 − β)`` tokens;
-with the verify's measured cost, ``S(β, γ) = E ÷ (r(γ + 1) + γ·c)``, c a draft token's
-cost in target steps (0 for the n-gram modes, a lookup).
-
-**The acceptance axis.** llama.cpp reports α = accepted ÷ drafted, not β; under the same
-model ``α(β, γ) = β(1 − β^γ) ÷ ((1 − β)γ)``, and the maps plot S against that α, so that
-measured points lie on the curves' axis.
+**Verify cost**: ``llama-bench -p k -n 0`` times a target batch of k tokens at a
+context depth; ``r(k) = T(k) ÷ T(1)`` is the cost of verifying k − 1 drafts in decode
+steps. **Expected speedup** (Leviathan, Kalman and Matias, *Fast Inference from
+Transformers via Speculative Decoding*, ICML 2023, Theorem 3.8, Eq. 1): with an i.i.d.
+per-token acceptance β and γ drafts a step, ``E = (1 − β^(γ+1)) ÷ (1 − β)`` tokens a
+step and ``S(β, γ) = E ÷ (r(γ + 1) + γ·c)``, c a draft token's cost in target steps.
+llama.cpp reports α = accepted ÷ drafted, ``α(β, γ) = β(1 − β^γ) ÷ ((1 − β)γ)`` under
+the same model; the maps plot S against that α, where measured points lie.
 """
 
 from __future__ import annotations
@@ -40,13 +35,9 @@ __all__ = [
 class VerifyCosts:
     """Measured time of one target forward pass over a batch of k tokens.
 
-    Attributes:
-        ks: batch sizes, tokens (1 = one decode step).
-        seconds: mean time of one batch of ``ks[i]`` tokens, seconds.
-        stddev_s: its standard deviation over llama-bench's repetitions, seconds.
-        depth: context tokens already in the KV cache during each batch.
-        machine: a free-text description (CPU model and threads, or GPU name).
-        command: the llama-bench command line that measured it.
+    ``seconds[i]`` (and ``stddev_s[i]`` over llama-bench's repetitions) is a batch of
+    ``ks[i]`` tokens after ``depth`` context tokens; ``machine`` and ``command`` say
+    where and how it was measured.
     """
 
     ks: tuple[int, ...]
@@ -71,11 +62,7 @@ class VerifyCosts:
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> VerifyCosts:
-        """Rebuild from :meth:`to_json`'s dict.
-
-        Raises:
-            KeyError, TypeError, ValueError: the dict is not such a record.
-        """
+        """Rebuild from :meth:`to_json`'s dict (KeyError, TypeError, ValueError if not one)."""
         ks, seconds, stddev = (tuple(data[k]) for k in ("ks", "seconds", "stddev_s"))
         return cls(
             tuple(map(int, ks)), tuple(map(float, seconds)), tuple(map(float, stddev)),
@@ -95,21 +82,11 @@ def measure_verify_costs(
     machine: str = "",
     timeout_s: float = 1800.0,
 ) -> VerifyCosts:
-    """Time a target batch of k tokens for every k in ``ks`` with llama-bench.
+    """Time a target batch of k tokens for every k in ``ks`` (which holds 1) with llama-bench.
 
-    One ``llama-bench -m MODEL -p k1,k2,… -n 0 -d DEPTH -r REPS -o json`` run; its
-    ``avg_ns`` per test is the batch time (the ``-d`` tokens are decoded untimed first).
-
-    Args:
-        llama_bench: the llama-bench executable (``fronde install`` builds it).
-        model: the target GGUF.
-        ks: batch sizes, tokens; must contain 1.
-        depth: context tokens before each timed batch.
-        reps: llama-bench repetitions per k.
-        threads: ``-t``; llama-bench's default when None.
-        n_gpu_layers: ``-ngl`` (99 on a GPU); llama-bench's default when None.
-        machine: recorded as is.
-        timeout_s: the whole run's limit, seconds.
+    One ``llama-bench -m MODEL -p k1,k2,… -n 0 -d DEPTH -r REPS -o json`` run (``-t``
+    ``threads``, ``-ngl`` ``n_gpu_layers`` when given); its ``avg_ns`` per test is the
+    batch time, the ``depth`` tokens decoded untimed first. ``timeout_s``: the whole run.
 
     Raises:
         ValueError: ``ks`` lacks 1.
@@ -148,17 +125,10 @@ class ServedCost:
     """The verify cost as a llama-server pays it, fitted from the requests it served.
 
     ``decode_ms ≈ pass_ms × passes + drafted_ms × drafted`` (passes = tokens − accepted),
-    least squares without an intercept over the requests' own timings. Unlike
-    :func:`measure_verify_costs` (the forward pass alone) it counts what the server does
-    per drafted position besides, such as sampling it on the CPU: on the H200 with
-    gemma-3 the forward pass said 0.025 of a step a drafted token, its servers paid
+    least squares without an intercept. Unlike :func:`measure_verify_costs` it counts
+    what the server does per drafted position besides the forward pass: on the H200
+    (gemma-3) llama-bench said 0.025 of a pass a drafted token, the servers paid
     0.27–0.45 (``results/load-gpu-h200-cpu-gemma-270m-20261203-bs``, c = 1).
-
-    Attributes:
-        pass_ms: one target pass, ms.
-        drafted_ms: one drafted token verified, ms.
-        requests: requests fitted.
-        drafted: drafted tokens in them.
     """
 
     pass_ms: float
@@ -173,10 +143,10 @@ class ServedCost:
 
 
 def served_cost(timings: Sequence[dict[str, Any]], min_requests: int = 8) -> ServedCost | None:
-    """Fit :class:`ServedCost` to llama-server ``timings`` objects of one server's requests.
+    """Fit :class:`ServedCost` to one server's requests' ``timings`` objects.
 
-    Returns None with fewer than ``min_requests`` usable requests, no drafted token,
-    or a fit that is not positive (passes and drafts in one fixed proportion).
+    None with fewer than ``min_requests`` requests, no drafted token, or a fit that is
+    not positive (passes and drafts in one fixed proportion).
     """
     rows = [
         (
@@ -201,21 +171,14 @@ def served_cost(timings: Sequence[dict[str, Any]], min_requests: int = 8) -> Ser
 def expected_tokens(beta: np.ndarray | float, gamma: int) -> np.ndarray:
     """Tokens per speculative step, ``(1 − β^(γ+1)) ÷ (1 − β)`` (Leviathan et al. 2023, Eq. 1).
 
-    Args:
-        beta: per-token acceptance probability, in [0, 1) (array or scalar).
-        gamma: drafted tokens per step, ≥ 1.
+    ``beta`` in [0, 1) (array or scalar), ``gamma`` ≥ 1 drafted tokens per step.
     """
     b = np.clip(np.asarray(beta, dtype=float), 0.0, 1.0 - 1e-9)
     return (1.0 - b ** (gamma + 1)) / (1.0 - b)
 
 
 def acceptance_rate(beta: np.ndarray | float, gamma: int) -> np.ndarray:
-    """llama.cpp's α = accepted ÷ drafted under the i.i.d. model: ``β(1 − β^γ) ÷ ((1 − β)γ)``.
-
-    Args:
-        beta: per-token acceptance probability, in [0, 1).
-        gamma: drafted tokens per step, ≥ 1.
-    """
+    """llama.cpp's α = accepted ÷ drafted under the i.i.d. model: ``β(1 − β^γ) ÷ ((1 − β)γ)``."""
     return (expected_tokens(beta, gamma) - 1.0) / gamma
 
 
@@ -224,14 +187,8 @@ def speedup(
 ) -> np.ndarray:
     """Expected decode speedup over plain decoding, ``E ÷ (r(γ+1) + γ·c)``.
 
-    Leviathan et al. 2023, Theorem 3.8, with the verify of γ + 1 tokens costing the
-    measured ``r(γ + 1)`` decode steps instead of one.
-
-    Args:
-        beta: per-token acceptance probability, in [0, 1).
-        gamma: drafted tokens per step; γ + 1 must be in ``costs.ks``.
-        costs: measured verify costs.
-        draft_cost: c, one drafted token's cost in target decode steps (0 for n-gram).
+    Leviathan et al. 2023, Theorem 3.8, the verify of γ + 1 tokens costing the measured
+    ``r(γ + 1)`` steps; c = ``draft_cost``, a drafted token in steps (0 for n-gram).
 
     Raises:
         KeyError: γ + 1 was not measured.
@@ -265,10 +222,8 @@ def write_break_even_map(
 ) -> Path:
     """Draw the break-even map into ``path`` (PNG) and return ``path``.
 
-    Left: the expected speedup over α and γ (γ + 1 measured in ``costs``), with the
-    break-even contour S = 1. Right: S against α for each of ``gammas``, the measured
-    ``points`` (α, speedup, label) on top, a marker per label; ``title`` names the
-    machine.
+    Left: the expected speedup over α and γ with the contour S = 1. Right: S against α
+    for each of ``gammas``, the measured ``points`` (α, speedup, label) on top.
     """
     import matplotlib
 

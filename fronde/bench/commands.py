@@ -1,11 +1,8 @@
 """``fronde bench``: the benchmark commands, one typer sub-app that :mod:`fronde.cli` adds.
 
-Each command answers one question (:data:`BENCH_MAP`) and lives in a module of its
-noun: the verdict (:mod:`~fronde.bench.commands_verdict`), its report
-(:mod:`~fronde.bench.commands_report`), the load run (:mod:`~fronde.bench.commands_load`),
-the experiments on the harness (:mod:`~fronde.bench.commands_experiments`) and the
-feature questions (:mod:`~fronde.bench.commands_features`). Those modules import the
-harness inside each command, so ``fronde --help`` loads neither it nor matplotlib.
+Each command answers one question (:data:`BENCH_MAP`) and lives in a ``commands_*``
+module of its noun; they import the harness inside each command, so ``fronde --help``
+loads neither it nor matplotlib.
 """
 
 from __future__ import annotations
@@ -23,11 +20,7 @@ from fronde.cli_help import fronde_typer
 __all__ = ["BENCH_EXTRA", "BENCH_MAP", "bench_app"]
 
 BENCH_EXTRA = frozenset({"numpy", "matplotlib", "jsonschema"})
-"""The packages of the ``bench`` extra (``pip install 'fronde[bench]'``), by import name.
-
-Only the benchmarks import them (an import-linter contract keeps serving free of
-them), so an install for serving alone lacks them and ``fronde bench`` says so.
-"""
+"""The ``bench`` extra's packages by import name: an install for serving alone lacks them."""
 
 bench_app = fronde_typer(
     "Benchmarks on one harness: each command answers the question next to it, in the"
@@ -59,11 +52,7 @@ BENCH_MAP = {
     "shadow": "Does shadow acceptance track the real α? 2 cores: 34 s with --max-tokens 64"
     " (the default 256: not timed)",
 }
-"""`fronde bench --help`'s map: each benchmark's question and its time on 2 CPU cores.
-
-Measured on the 2-core Xeon of the README's figures (its sections give the runs);
-the order is the list's: the main question first.
-"""
+"""`fronde bench --help`'s map: each question and its time on the README's 2-core Xeon."""
 
 _COMMANDS: dict[str, Callable[..., Any]] = {
     c.__name__.removeprefix("bench_"): c

@@ -1,9 +1,7 @@
 """The experiments on the harness: overhead, swap, shadow acceptance and the atlas.
 
-``fronde bench overhead``, ``swap`` and ``shadow`` each run a :class:`Plan` into a
-resumable ``records.jsonl`` and print its table (:func:`run_experiment`);
-``fronde bench atlas`` runs one static server per mode and variant and writes
-``atlas.md``, with llama-bench's verify costs the break-even map.
+Each runs its plan into a resumable ``records.jsonl`` (:func:`run_plans`) and prints
+its table; ``atlas`` also writes ``atlas.md`` with llama-bench's break-even map.
 """
 
 from __future__ import annotations
@@ -210,14 +208,7 @@ def _measure_verify_costs(
 ) -> None:
     """Measure the target's verify costs with llama-bench into ``costs_file`` (JSON).
 
-    Args:
-        settings: the settings (the cache holding llama-bench, threads, GPU layers).
-        target: the target model's GGUF.
-        costs_file: where the costs go (its folder is made).
-        k: ``(--max-k, --verify-depth, --verify-reps)``: batches of 1…max_k tokens
-            after that many context tokens, each that many times.
-        ngl: ``--ngl``, or None for the backend's GPU layers.
-        status: says what runs now on the progress display.
+    ``k``: ``(--max-k, --verify-depth, --verify-reps)``; ``ngl`` None: the backend's.
     """
     import json
 
@@ -245,11 +236,7 @@ def _measure_verify_costs(
 def _variants(
     settings: Settings, target: Path, quant: Sequence[str], status: Callable[[str], None]
 ) -> list[tuple[str, Path | None]]:
-    """The atlas's variants: the shipped model, then each ``--quant`` made by llama-quantize.
-
-    Returns:
-        ``(name, GGUF)`` pairs, the shipped model's GGUF None (the profile's own).
-    """
+    """``(name, GGUF)``: the shipped model (None), then each ``--quant`` by llama-quantize."""
     from fronde.bench.atlas import SHIPPED, requantize
     from fronde.runtime.install import find_llama_binary
 
@@ -271,19 +258,10 @@ def run_plans(
     run: dict[str, Any] | None = None,
     head: str = "",
 ) -> Any:
-    """Run ``plans`` into ``out/records.jsonl`` (resumable) under the progress display.
+    """Run ``plans`` into ``out/records.jsonl`` (resumable); return the store.
 
-    Args:
-        plans: the plans, run in turn.
-        settings: the settings read.
-        config: the ``--config`` file, which the servers get too.
-        out: the run's folder.
-        identity: what a resumed run must share besides the machine (:meth:`Store.begin`).
-        run: more fields of the run record (after the machine, code and arms).
-        head: a line printed once the store is open, before the progress display.
-
-    Returns:
-        The :class:`~fronde.bench.store.Store`.
+    ``identity``: what a resumed run must share besides the machine; ``run``: more
+    fields of the run record; ``head``: a line printed before the progress display.
     """
     import asyncio
 

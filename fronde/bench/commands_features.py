@@ -1,9 +1,7 @@
 """The feature questions: structured output, Predicted Outputs, tool-bearing agent steps.
 
-``fronde bench structured``, ``fronde bench prediction`` and ``fronde bench tools``:
-each runs its plans on the harness (fresh servers for every arm) into a resumable
-``records.jsonl`` (:func:`~fronde.bench.commands_experiments.run_plans`) and writes
-one Markdown page read off those records.
+Each runs its plans on the harness into a resumable ``records.jsonl`` and writes one
+Markdown page read off those records.
 """
 
 from __future__ import annotations

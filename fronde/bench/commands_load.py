@@ -1,10 +1,7 @@
 """``fronde bench load``: with many agents at once, is Fronde faster than one llama-server?
 
-The command reads its options into :class:`~fronde.bench.load_run.LoadOptions`
-(:func:`load_options`), screens looping items if asked, runs
-:func:`~fronde.bench.load_run.run_load` and prints the page ``fronde bench report``
-writes from the records. The options' declarations are named here, one each, so the
-command's signature stays readable.
+The command reads its options into :class:`~fronde.bench.load_run.LoadOptions`,
+screens looping items if asked, runs the load run and prints the page.
 """
 
 from __future__ import annotations
@@ -193,10 +190,7 @@ def load_options(
     placement: Sequence[str] | None,
     proxy: bool,
 ) -> LoadOptions:
-    """``fronde bench load``'s options, checked, as :class:`LoadOptions`.
-
-    Args are the command's options (see its help); ``window`` is ``(--window-s,
-    --warmup-s)``.
+    """``fronde bench load``'s options (``window``: --window-s, --warmup-s), checked.
 
     Raises:
         FrondeError: a c below 1, an unknown workload, history or placement, a bad

@@ -1,7 +1,6 @@
 """``fronde bench report``: a verdict or load run's tables, answer and charts, again.
 
-Also what ``fronde bench verdict`` and ``fronde bench load`` print when they end: the
-same page from the same records (:func:`show_report`, :func:`show_load_report`).
+Also what ``fronde bench verdict`` and ``fronde bench load`` print when they end.
 """
 
 from __future__ import annotations
@@ -47,9 +46,7 @@ def bench_report(
 
 
 def show_report(out: Path, console: Console) -> None:
-    """Print the run in ``out``'s tables and answer; write its ``summary.md`` and charts.
-
-    A load run's folder gets :func:`show_load_report`.
+    """Print ``out``'s tables and answer, write its pages (a load folder: :func:`show_load_report`).
 
     Raises:
         FrondeError: ``out`` is no folder, or holds no records.

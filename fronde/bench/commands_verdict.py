@@ -1,9 +1,7 @@
 """``fronde bench verdict``: is Fronde faster than the one llama-server you would run?
 
-The main job (``./reproduce.sh`` runs it): workload A (first encounter) and workload B
-(agent sessions) on fresh servers for every arm, then the tables, the verdict and the
-answer (:func:`fronde.bench.commands_report.show_report`), and this machine's floor
-saved for ``fronde serve``.
+The main job (``./reproduce.sh`` runs it): workloads A (first encounter) and B (agent
+sessions) on fresh servers for every arm, then the report, and the floor saved.
 """
 
 from __future__ import annotations
@@ -34,10 +32,8 @@ SESSION_ARMS = {False: ("base", "default", "cascade", "router"), True: ("default
 def verdict_folder(profile: str, now: float | None = None) -> Path:
     """Where a verdict run writes when given no ``--out``: ``runs/verdict-PROFILE-UTCTIME``.
 
-    The name ``reproduce.sh`` always gave its runs (``date -u +%Y%m%dT%H%M%SZ``), and
-    what ``fronde bench report`` finds with no folder named (the newest
-    ``runs/verdict*``). A profile name's other characters than letters, digits, ``.``,
-    ``_`` and ``-`` become ``-`` (a GGUF served with --model is ``local:NAME``).
+    What ``fronde bench report`` finds with no folder named. A profile name's characters
+    other than letters, digits, ``.``, ``_`` and ``-`` become ``-`` (``local:NAME``).
     """
     import re
     import time
@@ -147,14 +143,8 @@ def _verdict_plan(
 ) -> Plan:
     """The verdict's plan: workloads A and B (those with items), their arms, repetitions.
 
-    Args:
-        profile: the profile served (its prompt form; a draft model adds the draft arms).
-        workloads: workload A and workload B.
-        arms: ``--arm`` and ``--session-arm`` (None: the defaults).
-        quick: ``--quick`` (B's default arms, 48 tokens).
-        reps: A's and B's repetitions.
-        max_tokens: ``--max-tokens``, or None for the default (64, quick 48).
-        interleave: ``--interleave``: workload A's arms of a repetition side by side.
+    ``arms``, ``reps``: A's and B's (``--arm``/``--session-arm``, None the defaults);
+    ``max_tokens`` None: 64, quick 48.
     """
     from fronde.bench.arms import arms_named
     from fronde.bench.protocol import Plan
@@ -185,9 +175,8 @@ def _run_verdict(
 ) -> None:
     """Run ``plan`` into ``out`` (resuming), save the floor, print the report.
 
-    A resumed run must match the machine, the llama-server build, the profile, the
-    prompt form and the budget. ``sizes``: workload A's prompts and B's steps, as
-    printed.
+    A resumed run must match the machine, build, profile, form and budget. ``sizes``:
+    A's prompts and B's steps, as printed.
 
     Raises:
         typer.Exit: with status 2 when the verdict is FAIL.
@@ -217,9 +206,8 @@ def _run_verdict(
 def _save_floor(settings: Settings, store: Store, out: Path, console: Console) -> None:
     """Save the fastest forced Fronde mode of workload A as this machine's floor.
 
-    Nothing is saved from a run whose forced arms drifted beyond ±10 % between
-    repetitions (the machine's speed changed: a trial run beside a test suite measured
-    baseline fastest at a drift of 0.22), nor from a run with one repetition.
+    Not from one repetition, nor when a forced arm drifted beyond ±10 % (a trial beside
+    a test suite measured baseline fastest at a drift of 0.22).
     """
     from fronde.bench.arms import ARMS
     from fronde.bench.verdict import DRIFT_WARN, table

@@ -1,21 +1,15 @@
-"""Experiments declared on the harness: overhead and swap, and their latency table.
+"""Experiments declared on the harness, overhead and swap, and their latency table.
 
-Each is a :class:`~fronde.bench.protocol.Plan` (arms, a workload, levels) run by the
-same protocol into the same store as the verdict; only the table differs:
-
-- **overhead**: what does the proxy itself cost? The same short requests straight to
-  a llama-server (``direct``), through Fronde with one mode and the decode gate open
-  (``fronde``), and through LiteLLM's proxy (``litellm``), at c = 1, 8, 32, 128,
-  streamed and not; with a fake llama-server (``--llama-server``) the figures are the
-  proxies' own time.
+- **overhead**: the same short requests straight to a llama-server (``direct``),
+  through Fronde with one mode and the decode gate open, and through LiteLLM, at
+  c = 1 (with a fake llama-server c = 1, 8, 32, 128: the proxies' own time), streamed
+  and not.
 - **swap**: one llama-server resident at a time: Fronde's epochs against a swap at
-  every mode change (``fifo``), for requests that name mixed modes, arriving every
-  ``gap_s`` seconds.
+  every mode change (``fifo``), for requests naming mixed modes every ``gap_s``.
 
-Per arm and level: requests, failures, aggregate tok/s (Σ tokens ÷ the time from the
-first request sent to the last answer, median over repetitions), p50 and p99 latency
-(request sent → last byte), p50 time to first token, and p50/p99 added to the first
-arm's (the reference) at the same level and repetition.
+Per arm and level: requests, failures, aggregate tok/s (Σ tokens ÷ first sent → last
+answer, median over repetitions), p50/p99 latency, p50 TTFT, and p50/p99 added to the
+first arm's at the same level and repetition.
 """
 
 from __future__ import annotations
@@ -41,14 +35,9 @@ __all__ = ["latency_table", "overhead_plan", "swap_plan", "swap_table"]
 def overhead_plan(
     fake: str | None, requests: int, max_tokens: int, reps: int, litellm: bool
 ) -> Plan:
-    """Direct, Fronde and LiteLLM on the same short requests (see the module docstring).
+    """Direct, Fronde and LiteLLM (if ``litellm``) on the same short requests.
 
-    Args:
-        fake: the fake llama-server's path (Fronde's child is told to use it), or None.
-        requests: requests per level.
-        max_tokens: tokens per answer.
-        reps: repetitions.
-        litellm: include the LiteLLM arm.
+    ``fake``: a fake llama-server's path (Fronde's child is told to use it), or None.
     """
     env = [("FRONDE_ROUTER__MAX_PARALLEL_DECODES", "1024"), ("FRONDE_ROUTER__LOAD_RULE", "off")]
     if fake is not None:

@@ -1,23 +1,13 @@
-# pyright: reportUnknownMemberType=false
-"""The load benchmark: many agents at once, Fronde against one static llama-server.
+"""The load benchmark's arms and plans: many agents at once, Fronde against one llama-server.
 
 With c requests in flight, does Fronde serve more tok/s than the one llama-server a
-user would run instead, without a worse tail? Speculation's worth changes with the
-batch, so each c is measured apart (:func:`load_setup` declares the plans).
-
-- **Arms**, all with the same slots (``-np``) and context: the static servers a user
-  runs (``plain``, ``default``, ``cascade``); a calibration server per Fronde mode no
-  static arm already runs (``s-simple``, …); the controls :data:`SPREAD`,
-  :data:`PINNED` and :data:`PROXY`; and a router arm per placement of the measured
-  load rule (:data:`ROUTERS`).
-- **Order**: the static and router plans a repetition at a time, bracketed
-  (:func:`bracketed`); after each static part the load curves are saved where
-  `fronde serve` reads them, so the router is judged on the prompts its curves were
-  measured on (in-sample, and the page says so).
-- **Workload** (:mod:`~fronde.bench.load_mix`) and **blocks**: timed closed-loop
-  clients (:func:`~fronde.bench.passes.timed_pass`); **figures** per (arm, c):
-  :mod:`~fronde.bench.load_rows`; **verdict**, page and plot:
-  :mod:`~fronde.bench.load_verdict`, :mod:`~fronde.bench.load_page`.
+user would run instead, without a worse tail? Each c is measured apart
+(:func:`load_setup`). Arms, all with the same slots and context: the static servers a
+user runs (``plain``, ``default``, ``cascade``), a calibration server per Fronde mode
+no static arm already runs (``s-simple``, …), the controls (:data:`CONTROLS`) and a
+router arm per placement of the measured load rule (:data:`ROUTERS`). The static and
+router plans run a repetition at a time, bracketed (:func:`bracketed`); the curves
+saved after each static part are what the router arms read (in-sample).
 """
 
 from __future__ import annotations
@@ -47,9 +37,8 @@ CLIENTS: tuple[int, ...] = (1, 2, 4, 8, 16, 32)
 Part = Literal["static", "router"]
 """The two halves of a load run: static servers (their curves saved), then Fronde."""
 
-
 BACKEND_SAMPLING = "--backend-sampling"
-"""llama-server's flag that samples on the device (b11434): on the H200, c = 32, a plain
+"""llama-server's flag that samples on the device (b11434): on the H200 at c = 32 a plain
 server read 654 tok/s without it and 2,248 with it (an outside client's check)."""
 
 STATIC = ("plain", "default", "cascade")
@@ -61,10 +50,8 @@ SPREAD = Arm(
     servers=2,
     about="two plain llama-servers, each request to the less busy: does spreading pay?",
 )
-"""Two servers of the plain arm's argv against one (``plain``) at each c: two
-processes take turns where the GPU is the limit and gain where the step is spent on
-the CPU (``results/serving-probe-gpu-h200-20261203``). Not in the verdict's best static
-arm (:data:`CONTROLS`)."""
+"""Two plain servers against one: they take turns where the GPU is the limit and gain
+where the step is spent on the CPU (``results/serving-probe-gpu-h200-20261203``)."""
 
 PROXY = Arm(
     "fr-plain",
@@ -73,17 +60,14 @@ PROXY = Arm(
     about="Fronde in front of the plain server alone (`fronde serve --mode baseline`, "
     "every request forced there): the proxy without routing",
 )
-"""The ``plain`` server reached through Fronde, nothing routed: ``fr-plain ÷ plain`` is
-what the hop and Fronde's slot placement change, a router arm ÷ ``fr-plain`` what
-routing adds (:mod:`~fronde.bench.load_ratios`). Not in the verdict's best static arm."""
+"""``fr-plain ÷ plain`` is what the hop and Fronde's slot placement change, a router
+arm ÷ ``fr-plain`` what routing adds (:mod:`~fronde.bench.load_verdict`)."""
 
 ROUTERS = {"marginal": "router", "threshold": "router-t", "best": "router-b"}
-"""The router arm of each placement of the measured load rule, one llama-server per mode
-(``backend.topology = per-mode``)."""
+"""The router arm of each placement of the measured load rule, one llama-server per mode."""
 
 SINGLE = "single-b"
-"""Fronde routing (measured load rule, best placement) with one llama-server for every
-mode (``backend.topology = single``: a patched build, :mod:`fronde.backends.single`)."""
+"""Fronde routing (best placement) with one llama-server for every mode (a patched build)."""
 
 ROUTED = (*ROUTERS.values(), SINGLE)
 """Every router arm's name."""
@@ -100,8 +84,7 @@ SINGLE_PLAIN = Arm(
     about="Fronde's one llama-server for every mode, every request forced to baseline "
     "(`speculative.n_max` 0): does a request that drafts nothing decode as on `plain`?",
 )
-"""Every mode on one server, every request plain: ``fr-sbase ÷ fr-plain`` is what the
-speculators a request does not use cost it (the issue's goal: none)."""
+"""``fr-sbase ÷ fr-plain``: what the speculators a request does not use cost it."""
 
 PINNED = Arm(
     "pinned",
@@ -109,10 +92,9 @@ PINNED = Arm(
     pin=True,
     about="the plain server, client k sending `id_slot` = k: busy slots adjacent, no routing",
 )
-"""The plain server with closed-loop client k on slot k: the placement a server could
-make itself (docs/slot-placement.md; b11434 picks the least recently used idle slot,
-``get_available_slot``). On an H100 it read 1.89–2.14× plain at c = 8 on the agent mix.
-A client a user would have to change: not in the verdict's best static arm."""
+"""The plain server with client k on slot k: the placement a server could make itself
+(docs/slot-placement.md; b11434 picks the least recently used idle slot). On an H100 it
+read 1.89–2.14× plain at c = 8 on the agent mix."""
 
 PLAIN_NOBS = Arm(
     "plain-nobs",
@@ -120,19 +102,17 @@ PLAIN_NOBS = Arm(
     unflags=(BACKEND_SAMPLING,),
     about="the plain server without `--backend-sampling` (what a user runs by default)",
 )
-"""The plain arm without :data:`BACKEND_SAMPLING`, where ``backend.plain_args`` give it."""
-
 PLAIN_BS = Arm(
     "plain-bs",
     "static",
     flags=(BACKEND_SAMPLING,),
     about="the plain server with `--backend-sampling`",
 )
-"""The plain arm with :data:`BACKEND_SAMPLING`, where ``backend.plain_args`` do not."""
+"""The plain arm without (``plain-nobs``) or with (``plain-bs``) :data:`BACKEND_SAMPLING`,
+whichever ``backend.plain_args`` do not already give it."""
 
 CONTROLS = frozenset({SPREAD.name, PROXY.name, PINNED.name, SINGLE_PLAIN.name})
-"""Arms that are no single server a user runs unchanged: not in the verdict's best
-static arm."""
+"""Arms that are no single server a user runs unchanged: not the verdict's best static arm."""
 
 SHORT = {
     Mode.BASELINE: "base", Mode.NGRAM_SIMPLE: "simple", Mode.NGRAM_MOD: "mod",
@@ -153,10 +133,7 @@ def _router_about(placement: str) -> str:
 
 
 def arm_about(name: str) -> str:
-    """What a load run's arm ``name`` is, in words, as the page's legend says it.
-
-    The name itself for an arm this code does not know (a run of older code).
-    """
+    """What the load arm ``name`` is, as the page's legend says it (else the name itself)."""
     known = {a.name: a.about for a in (*ARMS, SPREAD, PROXY, PINNED, SINGLE_PLAIN)}
     known |= {r: _router_about(p) for p, r in ROUTERS.items()}
     known[SINGLE] = _router_about("best") + ", one llama-server for every mode"
@@ -168,12 +145,10 @@ def arm_about(name: str) -> str:
 
 
 def bracketed(reps: int) -> list[tuple[Part, int]]:
-    """The 2 × ``reps`` parts of a load run in order: ``("static" | "router", rep)``.
+    """The parts of a load run in order, A B B A: static 0, router 0, router 1, static 1.
 
-    A B B A: ``static 0, router 0, router 1, static 1, static 2, …``, so that a drift
-    over a lease falls on both plans alike (run one after the other, the static arms'
-    later blocks decoded 0.85–0.87× as fast as their first: H200, 2026-12-04). Each
-    router part reads the curves measured before it, as a user's would.
+    And so on: a drift over a lease then falls on both plans alike (run one after the other, the
+    static arms' later blocks decoded 0.85–0.87× as fast as their first: H200, 2026-12-04).
     """
     out: list[tuple[Part, int]] = []
     for rep in range(reps):
@@ -210,13 +185,11 @@ class LoadSetup:
     """What one load run starts.
 
     Attributes:
-        static: the static plan (user's servers and calibration servers, every c).
-        router: the router plan (``fronde serve``, every c).
+        static, router: the two plans (every c).
         calibration: Fronde mode → the static arm whose curve is that mode's backend's.
         settings: the settings every static arm starts with (slots and context set).
         more: (part, plan) of arms at their own concurrencies (``--arm NAME@1,8,32``).
-        lengths: mode → draft length → its arm (``--draft-lengths``,
-            :mod:`~fronde.bench.load_lengths`); empty without.
+        lengths: mode → draft length → its arm (``--draft-lengths``); empty without.
         length_notes: the lengths not measured, and why.
     """
 
@@ -235,10 +208,7 @@ class LoadSetup:
 
 
 def _router_arms(env: tuple[tuple[str, str], ...]) -> dict[str, Arm]:
-    """The router arms on ``env``: one per placement of the measured rule.
-
-    :data:`ROUTERS` run one server per mode, :data:`SINGLE` (best placement) one server.
-    """
+    """A router arm per placement (one server per mode), and :data:`SINGLE` (one server)."""
     arms = {
         ROUTERS[p]: Arm(
             ROUTERS[p],
@@ -256,12 +226,11 @@ def _router_arms(env: tuple[tuple[str, str], ...]) -> dict[str, Arm]:
 def _calibrate(run: Settings, static: list[Arm], pinned: bool) -> dict[Mode, str]:
     """Each mode's calibration arm; appends to ``static`` a server for each mode no arm runs.
 
-    With ``pinned`` (timed blocks) every calibration server is measured with client k on
-    slot k, as Fronde places its requests: the curves the router reads are then those of
-    the servers it runs, not of a user's unpinned one. On an H100 (gemma, the agent mix,
+    With ``pinned`` (timed blocks) the calibration servers are measured with client k on
+    slot k, as Fronde places its requests. On an H100 (gemma, the agent mix,
     ``results/load-gpu-h100-cpu-gemma-270m-20261206-agent-fresh-topo``) the unpinned plain
-    server's curve read 383-420 tok/s at c = 2-16 and the pinned one 777-953, so the
-    router sent those loads to ngram-mod (452 at c = 8) and served 0.55-0.70× pinned.
+    curve read 383-420 tok/s at c = 2-16 and the pinned one 777-953, so a router reading
+    unpinned curves sent those loads to ngram-mod and served 0.55-0.70× pinned.
     """
     # One server per calibration: plain2's argv is plain's, never a mode's curve.
     specs = {
@@ -291,8 +260,8 @@ def _static_arms(
 ) -> tuple[list[Arm], dict[Mode, str], LengthArms]:
     """The static arms (``plain`` first), each mode's calibration arm, the lengths' arms.
 
-    Pinned (timed blocks): the calibration servers pinned, plain decoding's being
-    :data:`PINNED`, which is not in the list (it runs by its own name).
+    Pinned: plain decoding calibrates on :data:`PINNED`, which is not in the list (it
+    runs by its own name).
     """
     known = {a.name: a for a in ARMS}
     static = [known[n] for n in STATIC] + [SPREAD]
@@ -331,28 +300,17 @@ def load_setup(
     arms: Mapping[str, tuple[int, ...] | None] | None = None,
     lengths: Sequence[int] = (),
 ) -> LoadSetup:
-    """The arms and plans of a load run (see the module docstring).
+    """The arms and plans of a load run (``fronde bench load``'s options, read).
 
-    Args:
-        settings: the user's settings (profile, modes, GPU offload, speculation).
-        form: the profile's prompt form.
-        max_tokens: the budget of the items that carry none.
-        reps: repetitions of every block.
-        clients: the concurrencies measured.
-        slots: llama-server slots per backend (``-np``), at least max(clients).
-        items: how many items of the workload to send (all when None).
-        placements: the measured rule's placements, a router arm each (:data:`ROUTERS`).
-        skip: item ids to leave out.
-        proxy: with router arms, run :data:`PROXY` among them.
-        workload: ``agent`` or ``distinct`` (:mod:`fronde.bench.load_mix`).
-        timed: the blocks' warm-up and window (None: each item once, as the screen
-            sends them); :data:`PINNED` runs by default only with it.
-        arms: name → its own concurrencies (None: ``clients``); by default the static
-            arms, :data:`SPREAD`, the calibration servers, :data:`PINNED`, :data:`PROXY`
-            and a router arm per placement.
-        lengths: draft lengths to measure each speculative mode's server at (static
-            arms, :func:`~fronde.bench.load_lengths.length_arms`; with ``arms`` named,
-            their calibration arms come too).
+    ``slots`` is llama-server's ``-np`` per backend, at least max(``clients``);
+    ``items`` how many items of the workload to send (all when None), ``skip`` the item
+    ids left out; ``placements`` a router arm each (:data:`ROUTERS`), with :data:`PROXY`
+    among them if ``proxy``. ``timed``: the blocks' warm-up and window (None: each item
+    once, as the screen sends them; :data:`PINNED` runs by default only with it).
+    ``arms``: name → its own concurrencies (None: ``clients``), by default the static
+    arms, :data:`SPREAD`, the calibration servers, :data:`PINNED`, :data:`PROXY` and the
+    router arms. ``lengths``: draft lengths to measure each speculative mode at (with
+    ``arms`` named, their calibration arms come too).
 
     Raises:
         FrondeError: llama-server or the model is missing; an arm name that is none,

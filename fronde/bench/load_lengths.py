@@ -1,19 +1,16 @@
 """``fronde bench load --draft-lengths``: each speculative mode's server at each draft length.
 
 vLLM's ``num_speculative_tokens_per_batch_size`` and SGLang's threshold turn speculation
-down as the batch grows, from a schedule the user writes. Here it is measured: for each
-speculative mode calibrated and each length L, a calibration arm ``s-<mode>-n<L>`` runs
-that mode's server with its draft length set to L (:func:`length_sets`); the mode's own
-calibration arm stands for its configured maximum. At each c, the length whose arm read
-the most aggregate tok/s is the schedule's point (:func:`best_lengths`), saved beside the
-load curves; the mode's curve takes that arm's figure, so that the router compares modes
-as the schedule serves them. ``fronde serve`` sets it per request on the single topology
-(``fronde.router.draft_length``).
+down as the batch grows, from a schedule the user writes; here it is measured. For each
+speculative mode calibrated and each length L, an arm ``s-<mode>-n<L>`` runs that mode's
+server with its draft length set to L; the mode's own calibration arm stands for its
+configured maximum. At each c the length whose arm read the most tok/s is the schedule's
+point, saved beside the load curves (the mode's curve takes that arm's figure);
+``fronde serve`` sets it per request on the single topology (``fronde.router.draft_length``).
 
-A request's ``speculative.n_max`` truncates a draft the server made
-(``common_speculative_draft``), while an arm's flag makes the server draft at most L:
-the two agree where L is at least ngram-mod's ``n_min`` (below it, the arm also lowers
-``n_min`` to L, and so drafts on shorter matches than a capped request would).
+A request's ``speculative.n_max`` truncates a draft the server made, while an arm's flag
+makes the server draft at most L: the two agree where L is at least ngram-mod's
+``n_min`` (below it the arm also lowers ``n_min`` to L).
 """
 
 from __future__ import annotations
@@ -37,11 +34,11 @@ LengthTable = Mapping[Mode, Mapping[int, str]]
 
 
 def length_sets(mode: Mode, length: int, n_min: int) -> tuple[tuple[str, str], ...]:
-    """The flags that set ``mode``'s draft length to ``length`` (values replaced in its argv).
+    """The (flag, value) pairs that set ``mode``'s draft length to ``length`` in its argv.
 
-    ngram-simple drafts its ``size_m``; ngram-mod its ``n_max`` (``n_min`` lowered to
-    ``length`` where above it, llama.cpp needs n_min ≤ n_max); the cascade both; the
-    draft model its ``--spec-draft-n-max``. ``n_min``: ngram-mod's configured one.
+    ngram-simple's ``size_m``; ngram-mod's ``n_max`` (its configured ``n_min`` lowered to
+    ``length`` where above it: llama.cpp needs n_min ≤ n_max); the cascade both; the
+    draft model's ``--spec-draft-n-max``.
     """
     simple = (("--spec-ngram-simple-size-m", str(length)),)
     mod = (
@@ -61,14 +58,7 @@ def length_sets(mode: Mode, length: int, n_min: int) -> tuple[tuple[str, str], .
 
 @dataclass(frozen=True)
 class LengthArms:
-    """The draft-length arms of a load run.
-
-    Attributes:
-        arms: the arms to add to the static plan.
-        table: mode → length → arm (:data:`LengthTable`), the mode's own calibration
-            arm at its configured maximum.
-        notes: lengths not measured, and why.
-    """
+    """The draft-length arms, their :data:`LengthTable`, and the lengths not measured (why)."""
 
     arms: tuple[Arm, ...]
     table: dict[Mode, dict[int, str]]
@@ -82,12 +72,11 @@ def length_arms(
     pinned: bool,
     names: Mapping[Mode, str],
 ) -> LengthArms:
-    """An arm per speculative mode calibrated and length (see the module docstring).
+    """An arm per speculative mode calibrated and length below its configured maximum.
 
-    A length at the mode's configured maximum is its own calibration arm; one above
-    it is left out with a note: a request cannot draft more than its server was
-    started for (llama-server refuses it). ``names``: each mode's calibration server's
-    name (``s-mod``); its arm at length 16 is ``s-mod-n16``.
+    A length above it is left out with a note: a request cannot draft more than its
+    server was started for. ``names``: each mode's calibration server's name (``s-mod``);
+    its arm at length 16 is ``s-mod-n16``.
     """
     arms: list[Arm] = []
     table: dict[Mode, dict[int, str]] = {}
@@ -119,15 +108,10 @@ def _reads(rows: Sequence[LoadRow], by_length: Mapping[int, str]) -> dict[int, d
 def best_lengths(
     rows: Sequence[LoadRow], table: LengthTable
 ) -> tuple[DraftSchedule | None, dict[Mode, tuple[tuple[int, float], ...]]]:
-    """Per mode and c, the length whose arm read the most tok/s, and that arm's tok/s.
+    """Per mode and c, the length whose arm read the most tok/s (a tie: the longer).
 
-    Args:
-        rows: a session's rows (:func:`~fronde.bench.load_rows.load_rows`).
-        table: :data:`LengthTable`; a mode with one length (its own) is left out.
-
-    Returns:
-        The schedule (None when no mode has a point) and mode → ((c, best tok/s), …):
-        the curve as the schedule serves it. A tie goes to the longer draft.
+    Returns the schedule (None when no mode with two lengths or more has a point) and
+    mode → ((c, best tok/s), …): the curve as the schedule serves it.
     """
     points: dict[Mode, tuple[tuple[int, int], ...]] = {}
     curves: dict[Mode, tuple[tuple[int, float], ...]] = {}
@@ -143,10 +127,7 @@ def best_lengths(
 
 
 def with_lengths(curves: LoadCurves, rows: Sequence[LoadRow], table: LengthTable) -> LoadCurves:
-    """``curves`` with the draft length by load, each measured mode's curve its best arm's.
-
-    ``curves`` itself when no length was measured.
-    """
+    """``curves`` with the draft length by load, each measured mode's curve its best arm's."""
     schedule, best = best_lengths(rows, table)
     if schedule is None:
         return curves
@@ -155,10 +136,7 @@ def with_lengths(curves: LoadCurves, rows: Sequence[LoadRow], table: LengthTable
 
 
 def schedule_lines(rows: Sequence[LoadRow], table: LengthTable) -> list[str]:
-    """The schedule as a small Markdown table: c, mode, best n_max, tok/s of each length.
-
-    ``[]`` when no length was measured.
-    """
+    """The schedule as a Markdown table: c, mode, best n_max, tok/s of each length (or [])."""
     schedule, _ = best_lengths(rows, table)
     if schedule is None:
         return []

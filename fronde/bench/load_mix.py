@@ -1,14 +1,9 @@
 """The load run's workloads, and the file of requests an outside client sends again.
 
-- ``agent``: the agent mix (:func:`agent_mix`), workload A's first-encounter prompts
-  and workload B's agent steps in one seeded shuffle (74 items; the screen leaves out
-  those that loop on a fresh plain server, 52 of gemma's on the H200).
-- ``distinct``: many short chat prompts, none alike
-  (:func:`~fronde.bench.workloads.distinct.distinct_workload`, 1,536).
-
-``workload.json`` (:func:`workload_file`) holds every request body exactly as the
-benchmark sends it to a llama-server, in send order, and the endpoint:
-``scripts/load_check.py`` reads it to measure a server as an outside client.
+``agent``: workload A's first-encounter prompts and workload B's agent steps in one
+seeded shuffle (74 items). ``distinct``: 1,536 short chat prompts, none alike
+(:mod:`fronde.bench.workloads.distinct`). ``workload.json`` holds every request body
+as sent to a llama-server, in order (``scripts/load_check.py`` sends them again).
 """
 
 from __future__ import annotations
@@ -30,10 +25,9 @@ WorkloadName = Literal["agent", "distinct"]
 
 
 def agent_mix(items: int | None = None, seed: int = 23, skip: Sequence[str] = ()) -> Workload:
-    """Workload A's prompts and workload B's agent steps, shuffled with ``seed``.
+    """Workload A's prompts and B's agent steps shuffled with ``seed``.
 
-    ``skip`` leaves those item ids out (the items the screen found looping); ``items``
-    then keeps the first that many of the shuffled mix (all when None).
+    ``skip`` is left out, then the first ``items`` kept (all when None).
     """
     mix = [*load_workload("first-encounter").items, *load_workload("agent-sessions").items]
     random.Random(seed).shuffle(mix)  # noqa: S311 - a reproducible order, not a secret
@@ -42,7 +36,7 @@ def agent_mix(items: int | None = None, seed: int = 23, skip: Sequence[str] = ()
 
 
 def load_mix(name: WorkloadName, items: int | None = None, skip: Sequence[str] = ()) -> Workload:
-    """The workload ``name`` (``agent`` or ``distinct``), ``skip`` left out, the first ``items``."""
+    """The workload ``name``, ``skip`` left out, the first ``items`` (all when None)."""
     if name == "distinct":
         left = set(skip)
         whole = distinct_workload()
@@ -56,10 +50,9 @@ def default_tokens(name: WorkloadName) -> int:
 
 
 def workload_file(path: Path, workload: Workload, form: Form, max_tokens: int) -> None:
-    """Write ``workload``'s request bodies, as sent to a llama-server, to ``path`` (JSON).
+    """Write ``workload``'s requests as sent to a llama-server to ``path`` (JSON).
 
-    ``{"name", "path", "items": [{"id", "body"}]}``: ``path`` the endpoint of ``form``
-    (``/v1/chat/completions``), each body streamed with ``stream_options.include_usage``.
+    ``{"name", "path", "items": [{"id", "body"}]}``: ``path`` the endpoint of ``form``.
     """
     body = {
         "name": workload.name,

@@ -1,9 +1,7 @@
-"""The load page's side notes, read off a run's records: what each note says is measured.
+"""The load page's side notes, read off a run's records.
 
-- :func:`served_costs`: each speculative static arm's verify cost as its server paid it;
-- :func:`quarantine_lines`: the router blocks whose collapse rule fired;
-- :func:`own_time_lines`: Fronde's own time per Fronde arm and c;
-- :func:`answer_lines`: whether Fronde in front of the plain server gave its answers.
+Verify costs as the servers paid them, collapses, Fronde's own time, and whether Fronde
+in front of the plain server gave its answers.
 """
 
 from __future__ import annotations
@@ -23,8 +21,8 @@ __all__ = ["answer_lines", "own_time_lines", "quarantine_lines", "served_costs"]
 def served_costs(samples: Sequence[dict[str, Any]]) -> dict[str, ServedCost]:
     """Each single static arm's :class:`~fronde.bench.breakeven.ServedCost` at c = 1.
 
-    From the ``timings`` of its requests alone on the server (every repetition); arms
-    that drafted nothing (plain decoding) or too few requests are left out.
+    Fitted to its requests' ``timings`` (every repetition); arms that drafted nothing or
+    served too few requests are left out.
     """
     by_arm: dict[str, list[dict[str, Any]]] = {}
     for s in samples:
@@ -37,12 +35,10 @@ def served_costs(samples: Sequence[dict[str, Any]]) -> dict[str, ServedCost]:
 def quarantine_lines(records: Sequence[dict[str, Any]]) -> list[str]:
     """The router blocks whose state at their end counted collapses, one line each.
 
-    Each router block's record keeps ``/fronde/v1/router`` as it ended (``router``);
-    a mode's ``collapses`` count the times the collapse rule fired on it
-    (:mod:`fronde.evidence.measure`), each one (re)starting its quarantine. Lines read
-    ``router-b, c=32, rep 2: baseline 16`` (repetitions from 1); a block with none
-    gives no line. ``records``: a store's records, in file order (a block run again
-    counts as its last ok record).
+    A router block's record keeps ``/fronde/v1/router`` as it ended; a mode's
+    ``collapses`` count the times the collapse rule fired on it. Lines read ``router-b,
+    c=32, rep 2: baseline 16`` (repetitions from 1); a block run again counts as its
+    last ok record.
     """
     last: dict[str, dict[str, Any]] = {}
     for r in records:
@@ -63,15 +59,12 @@ def quarantine_lines(records: Sequence[dict[str, Any]]) -> list[str]:
 def own_time_lines(samples: Sequence[dict[str, Any]]) -> list[str]:
     """Fronde's own time per Fronde arm and c, one line each, every repetition pooled.
 
-    From the ``x-fronde-overhead-ms`` header each answer through Fronde carries (its
-    time before the upstream call, waits for a slot excluded) and, where the router
-    held requests for a burst (``router.gather_ms``), ``x-fronde-gather-ms``, the part
-    of it spent in that wait (a busy event loop's delay in waking it included). Lines
-    read ``router-b, c=32: 17.5 ms median, 148.1 most (96 requests); in the burst
-    wait 15.0 median, 52.3 most``; where requests waited, before the upstream call, to
-    learn the slot of a request the server placed itself (``x-fronde-settle-ms``,
-    :meth:`~fronde.backends.slots.SlotPins.settle`; not in the overhead), how many and
-    how long. Samples without the header (static arms, failed requests) give none.
+    From each answer's ``x-fronde-overhead-ms`` (its time before the upstream call,
+    waits for a slot excluded), ``x-fronde-gather-ms`` (the part held for a burst,
+    ``router.gather_ms``) and ``x-fronde-settle-ms`` (a wait to learn the slot of a
+    request the server placed itself; not in the overhead). Lines read ``router-b,
+    c=32: 17.5 ms median, 148.1 most (96 requests); in the burst wait 15.0 median, 52.3
+    most``.
     """
     cells: dict[tuple[str, int], list[tuple[float, float | None, float]]] = {}
     for s in samples:
@@ -102,15 +95,10 @@ def own_time_lines(samples: Sequence[dict[str, Any]]) -> list[str]:
 
 
 def answer_lines(samples: Sequence[dict[str, Any]]) -> list[str]:
-    """Whether Fronde in front of the plain server gave its answers, one client at a time.
+    """Whether ``fr-plain`` gave the plain server's answers at c = 1, per session and rep.
 
-    ``fr-plain`` is the plain arm's server argv behind Fronde, every request forced
-    there: at c = 1 each item should get the plain server's text. One line per session
-    and repetition measuring both, e.g. ``session 2026-12-04 19:55, rep 0: 48 of 66 the
-    same; differ: chat-2, format-js-4, …``. Under load (c ≥ 2) the text differs between
-    any two servers, ``plain2`` included (a batch's numerics depend on what else is in
-    it), so those levels are not compared. Measured on the H200: 18 of 66 SmolLM2 answers
-    differed while Fronde pinned every request to slot 0 (before 87b47ec).
+    Lines read ``session 2026-12-04 19:55, rep 0: 48 of 66 the same; differ: chat-2, …``.
+    Under load a batch's numerics make any two servers differ, so c ≥ 2 is not compared.
     """
     texts: dict[tuple[str, int, str], dict[str, str]] = {}
     for s in samples:

@@ -1,9 +1,8 @@
 # pyright: reportUnknownMemberType=false
-"""The load run's page and plot (``fronde bench load``; rows from :mod:`.load_rows`).
+"""The load run's page and plot.
 
-The verdict lines come from :mod:`fronde.bench.load_verdict`, the side notes from
-:mod:`fronde.bench.load_notes`, the placement and routing ratios from
-:mod:`fronde.bench.load_ratios`.
+The rows come from :mod:`.load_rows`, the verdict and ratios from :mod:`.load_verdict`,
+the side notes from :mod:`.load_notes`.
 """
 
 from __future__ import annotations
@@ -15,10 +14,9 @@ from typing import Any
 
 from fronde.bench.breakeven import ServedCost
 from fronde.bench.load import SPREAD
-from fronde.bench.load_ratios import ratio_lines
 from fronde.bench.load_rows import LoadRow
 from fronde.bench.load_sessions import spread_ratios
-from fronde.bench.load_verdict import routed, verdict_lines
+from fronde.bench.load_verdict import ratio_lines, routed, verdict_lines
 from fronde.serving import LoadCurves
 
 __all__ = ["arm_colours", "load_markdown", "load_plot", "rows_json"]
@@ -62,6 +60,11 @@ SPREAD_NOTE = (
 )
 
 
+def section(head: str, *body: str) -> list[str]:
+    """A page section's lines: a blank line, the heading, a blank line, ``body``."""
+    return ["", head, "", *body]
+
+
 def _table(rows: Sequence[LoadRow]) -> list[str]:
     """The rows as the page's table, with the notes its marks need."""
     rules = {r.rule for r in rows}
@@ -91,7 +94,7 @@ def _table(rows: Sequence[LoadRow]) -> list[str]:
 
 def _verdict_section(rows: Sequence[LoadRow], verdict: Sequence[str] | None) -> list[str]:
     """The verdict lines under their heading, and where the router sent requests."""
-    lines = ["", "## Verdict (router against the best static arm at each c)", ""]
+    lines = section("## Verdict (router against the best static arm at each c)")
     if verdict is None:
         verdict = verdict_lines(rows)
     elif any(v.startswith("[session ") for v in verdict):
@@ -104,7 +107,7 @@ def _verdict_section(rows: Sequence[LoadRow], verdict: Sequence[str] | None) -> 
     lines += [f"- {v}" for v in verdict]
     sent = [r for r in rows if routed(r.arm)]
     if sent:
-        lines += ["", "## Where the router sent requests", ""]
+        lines += section("## Where the router sent requests")
         lines += [
             f"- {r.arm}, c={r.c}: " + ", ".join(f"{k} {v}" for k, v in r.routes.items())
             for r in sent
@@ -114,7 +117,7 @@ def _verdict_section(rows: Sequence[LoadRow], verdict: Sequence[str] | None) -> 
 
 def _spread_section(rows: Sequence[LoadRow], spread: Mapping[int, float] | None) -> list[str]:
     """``plain2 ÷ plain``: does a second process pay?"""
-    head = ["", "## Does spreading pay? (`plain2` ÷ `plain`)", ""]
+    head = section("## Does spreading pay? (`plain2` ÷ `plain`)")
     if spread is None:
         spread = spread_ratios(rows)
     if spread:
@@ -135,39 +138,33 @@ def _notes(quarantines: Sequence[str], own: Sequence[str], answers: Sequence[str
     """The collapses, Fronde's own time and the c = 1 answers, each a section if any."""
     lines: list[str] = []
     if quarantines:
-        lines += [
-            "",
+        lines += section(
             "## Collapses (the collapse rule, each router block's state at its end)",
-            "",
             "Each collapse (re)starts the mode's quarantine (`router.quarantine_s`): no "
             "request goes there while another ready mode is not quarantined. Since commit "
             "6222fa6 the rule judges only generations that run one at a time, so with "
             "parallel slots none is expected; earlier runs judged them there too:",
             "",
             *[f"- {q}" for q in quarantines],
-        ]
+        )
     if own:
-        lines += [
-            "",
+        lines += section(
             "## Fronde's own time (`x-fronde-overhead-ms`)",
-            "",
             "Each answer through Fronde: the time from its arrival to the upstream call, "
             "waits for a slot left out, and of it the time held for a burst of requests "
             "to end (`router.gather_ms`, the event loop's delay in waking it included):",
             "",
             *[f"- {line}" for line in own],
-        ]
+        )
     if answers:
-        lines += [
-            "",
+        lines += section(
             "## Answers at c = 1 (`fr-plain` against `plain`)",
-            "",
             "The plain server's argv behind Fronde and alone, one request at a time: each "
             "item's text should be the same (under load a batch's numerics make any two "
             "servers differ, so c ≥ 2 is not compared):",
             "",
             *[f"- {line}" for line in answers],
-        ]
+        )
     return lines
 
 
@@ -175,10 +172,8 @@ def _calibration(costs: Mapping[str, ServedCost] | None, curves: LoadCurves | No
     """The verify costs the servers paid and the load curves saved, each if given."""
     lines: list[str] = []
     if costs:
-        lines += [
-            "",
+        lines += section(
             "## Verify cost as the servers paid it (c = 1)",
-            "",
             "Each request's decode time fitted to pass_ms × passes + drafted_ms × drafted "
             "(`fronde.bench.breakeven.served_cost`); draft cost = drafted_ms ÷ pass_ms, "
             "in passes, the unit of `router.draft_cost`: "
@@ -188,13 +183,11 @@ def _calibration(costs: Mapping[str, ServedCost] | None, curves: LoadCurves | No
                 for arm, c in costs.items()
             )
             + ".",
-        ]
+        )
     if curves is not None:
         t = curves.threshold()
-        lines += [
-            "",
+        lines += section(
             "## Load curves (calibration, in-sample)",
-            "",
             "Aggregate tok/s of each mode's backend alone, per c, each from the latest "
             "session that measured it, as `fronde bench load` saves them for "
             "`fronde serve` before its router arms: "
@@ -204,7 +197,7 @@ def _calibration(costs: Mapping[str, ServedCost] | None, curves: LoadCurves | No
             f"Plain decoding serves the most from c = {t}."
             if t is not None
             else "Plain decoding is never the fastest backend at the loads measured.",
-        ]
+        )
     return lines
 
 
@@ -226,18 +219,12 @@ def load_markdown(
 ) -> str:
     """The results page: the table per c, the verdict, the ratios, the curves saved.
 
-    ``verdict``: its lines (:func:`session_verdicts`); by default :func:`verdict_lines`
-    of ``rows``. ``spread``: ``plain2 ÷ plain`` per c, within one session
-    (:func:`~fronde.bench.load_sessions.session_spread`); by default
-    :func:`spread_ratios` of ``rows``. ``costs``: each speculative static arm's verify
-    cost as its server paid it (:func:`served_costs`), a section when given.
-    ``quarantines``: :func:`quarantine_lines`, a section when there are any.
-    ``ratios``: placement, routing and both together per c
-    (:func:`~fronde.bench.load_ratios.ratio_sets`), a section when any. ``own``:
-    :func:`own_time_lines`, a section when there are any; ``answers``:
-    :func:`answer_lines`, likewise. ``screened``: the items the run's screen kept out
-    of every block (never sent). ``about``: lines on the run under the title
-    (workload, servers' history, window), each a bullet.
+    ``verdict`` defaults to :func:`verdict_lines` of ``rows``, ``spread`` (``plain2 ÷
+    plain`` per c, within one session) to :func:`spread_ratios` of ``rows``. Each of
+    ``costs`` (:func:`~fronde.bench.load_notes.served_costs`), ``quarantines``,
+    ``ratios`` (:func:`~fronde.bench.load_verdict.ratio_sets`), ``own`` and ``answers``
+    (:mod:`~fronde.bench.load_notes`) is a section when given. ``screened``: the items
+    the run's screen kept out of every block; ``about``: bullets under the title.
     """
     lines = [f"# {title}", "", *[f"- {a}" for a in about], *([""] if about else [])]
     lines += _table(rows)
@@ -266,8 +253,7 @@ def load_markdown(
 def arm_colours(arms: Sequence[str]) -> dict[str, tuple[float, float, float]]:
     """A distinct colour (RGB, 0–1) per arm, in order, for up to 20 arms, then again.
 
-    matplotlib's ``tab20`` with its ten strong colours first, then their light pairs: a
-    load run has up to 11 arms (the default cycle, ``tab10``, gave ``plain`` and
+    ``tab20``'s ten strong colours, then their light pairs (``tab10`` gave ``plain`` and
     ``router-t`` the same blue).
     """
     from matplotlib import colormaps
@@ -280,8 +266,7 @@ def arm_colours(arms: Sequence[str]) -> dict[str, tuple[float, float, float]]:
 def load_plot(rows: Sequence[LoadRow], path: Path, title: str) -> None:
     """Throughput and p99 latency against c, one line per arm, into ``path`` (PNG).
 
-    Each arm has its own colour (:func:`arm_colours`), Fronde's arms a thick line and
-    the static ones a dashed one; the legend stands right of both panels, off the points.
+    Router arms thick, static ones dashed; the legend right of both panels.
     """
     import matplotlib
 

@@ -1,8 +1,7 @@
-"""A load run's files: ``load.json``, ``load.md`` and ``load.png`` from its records.
+"""A load run's files, ``load.json``, ``load.md`` and ``load.png``, from its records.
 
 ``fronde bench load`` writes them at the end of a run, ``fronde bench report`` again
-from a folder's records (finished or not, gzipped as committed); the page itself is
-:mod:`fronde.bench.load_page`.
+from a folder's records (finished or not, gzipped as committed).
 """
 
 from __future__ import annotations
@@ -16,12 +15,10 @@ from typing import Any, cast
 from fronde.bench.load import arm_about
 from fronde.bench.load_lengths import LengthTable, schedule_lines
 from fronde.bench.load_notes import answer_lines, own_time_lines, quarantine_lines, served_costs
-from fronde.bench.load_page import load_markdown, load_plot, rows_json
-from fronde.bench.load_race import RACE_ABOUT, RACE_HEAD, race_lines
-from fronde.bench.load_ratios import ratio_sets
+from fronde.bench.load_page import load_markdown, load_plot, rows_json, section
 from fronde.bench.load_rows import load_rows, looping_items
 from fronde.bench.load_sessions import session_curves, session_rows, tagged_samples
-from fronde.bench.load_verdict import session_verdicts
+from fronde.bench.load_verdict import ratio_sets, session_verdicts
 from fronde.bench.store import Store
 from fronde.errors import FrondeError
 from fronde.modes import Mode
@@ -37,13 +34,6 @@ SCHEDULE_ABOUT = (
 )
 
 
-def _sections(*parts: tuple[str, str, Sequence[str]]) -> str:
-    """The page's closing sections: (heading, paragraph, lines) each, where it has lines."""
-    return "".join(
-        "\n".join(["", head, "", about, "", *lines, ""]) for head, about, lines in parts if lines
-    )
-
-
 def write_load_page(
     out: Path,
     store: Store,
@@ -56,15 +46,11 @@ def write_load_page(
 ) -> list[str]:
     """Write a load run's ``load.json``, ``load.md`` and ``load.png`` into ``out``.
 
-    Args:
-        out: the run's folder.
-        store: its records; every block that ended ok so far counts (a run cut short
-            gives a page of what it measured), in its session (:func:`.store.sessions`).
-        title: the page's and the plot's title.
-        calibration: Fronde mode → the static arm whose curve is that mode's backend's.
-        meta: more fields for ``load.json`` (``run``, ``slots``, ``screened``).
-        about: lines on the run for the page's head (:func:`run_about`).
-        lengths: the draft-length arms (``--draft-lengths``): mode → length → arm.
+    Every block of ``store`` that ended ok so far counts, in its session (a run cut
+    short gives a page of what it measured). ``calibration``: Fronde mode → the static
+    arm whose curve is that mode's backend's; ``meta``: more fields for ``load.json``
+    (``run``, ``slots``, ``screened``); ``about``: lines for the page's head
+    (:func:`run_about`); ``lengths``: the draft-length arms, mode → length → arm.
 
     Returns:
         The verdict lines (:func:`session_verdicts`), then the draft lengths' table.
@@ -80,7 +66,6 @@ def write_load_page(
     answers = answer_lines(samples)
     arms = list(dict.fromkeys(r.arm for r in rows))
     ratios = ratio_sets(samples, loops, arms)
-    race = race_lines(samples, loops)
     legend = {a: arm_about(a) for a in arms}
     legend |= {f"(calibration) {m}": arm for m, arm in calibration.items()}
     body = {
@@ -98,7 +83,6 @@ def write_load_page(
             for kind, by_label in ratios.items()
         },
         "about": list(about),
-        "race": race,
         "served_costs": {a: asdict(c) | {"draft_cost": c.draft_cost} for a, c in costs.items()},
     }
     (out / "load.json").write_text(json.dumps(body, indent=1) + "\n")
@@ -120,7 +104,8 @@ def write_load_page(
         about,
     )
     schedule = schedule_lines(session_rows(samples), lengths or {})
-    page += _sections((RACE_HEAD, RACE_ABOUT, race), (SCHEDULE_HEAD, SCHEDULE_ABOUT, schedule))
+    if schedule:
+        page += "\n".join([*section(SCHEDULE_HEAD, SCHEDULE_ABOUT, "", *schedule), ""])
     (out / "load.md").write_text(page)
     load_plot(rows, out / "load.png", title)
     return [*verdict, *(["", SCHEDULE_HEAD, *schedule] if schedule else [])]
@@ -129,8 +114,7 @@ def write_load_page(
 def recorded_run(out: Path, store: Store) -> tuple[dict[str, Any], dict[Mode, str]]:
     """The last ``fronde bench load`` run record in ``store`` (folder ``out``) and its calibration.
 
-    The calibration (Fronde mode → the static arm whose curve is that mode's backend's)
-    from the run record, or, for a run of older code, from the ``load.json`` it wrote.
+    The calibration comes from the run record or, for older code, the ``load.json`` it wrote.
 
     Raises:
         FrondeError: no load run recorded in ``out``, or its calibration is nowhere.
@@ -157,9 +141,8 @@ def recorded_run(out: Path, store: Store) -> tuple[dict[str, Any], dict[Mode, st
 def report_load(out: Path) -> list[str]:
     """Write the page of a load run's folder again from its records, finished or not.
 
-    Reads ``records.jsonl`` (or ``records.jsonl.gz``, as committed); the calibration
-    and the title from the run's records, or, for a run of older code, from the
-    ``load.json`` and ``load.md`` it wrote. Starts no server.
+    Reads ``records.jsonl`` (or the committed ``.gz``); the calibration and title from
+    the run record, or for older code the ``load.json`` and ``load.md`` it wrote.
 
     Returns:
         The verdict lines (:func:`session_verdicts`).
@@ -192,11 +175,7 @@ def report_load(out: Path) -> list[str]:
 
 
 def run_about(identity: Mapping[str, Any]) -> list[str]:
-    """What a load run measured, from its run record's ``identity``, for the page's head.
-
-    The workload, the servers' slot history, the window and warm-up, and whether each
-    item was sent once; a field a run of older code did not record is said so.
-    """
+    """The page head's lines: workload, slot history, window, from a run's ``identity``."""
     if "window_s" not in identity:
         return [
             "Recorded before timed windows: the workload was the agent mix, each item sent "

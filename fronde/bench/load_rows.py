@@ -1,24 +1,14 @@
 # pyright: reportUnknownMemberType=false
 """A load run's figures per (arm, c): tok/s as a user receives it, latency, what looped.
 
-**Counting** (:func:`load_rows`). A cell's tok/s is every streamed token that arrived
-inside the block's window ÷ the window: an answer's tokens (``usage.completion_tokens``,
-else llama-server's ``timings.predicted_n``, else its text events) spread evenly over
-its text events, the share whose events arrived in the window counted
-(:func:`~fronde.bench.passes.timed_pass` records each answer's events before, in and
-after the window; an answer still streaming when the window closes is cut off there,
-its text events counted one token each). A looping answer stays in the numerator: its
-tokens reached the user, and its time is in the window anyway. It is reported apart
-instead
-(:attr:`LoadRow.loop_share`, :attr:`LoadRow.tok_s_noloop`). The rule of older records,
-which carry no arrival counts, is kept for their pages (``spread``): each request's
-tokens spread evenly from its first token to its end, the part inside the steady window
-(first request sent → last one sent) counted, every token included.
-
-On the H200 (2026-12-05, gemma, c = 1) the rule before this one left the 23 items that
-looped in some arm out of the numerator while their requests still filled the window:
-the plain server read 314 tok/s where every token counted reads 629–644 (an outside
-client's check).
+A cell's tok/s is every streamed token that arrived inside the block's window ÷ the
+window (:func:`load_rows`): an answer's tokens (usage, else ``timings.predicted_n``,
+else its text events) spread evenly over its text events, the share that arrived in the
+window counted (:func:`~fronde.bench.passes.timed_pass` records each answer's events
+before, in and after it). A looping answer stays in: its tokens reached the user; it is
+reported apart (:attr:`LoadRow.loop_share`). Records of older code carry no arrival
+counts (``spread``): each request's tokens are spread evenly from its first token to its
+end, the part inside the steady window (first request sent → last one sent) counted.
 """
 
 from __future__ import annotations
@@ -40,50 +30,33 @@ __all__ = [
 ]  # fmt: skip
 
 Rule = Literal["timed", "cut", "spread"]
-"""How a cell's window was read: ``timed`` (arrivals in the fixed window after the
-warm-up), ``cut`` (the block ran out of items first: the window ends at the last
-request sent), ``spread`` (records of older code: no arrival times)."""
+"""How a cell's window was read: ``timed`` (arrivals in the fixed window), ``cut`` (the
+items ran out first: the window ends at the last request sent), ``spread`` (older code)."""
 
 SERVER_MIN_TOKENS = 8
-"""The fewest tokens a request decodes to count in :attr:`LoadRow.server_tok_s`: a
-short answer's rate is a few passes' (llama-server's ``predicted_per_second``)."""
+"""The fewest tokens a request decodes to count in :attr:`LoadRow.server_tok_s`."""
 
 
 @dataclass(frozen=True)
 class LoadRow:
-    """One (arm, c) cell, medians over repetitions (units in the field names).
+    """One (arm, c) cell; figures are medians over repetitions, units in the names.
 
     Attributes:
-        arm: the arm.
-        c: concurrent clients.
-        tok_s: every token that arrived in the window ÷ the window, median over
-            repetitions (the module docstring).
-        tok_s_lo: the lowest repetition's.
-        tok_s_hi: the highest repetition's.
-        p50_s: median end-to-end latency of an answer in flight in the window that
-            ended (not cut off when the window closed), s.
-        p99_s: 99th percentile, s.
-        ttft_s: median time to first token, s.
-        in_flight: mean requests in flight in the window.
-        n: those answers (all repetitions).
-        failed: requests of the cell's blocks that failed.
-        reps: repetitions measured.
+        tok_s, tok_s_lo, tok_s_hi: tokens that arrived in the window ÷ the window: the
+            median, lowest and highest repetition's; ``tok_s_reps`` each repetition's.
+        p50_s, p99_s: end-to-end latency of the answers in flight in the window that
+            ended (not cut off when it closed); ``ttft_s`` their median first token.
+        in_flight: mean requests in flight in the window; ``n`` those answers (all
+            repetitions), ``failed`` the cell's failed requests, ``reps`` repetitions.
         routes: router arm: ``route→mode`` counts.
-        tok_s_reps: repetition → its tok/s (the repetitions that measured one).
-        server_tok_s: the median request's decode tok/s by its llama-server's own
-            ``timings`` (``predicted_per_second``; requests of :data:`SERVER_MIN_TOKENS`
-            tokens or more, looping items left out: a loop is drafted perfectly), all
-            repetitions; None without timings.
-        window_s: the window's length, median over repetitions, s; None when a block
-            had no window (one request).
-        loop_share: the share of the window's tokens from looping items (the ``loops``
-            given to :func:`load_rows`), median over repetitions; counted in ``tok_s``.
-        tok_s_noloop: the other items' tokens ÷ the same window, median: how the
-            figure changes without the loops.
-        repeat_share: the share of the window's tokens from a prompt sent earlier in
-            the same block (a block that ran through its workload more than once):
-            a speculative server drafts those from its memory of the first answer.
-        rule: how the window was read (:data:`Rule`); the worst of the repetitions'.
+        server_tok_s: the median request's decode tok/s by its server's own ``timings``
+            (:data:`SERVER_MIN_TOKENS` or more, loops left out); None without timings.
+        window_s: the window's length (None: a block of one request).
+        loop_share, tok_s_noloop: the share of the window's tokens from looping items,
+            and tok/s without them.
+        repeat_share: the share from a prompt sent earlier in the same block (drafted
+            from a speculative server's memory of the first answer).
+        rule: how the window was read (:data:`Rule`), the worst repetition's.
     """
 
     arm: str
@@ -116,12 +89,9 @@ def looping_items(samples: Iterable[dict[str, Any]]) -> list[str]:
 
 
 def steady_window(samples: Sequence[dict[str, Any]]) -> tuple[float, float]:
-    """The steady part of a block that sent each item once: first request sent to last.
+    """(first request sent, last one sent) of a block of untimed records, ``t0`` clock, s.
 
-    Until the last item is sent every client has a request in flight; after it the
-    block drains. The window of records without a timed window (:func:`load_rows`'s
-    ``spread`` rule). Returns (start, end) in the records' ``t0`` clock, s; end ≤
-    start when the block had one request.
+    Every client has a request in flight until then; after, the block drains.
     """
     starts = [s["t0"] for s in samples]
     return min(starts), max(starts)
@@ -149,10 +119,7 @@ def _arrived(s: dict[str, Any]) -> float:
 
 
 def level_c(level: str) -> int:
-    """The concurrency of a level tag (:attr:`~fronde.bench.protocol.Level.tag`).
-
-    ``c32`` → 32, ``c24-gap0.25-plain`` → 24, the empty tag (one client) → 1.
-    """
+    """The concurrency of a level tag: ``c32`` → 32, ``c24-gap0.25-plain`` → 24, ``""`` → 1."""
     head = level.split("-")[0]
     return int(head[1:]) if head.startswith("c") else 1
 
@@ -218,13 +185,11 @@ def _one_rep(rep: Sequence[dict[str, Any]], loops: set[str]) -> _Rep | None:
 
 
 def load_rows(samples: Sequence[dict[str, Any]], loops: Sequence[str]) -> list[LoadRow]:
-    """Every (arm, c) cell of ``samples`` (records of one load run), in run order.
+    """Every (arm, c) cell of one load run's sample records, in run order.
 
-    Args:
-        samples: sample records (``arm``, ``level``, ``rep``, ``item``, ``ok``, ``t0``,
-            ``wall_s``, ``tokens``; a timed block's ``win``, ``ev``, ``pass``).
-        loops: the items reported apart as looping (:func:`looping_items`): their
-            tokens stay in ``tok_s`` and leave ``tok_s_noloop``.
+    ``samples`` carry ``arm``, ``level``, ``rep``, ``item``, ``ok``, ``t0``, ``wall_s``,
+    ``tokens`` (a timed block's also ``win``, ``ev``, ``pass``); ``loops``' tokens stay
+    in ``tok_s`` and leave ``tok_s_noloop``.
     """
     cells: dict[tuple[str, int], dict[int, list[dict[str, Any]]]] = defaultdict(
         lambda: defaultdict(list)

@@ -1,9 +1,7 @@
 """``fronde bench load`` as a run: the screen, the bracketed plans, the curves saved.
 
-The command (:func:`fronde.bench.commands_load.bench_load`) reads its options into
-:class:`LoadOptions`; :func:`run_load` does the rest and leaves the records, the
-``workload.json`` an outside client sends again, and the curves ``fronde serve``
-reads. The page is written after it by ``fronde bench report``'s own code.
+:func:`run_load` leaves the records, the ``workload.json`` an outside client sends
+again, and the curves ``fronde serve`` reads; ``fronde bench report``'s code writes the page.
 """
 
 from __future__ import annotations
@@ -36,9 +34,9 @@ ProgressFactory = Callable[[int], AbstractContextManager[BenchProgress]]
 
 
 def parse_arms(specs: Sequence[str]) -> dict[str, tuple[int, ...] | None] | None:
-    """``--arm`` values: ``plain`` (the run's concurrencies) or ``default@1,8,32``.
+    """``--arm`` values, ``plain`` or ``default@1,8,32``: name → its own c (None: the run's).
 
-    Returns None when none was given (the default arms).
+    None when none was given (the default arms).
 
     Raises:
         FrondeError: a concurrency that is no whole number of at least 1.
@@ -99,12 +97,11 @@ def screen_loops(
     opts: LoadOptions,
     progress: ProgressFactory,
 ) -> list[str]:
-    """The workload's items whose answer loops on a fresh plain server.
+    """The workload's items whose answer loops on a fresh plain server (never sent after).
 
-    One block, not counted: every item once at the largest c, into
-    ``out/screen.jsonl`` (resumed like any block). A looping answer holds a slot for
-    its whole budget and, drafted perfectly by n-grams, flatters every speculative
-    arm; the items the screen finds are never sent in the run.
+    One block, not counted: every item once at the largest c, into ``out/screen.jsonl``.
+    A looping answer holds a slot for its whole budget and, drafted perfectly by
+    n-grams, flatters every speculative arm.
     """
     top = max(opts.clients)
     setup = load_setup(
@@ -139,9 +136,8 @@ def run_load(
 ) -> None:
     """Run every block of the load run not yet in ``opts.out``'s records.
 
-    The static and router plans a repetition at a time, taking turns at going first
-    (:func:`~fronde.bench.load.bracketed`); after each static part the load curves
-    (each from the latest session that measured it) are saved for ``fronde serve``.
+    The static and router plans a repetition at a time (:func:`~fronde.bench.load.
+    bracketed`); after each static part the load curves are saved for ``fronde serve``.
 
     Raises:
         FrondeError: an arm that is none, a folder holding another run, no llama-server.

@@ -1,9 +1,9 @@
 """A load run's measuring sessions: which samples compare, and the curves the router reads.
 
 A records file can hold blocks of several sessions (a run resumed on a fresh lease of
-the GPU machine, or seeded with an earlier run's records): :func:`~fronde.bench.store.
-sessions` names each block's. The same server reads up to 2× apart from one session
-to the next, so ratios and the curves saved for the router are taken within one.
+the GPU machine, or seeded with an earlier run's records; :func:`~fronde.bench.store.
+sessions` names each block's). The same server read up to 2× apart from one session to
+the next, so ratios and the curves saved for the router are taken within one.
 """
 
 from __future__ import annotations
@@ -25,11 +25,7 @@ __all__ = [
 
 
 def tagged_samples(store: Store) -> list[dict[str, Any]]:
-    """``store``'s samples, each with its ``session`` label.
-
-    The samples as :meth:`~fronde.bench.store.Store.samples` gives them, the label as
-    :func:`~fronde.bench.store.sessions` does (``""`` before any run record).
-    """
+    """``store``'s samples, each with its ``session`` label (``""`` before any run record)."""
     records = store.records()
     session = sessions(records)
     return [s | {"session": session.get(s["block_id"], "")} for s in samples_of(records)]
@@ -44,11 +40,7 @@ def by_session(samples: Sequence[dict[str, Any]]) -> dict[str, list[dict[str, An
 
 
 def session_spread(samples: Sequence[dict[str, Any]], loops: Sequence[str]) -> dict[int, float]:
-    """``plain2 ÷ plain`` per c (:func:`spread_ratios`) within one session.
-
-    The latest session (in ``samples``' order) that measured both arms; ``{}`` when
-    none did.
-    """
+    """``plain2 ÷ plain`` per c in the latest session that measured both; else ``{}``."""
     return session_ratios(samples, loops, SPREAD.name, "plain")
 
 
@@ -63,7 +55,7 @@ def session_ratios(
 
 
 def _session_rows(samples: Sequence[dict[str, Any]], loops: Sequence[str]) -> list[list[LoadRow]]:
-    """Each session's rows (:func:`~fronde.bench.load.load_rows`), sessions in order."""
+    """Each session's rows, sessions in order."""
     return [load_rows(group, loops) for group in by_session(samples).values()]
 
 
@@ -83,11 +75,9 @@ def session_curves(
 ) -> LoadCurves:
     """The load curves for the router arms about to run, from ``samples`` so far.
 
-    Each (calibration arm, c) from the latest session that measured it (the session
-    the router arms run in, when it measured the static arms); ``plain2 ÷ plain`` from
-    one session only (:func:`session_spread`), none when no session measured both.
-    With ``lengths`` (``--draft-lengths``), the draft length by load and each measured
-    mode's curve at its best length (:func:`~fronde.bench.load_lengths.with_lengths`).
+    Each (calibration arm, c) from the latest session that measured it; ``plain2 ÷
+    plain`` from one session only. With ``lengths`` (``--draft-lengths``), the draft
+    length by load and each measured mode's curve at its best length.
     """
     per_session = _session_rows(samples, looping_items(samples))
     rows = latest_rows(per_session)
@@ -111,11 +101,7 @@ def session_rows(samples: Sequence[dict[str, Any]]) -> list[LoadRow]:
 
 
 def curves_from(rows: Sequence[LoadRow], calibration: dict[Mode, str], source: str) -> LoadCurves:
-    """Each calibrated mode's load curve: its static arm's tok/s at every c measured.
-
-    With :data:`SPREAD` measured, the curves also carry ``plain2 ÷ plain`` at every c
-    both ran (:attr:`~fronde.evidence.calibration.LoadCurves.spread`).
-    """
+    """Each calibrated mode's load curve (its arm's tok/s at every c), and ``plain2 ÷ plain``."""
     points: dict[Mode, tuple[tuple[int, float], ...]] = {}
     for mode, arm in calibration.items():
         pts = sorted((r.c, r.tok_s) for r in rows if r.arm == arm and r.tok_s > 0)
@@ -125,12 +111,12 @@ def curves_from(rows: Sequence[LoadRow], calibration: dict[Mode, str], source: s
 
 
 def arm_ratios(rows: Sequence[LoadRow], num: str, den: str) -> dict[int, float]:
-    """Per c, arm ``num``'s aggregate tok/s ÷ arm ``den``'s (medians), where both measured."""
+    """Per c, arm ``num``'s tok/s ÷ arm ``den``'s (medians), where both measured."""
     under = {r.c: r.tok_s for r in rows if r.arm == den and r.tok_s > 0}
     over = {r.c: r.tok_s for r in rows if r.arm == num and r.tok_s > 0}
     return {c: over[c] / under[c] for c in sorted(under) if c in over}
 
 
 def spread_ratios(rows: Sequence[LoadRow]) -> dict[int, float]:
-    """Per c, ``plain2``'s aggregate tok/s ÷ ``plain``'s (medians), where both measured."""
+    """Per c, ``plain2``'s tok/s ÷ ``plain``'s (medians), where both measured."""
     return arm_ratios(rows, SPREAD.name, "plain")

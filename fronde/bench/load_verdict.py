@@ -1,24 +1,41 @@
-"""The load run's verdict: each router arm against the best static arm at each c.
+"""The load run's verdict and ratios: router arms against the static arms, per c.
 
-**Verdict** per router arm and c: its aggregate tok/s (every token counted,
+**Verdict** per router arm and c: its tok/s (every token counted,
 :mod:`fronde.bench.load_rows`) ≥ the best static arm's (calibration servers and
-``plain-nobs`` included: a user could run any of them), and its p99 ≤ that arm's.
-With two repetitions or more each line also gives the **held-out** ratio
-(:func:`held_out_ratios`): the best static arm chosen on the other repetitions, as a
-user chooses a server before the run, instead of the highest of several noisy figures.
+``plain-nobs`` included: a user could run any of them) and its p99 ≤ that arm's. With
+two repetitions or more each line also gives the **held-out** ratio
+(:func:`held_out_ratios`). **Ratios** (:func:`ratio_sets`) tell slot placement and
+routing apart: on an H100 (gemma, the agent mix, c = 8) ``pinned`` read 1.89–2.14×
+``plain``, the router over ``pinned`` 1.07–1.21× (docs/slot-placement.md), so a router
+arm ÷ ``plain`` mixes the two. Every ratio is taken within one measuring session.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from statistics import median
 from typing import Any
 
-from fronde.bench.load import CONTROLS, ROUTED
+from fronde.bench.load import CONTROLS, PINNED, PROXY, ROUTED, ROUTERS, SINGLE, SINGLE_PLAIN
 from fronde.bench.load_rows import LoadRow, load_rows
-from fronde.bench.load_sessions import by_session
+from fronde.bench.load_sessions import by_session, session_ratios
 
-__all__ = ["held_out_ratios", "routed", "session_verdicts", "single", "verdict_lines"]
+__all__ = [
+    "Ratios", "held_out_ratios", "ratio_lines", "ratio_sets", "routed", "session_verdicts",
+    "single", "verdict_lines",
+]  # fmt: skip
+
+Ratios = dict[str, dict[str, dict[int, float]]]
+"""Kind (``placement``, ``routing``, ``together``, ``topology``) → ``"num ÷ den"`` → c → ratio."""
+
+ABOUT = {
+    "placement": "What slot placement gives (the plain server's requests on adjacent "
+    "slots; no routing)",
+    "routing": "What routing adds (the choice of mode and server, over one-mode placement)",
+    "together": "Both together (a router arm against the plain server)",
+    "topology": "One llama-server for every mode against one per mode (the router; "
+    "a request forced to plain decoding)",
+}
 
 
 def routed(arm: str) -> bool:
@@ -27,11 +44,7 @@ def routed(arm: str) -> bool:
 
 
 def single(arm: str) -> bool:
-    """A static arm of one server a user runs unchanged, what the verdict compares.
-
-    ``plain2`` is two servers, ``fr-plain`` goes through Fronde and ``pinned`` needs a
-    client that names slots (:data:`~fronde.bench.load.CONTROLS`): none of them.
-    """
+    """Whether ``arm`` is one server a user runs unchanged (no router arm, no control)."""
     return not routed(arm) and arm not in CONTROLS
 
 
@@ -43,15 +56,11 @@ def _best_static(rows: Sequence[LoadRow], c: int) -> LoadRow | None:
 def held_out_ratios(rows: Sequence[LoadRow], arm: str, c: int) -> list[float]:
     """``arm`` ÷ the best static arm at ``c``, that arm chosen on the *other* repetitions.
 
-    Picking "the best static arm" as the highest of several noisy figures flatters it
-    (the winner's curse: on the H200 one arm measured twice read up to 20 % apart, and
-    the modes' curves lie closer than that), while a user chooses a server before
-    seeing the run. For each repetition r of ``arm``, among the static arms that
-    measured r and at least one other repetition of ``arm``'s, the one with the highest
-    median over those others is the user's choice, and the ratio is ``arm``'s tok/s in
-    r ÷ that arm's in r (cross-fitting). A static arm missing a repetition is left out
-    of that repetition's choice only. Empty when ``arm`` has fewer than two
-    repetitions at ``c``.
+    The highest of several noisy figures flatters the best static arm (the winner's
+    curse: on the H200 one arm read up to 20 % apart between repetitions), while a user
+    chooses a server before the run. For each repetition r of ``arm``, the static arm
+    with the highest median over ``arm``'s other repetitions is chosen, and the ratio is
+    taken in r (cross-fitting). Empty with fewer than two repetitions.
     """
     router = next((r for r in rows if r.arm == arm and r.c == c), None)
     static = [r for r in rows if r.c == c and single(r.arm)]
@@ -76,12 +85,9 @@ def held_out_ratios(rows: Sequence[LoadRow], arm: str, c: int) -> list[float]:
 def verdict_lines(rows: Sequence[LoadRow]) -> list[str]:
     """Per router arm and c: ÷ the best static arm in tok/s and p99, and PASS or FAIL.
 
-    PASS needs both the router's aggregate tok/s ≥ the best static arm's and its p99
-    latency ≤ that arm's; a c a router arm has no row for is ``not run``. With two
-    repetitions or more the line adds the held-out ratio (:func:`held_out_ratios`),
-    median [lowest, highest]: the same comparison without the winner's curse, marked
-    "not significant" when its repetitions fall on both sides of 1; the verdict stays
-    on the in-sample one.
+    PASS needs tok/s ≥ and p99 ≤ the best static arm's; a c without the router arm is
+    ``not run``. With two repetitions the held-out ratio is added, median [lowest,
+    highest], "not significant" when it falls on both sides of 1.
     """
     out: list[str] = []
     names = [a for a in ROUTED if any(r.arm == a for r in rows)] or ["router"]
@@ -110,15 +116,11 @@ def verdict_lines(rows: Sequence[LoadRow]) -> list[str]:
 
 
 def session_verdicts(samples: Sequence[dict[str, Any]], loops: Sequence[str]) -> list[str]:
-    """:func:`verdict_lines` within each measuring session of ``samples``.
+    """:func:`verdict_lines` within each measuring session (a sample's ``session``).
 
-    A sample's ``session`` (:func:`~fronde.bench.store.sessions`) names the machine and
-    boot that measured it. All in one session (or none named): the verdict lines of
-    all rows. Else each session's router arms are judged against the static arms of
-    that session only, each line prefixed ``[session <label>]``; a session whose
-    router arms met no static arm says so (INVALID, not compared), and a session of
-    static arms only adds no line. ``loops`` (every session's) leaves the same items
-    out everywhere.
+    One session: the plain lines. Several: each session's router arms against its own
+    static arms, lines prefixed ``[session <label>]``; router arms with no static arm in
+    their session are INVALID; a session of static arms only adds no line.
     """
     groups = by_session(samples)
     if len(groups) <= 1:
@@ -136,3 +138,53 @@ def session_verdicts(samples: Sequence[dict[str, Any]], loops: Sequence[str]) ->
             continue
         out += [f"[session {label}] {line}" for line in verdict_lines(rows)]
     return out
+
+
+def ratio_sets(
+    samples: Sequence[dict[str, Any]], loops: Sequence[str], arms: Sequence[str]
+) -> Ratios:
+    """The placement, routing, together and topology ratios of the ``arms`` measured.
+
+    Only those both of whose arms one session measured (``samples`` carry ``session``).
+    """
+    routers = [r for r in ROUTED if r in arms]
+    pairs = {
+        "placement": [(PINNED.name, "plain"), (PROXY.name, "plain")],
+        "routing": [(r, d) for r in routers for d in (PROXY.name, PINNED.name)],
+        "together": [(r, "plain") for r in routers],
+        "topology": [(SINGLE, ROUTERS["best"]), (SINGLE_PLAIN.name, PROXY.name)],
+    }
+    out: Ratios = {}
+    for kind, wanted in pairs.items():
+        got = {
+            f"{num} ÷ {den}": ratios
+            for num, den in wanted
+            if (ratios := session_ratios(samples, loops, num, den))
+        }
+        if got:
+            out[kind] = got
+    return out
+
+
+def ratio_lines(ratios: Mapping[str, Mapping[str, Mapping[int, float]]]) -> list[str]:
+    """The page's section for :func:`ratio_sets`; [] when there is no ratio."""
+    if not ratios:
+        return []
+    lines = [
+        "",
+        "## Placement and routing (tok/s ratios, same session)",
+        "",
+        "`pinned` is the plain server with client k sending `id_slot` = k; `fr-plain` is "
+        "Fronde with baseline forced, in front of the same server (its slot placement "
+        "and its hop). A router arm's ratio to them is what routing adds; to `plain`, "
+        "both together.",
+    ]
+    for kind, about in ABOUT.items():
+        if kind not in ratios:
+            continue
+        lines += ["", f"{about}:", ""]
+        lines += [
+            f"- {label}: " + ", ".join(f"c={c} {v:.2f}×" for c, v in sorted(by_c.items()))
+            for label, by_c in ratios[kind].items()
+        ]
+    return lines

@@ -1,12 +1,10 @@
 """How a block sends its items: each once, or closed-loop clients over a timed window.
 
-:func:`send_each` is the protocol's pass: every item once, at most ``c`` in flight, a
-new connection per request. :func:`timed_pass` is the load benchmark's: ``c`` clients
-in a closed loop over keep-alive connections (as agent tools keep theirs), through the
-items and round again, for a warm-up and a window; every answer's text events are
-counted before, in and after the window (:mod:`fronde.bench.load_rows` reads them).
-With ``pin`` client k names llama-server's slot k (``id_slot``; b11434
-``server-context.cpp``, ``get_available_slot``: a request that names a slot gets it).
+:func:`send_each` sends every item once, at most ``c`` in flight, a new connection per
+request. :func:`timed_pass` runs ``c`` clients in a closed loop over keep-alive
+connections (as agent tools keep theirs) for a warm-up and a window, counting every
+answer's text events before, in and after it. With ``pin`` client k names slot k
+(``id_slot``; b11434 ``server-context.cpp``: a request that names a slot gets it).
 """
 
 from __future__ import annotations
@@ -40,22 +38,17 @@ HISTORY_TOKENS = 8
 """Tokens of each request that gives a server its slot history (``Timed.history``)."""
 
 KEEPALIVE_S = 4.0
-"""How long an idle pooled connection is kept, s: under llama-server's 5 s (cpp-httplib
-``CPPHTTPLIB_KEEPALIVE_TIMEOUT_SECOND``) and uvicorn's 5 s, so that the client drops a
-connection before the server closes it under a request."""
+"""How long an idle pooled connection is kept, s: under llama-server's and uvicorn's 5 s
+(cpp-httplib ``CPPHTTPLIB_KEEPALIVE_TIMEOUT_SECOND``), so the client drops it first."""
 
 
 @dataclass(frozen=True)
 class Timed:
-    """A timed block: closed-loop clients, a warm-up, then a window of fixed length.
+    """A timed block: closed-loop clients, ``warmup_s`` s not counted, then ``window_s`` s.
 
-    Attributes:
-        warmup_s: seconds before the window opens (its tokens are not counted).
-        window_s: the window's length, s (at least 20 on a GPU).
-        history: short requests sent at once before the clock starts, one per slot,
-            so that the server's slots have a history (0: fresh servers).
-        once: send each item at most once; when the items run out first, the window
-            ends at the last request sent.
+    ``history``: short requests sent at once before the clock starts, one per slot (0:
+    fresh servers). ``once``: each item at most once; when they run out first, the
+    window ends at the last request sent.
     """
 
     warmup_s: float
@@ -76,11 +69,9 @@ SampleHead = TypedDict(
         "pass": NotRequired[int],
     },
 )
-"""What a sample record says of its request before the answer's figures: the item's id
-and domain, its place in the block's send order, the level's tag and when it was sent
-(``t0``, s since the block's first request); of a timed block also the client that sent
-it and its ``pass`` through the items (:func:`timed_pass`). Functional syntax: ``pass``
-is a keyword."""
+"""A sample record's head: item, domain, place in the send order, level tag, ``t0`` (s
+since the block's first request); a timed block's also ``client`` and ``pass`` (a
+keyword, hence the functional syntax)."""
 
 
 def sample_head(item: Item, order: int, level: str, t_start: float) -> SampleHead:
@@ -122,10 +113,7 @@ async def send_each(
     emit: Emit,
     progress: Progress,
 ) -> None:
-    """Send every item of ``workload`` once, at most ``c`` in flight; one record per request.
-
-    ``level``: the level's tag, the gap between launches (s) and whether to stream.
-    """
+    """Send every item once, at most ``c`` in flight; ``level``: (tag, gap_s, stream)."""
     tag, gap_s, stream = level
     gate = asyncio.Semaphore(c)
     t_start = time.perf_counter()
@@ -149,10 +137,7 @@ async def send_each(
 
 
 def keepalive_http(connections: int) -> httpx.AsyncClient:
-    """An HTTP client whose connections stay open between requests (agent tools' way).
-
-    Up to ``connections`` idle ones are kept, each for :data:`KEEPALIVE_S`.
-    """
+    """An HTTP client keeping up to ``connections`` idle connections, :data:`KEEPALIVE_S` each."""
     return httpx.AsyncClient(
         timeout=httpx.Timeout(900.0, connect=10.0),
         limits=httpx.Limits(
@@ -182,8 +167,7 @@ async def _sent(
     """One streamed request into ``box[-1]`` (a caller that cancels it keeps what came).
 
     A server may close an idle connection just as the pool reuses it ("Server
-    disconnected without sending a response": nothing was generated): then the request
-    is sent once again, on a new connection.
+    disconnected without sending a response"): then it is sent once again.
     """
     for attempt in (0, 1):
         box.append(Sample(sent=time.perf_counter()))
@@ -210,12 +194,11 @@ async def timed_pass(
 ) -> None:
     """``c`` closed-loop clients over ``workload`` for ``timed``'s warm-up and window.
 
-    Client k sends item n (counted over all clients; ``pass`` = n ÷ the items) as soon
-    as its last answer ended, until the window closes; the answers still streaming then
-    are cancelled, recorded with ``cut_off`` (their tokens their text events). Each
-    record carries ``client``, ``pass``, ``win`` (the window on the ``t0`` clock, s),
+    Client k sends the next item (n over all clients; ``pass`` = n ÷ the items) as soon
+    as its last answer ended; answers still streaming at the close are cancelled,
+    recorded with ``cut_off``. Records carry ``win`` (the window, ``t0`` clock, s),
     ``ev`` (text events before, in and after it) and ``cut`` when the items ran out
-    first (``timed.once``); they are emitted when the block ends.
+    first; they are emitted when the block ends.
 
     Raises:
         FrondeError: a history request failed (the block is not measured).

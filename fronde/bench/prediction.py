@@ -1,22 +1,13 @@
 """Does a Predicted Output pay? Edits with and without ``prediction``, on fresh servers.
 
-Each arm is its own ``fronde serve`` with one mode, ngram-mod (its pool starts empty,
-so both arms start from the same state), given the same sequence of distinct edits:
-a small Python file of its own (nothing repeats across requests, so no arm drafts from
-the memory of an earlier one), and an instruction. Two scenarios, as OpenAI documents
-the feature and as the issue asks:
-
-- ``file-in-prompt``: the prompt holds the file and asks for it whole with one change;
-  ``prediction`` is the old file (OpenAI's own example);
-- ``diff-only``: the prompt holds only a unified diff to apply and asks for the whole
-  file; ``prediction`` is the old file, which the model does not otherwise see.
-
-It runs on the harness (:func:`prediction_plans`): an arm per scenario and
-prediction, a whole answer per edit, into the store. Per request: decode tok/s and α
-from llama-server's ``timings`` (as the answer carries them), the wall time (the feed
-included), the feed's time (``x-fronde-prediction-feed-ms``) and OpenAI's
-``accepted_prediction_tokens``. An edit whose answer loops in either arm is left out of
-the figures and named (a loop is drafted perfectly and says nothing of the feature).
+Each arm is its own ``fronde serve`` forced to ngram-mod (its pool starts empty), given
+the same distinct edits: a small Python file of its own (nothing repeats across
+requests) and an instruction. Two scenarios: ``file-in-prompt`` (the prompt holds the
+file and asks for it whole with one change; OpenAI's own example) and ``diff-only``
+(the prompt holds only a diff; ``prediction`` is a file the model does not otherwise
+see). Per request: decode tok/s and α from ``timings``, the wall time, the feed's time
+(``x-fronde-prediction-feed-ms``) and ``accepted_prediction_tokens``. An edit whose
+answer loops in either arm is left out and named (a loop is drafted perfectly).
 """
 
 from __future__ import annotations
@@ -100,11 +91,9 @@ class PredictionSample:
 
 
 def prediction_plans(max_tokens: int = 192) -> list[Plan]:
-    """Per scenario, the arm ``without`` then ``with`` a prediction, each on its own server.
+    """Per scenario, the arm ``without`` then ``with`` a prediction (the old file).
 
-    Each is `fronde serve --mode ngram-mod` (its pool starts empty), sent every edit,
-    greedy, whole answers; the ``with`` arm's bodies carry the old file as
-    ``prediction``.
+    Each is `fronde serve --mode ngram-mod` (its pool empty), sent every edit, whole.
     """
     plans: list[Plan] = []
     for scenario in SCENARIOS:

@@ -1,21 +1,13 @@
 """The progress display of a long benchmark: done of all, elapsed, time left, what runs now.
 
-A benchmark on 2 CPU cores spends minutes starting servers before its first answer
-(the verdict's interleaved repetition starts every arm before it sends a prompt), so
-the display says what is happening as well as how far the run is::
+::
 
     12/376 requests ━━━━━━━━━━━━━━━━  0:03:12 elapsed  0:09:40 left
     A, rep 1 of 2: starting arm 3 of 9, mod (Fronde, ngram-mod forced)
 
-On a terminal that is rich's live display, the lines a benchmark prints (a block
-ended) scrolling above it. Written to a file or a pipe (a CI log, ``tee``), where a
-live display shows nothing until it stops, the same two lines are printed whenever
-what runs changes, and otherwise at most every :data:`PLAIN_EVERY_S` seconds.
-
-The time left is rich's estimate with the whole run as its window, from the moment
-the display starts: server start-ups count in the rate, so the estimate covers the
-start-ups still to come (a window of the last 30 s, rich's default, saw only the
-requests of one arm's burst and forgot the minutes each repetition spends starting).
+On a terminal, rich's live display; to a file or pipe, the same two lines whenever
+what runs changes, else at most every :data:`PLAIN_EVERY_S`. The time left is rich's
+estimate over the whole run, so the server start-ups still to come count in it.
 """
 
 from __future__ import annotations
@@ -50,11 +42,7 @@ _WHOLE_RUN_S = 7 * 24 * 3600.0
 
 
 class _TwoLines(Progress):
-    """rich's Progress, with the task's description on a line of its own under the bar.
-
-    On one line the columns leave an 80-column terminal about 15 characters for the
-    description, too few to say which arm is starting; on its own it wraps if long.
-    """
+    """rich's Progress, the task's description on a line of its own under the bar (80 columns)."""
 
     def get_renderables(self) -> Iterable[RenderableType]:
         """The bar's row, then what runs now (rich's documented extension point)."""
@@ -65,15 +53,11 @@ class _TwoLines(Progress):
 
 
 class BenchProgress:
-    """A benchmark's progress display over ``total`` units (requests, answers, steps).
+    """A benchmark's progress display over ``total`` units (a context manager).
 
-    Use it as a context manager; call it as ``progress(line, n)`` when ``n`` units end
-    (``line``, if not empty, is printed above the bar), and :meth:`status` when what
-    runs changes. It is a :data:`fronde.bench.protocol.Progress`.
-
-    A ``line`` that ends with :data:`fronde.bench.protocol.RESUMED` reports units done in an earlier
-    run: they leave the total instead of counting as done now, so that the rate, and
-    so the time left, is that of this run.
+    ``progress(line, n)`` counts ``n`` units ended and prints ``line`` above the bar;
+    :meth:`status` says what runs now. Units of a ``line`` ending with
+    :data:`~fronde.bench.protocol.RESUMED` leave the total, so the time left is this run's.
     """
 
     def __init__(
@@ -83,14 +67,7 @@ class BenchProgress:
         unit: str = "requests",
         get_time: Callable[[], float] = time.monotonic,
     ) -> None:
-        """Set up the display (shown from ``__enter__``).
-
-        Args:
-            console: where to draw or print it.
-            total: units the run will end (requests, answers, steps).
-            unit: their name, shown after the count.
-            get_time: the clock, seconds (rich's ``get_time``; a test passes its own).
-        """
+        """Set up the display on ``console``; ``get_time`` is the clock, s (tests pass one)."""
         self._console = console
         self._unit = unit
         self._resumed = 0
@@ -159,11 +136,7 @@ class BenchProgress:
 
 
 def bench_console() -> Console:
-    """A console for benchmark tables: 80 columns when writing to a file or pipe.
-
-    The tables are laid out for an 80-column terminal; at 160 a piped run drew them
-    wider and broke the long "looping" lists mid-word.
-    """
+    """A console for benchmark tables: 80 columns when writing to a file or pipe."""
     probe = Console()
     return probe if probe.is_terminal else Console(width=80)
 
@@ -172,11 +145,7 @@ def bench_console() -> Console:
 def bench_progress(
     console: Console, total: int, unit: str = "requests"
 ) -> Generator[BenchProgress]:
-    """The benchmark's progress display over ``total`` units (:class:`BenchProgress`).
-
-    Yields the display: call it as ``advance(line, n)``, and ``advance.status(what)``
-    when what runs changes. The benchmark's own servers log at warning and above only.
-    """
+    """:class:`BenchProgress` over ``total`` units; the benchmark logs at warning and above."""
     configure_logging(level="warning")
     with BenchProgress(console, total, unit) as progress:
         yield progress

@@ -1,20 +1,13 @@
 """The protocol: every arm on fresh servers, the whole workload in one order, arms rotated.
 
 A **block** is one arm × repetition × workload (× level): the arm is started on fresh
-servers, warmed with one neutral 4-token request (pages and threads, not n-gram
-pools), primed if it is a warm arm, sent every item in file order (one at a time, or
-as the level says), and stopped. Repetition r starts at arm r mod n, so a slow drift
-of a shared machine falls on every arm alike.
-
-**Interleaved** (``Plan.interleave``, the verdict's default for workload A): a
-repetition's arms are all up at once and each item goes to every arm in turn (the
-order rotated by item and repetition). Every arm still sees the same items in the
-same order on servers of its own, but an item's measurements lie seconds apart
-instead of minutes, so a drift of the machine (up to ±14 % between blocks on an
-H200, ``results/verdict-gpu-*``) no longer falls between the arms compared.
-
-Workload A is a first encounter: no server has seen any prompt. Workload B is a
-session: cross-request memory is legitimate, the session runs on one set of servers.
+servers, warmed with one neutral 4-token request, primed if it is a warm arm, sent
+every item in file order (one at a time, or as the level says), and stopped.
+Repetition r starts at arm r mod n, so a slow drift falls on every arm alike.
+**Interleaved** (the verdict's default for workload A): a repetition's arms are up at
+once and each item goes to every arm in turn, so a drift of the machine (±14 % between
+blocks on an H200, ``results/verdict-gpu-*``) no longer falls between the arms.
+Workload B is a session: cross-request memory is legitimate, one set of servers.
 """
 
 from __future__ import annotations
@@ -42,10 +35,9 @@ WARM_ITEM = Item(
 
 @dataclass(frozen=True)
 class Level:
-    """How a block sends its items.
+    """How a block sends its items: ``concurrency`` in flight, ``gap_s`` apart, streamed?
 
-    At most ``concurrency`` in flight, launches at least ``gap_s`` apart, streamed or
-    not; with ``timed``, closed-loop clients (:func:`~fronde.bench.passes.timed_pass`).
+    With ``timed``, closed-loop clients (:func:`~fronde.bench.passes.timed_pass`).
     """
 
     concurrency: int = 1
@@ -68,18 +60,13 @@ class Plan:
     """What one run measures.
 
     Attributes:
-        workloads: the workloads, each run in its own blocks.
-        arms: the arms, in table order.
-        session_arms: the arms of a session workload (``agent-sessions``).
-        reps: repetitions of a first-encounter workload.
-        session_reps: repetitions of a session workload.
+        arms, session_arms: the arms of a first-encounter workload, of a session one.
+        reps, session_reps: their repetitions.
         form: ``completion`` (base model), ``chat`` (instruct model) or ``native``.
         max_tokens: token budget per request (an item may set its own).
-        priming: the workload a warm arm is sent first (not recorded as samples).
-        levels: how a block sends its items, each level a block of its own on fresh
-            servers; the default sends them one at a time.
-        interleave: a first-encounter workload's arms of one repetition side by side,
-            item by item (sessions and non-default levels run block by block).
+        priming: the workload a warm arm is sent first (not recorded).
+        levels: each level a block of its own on fresh servers.
+        interleave: a first-encounter workload's arms of one repetition side by side.
     """
 
     workloads: tuple[Workload, ...]
@@ -133,8 +120,7 @@ Progress = Callable[[str, int], None]
 """Called with a line to show (or "") and how many requests just ended."""
 
 Status = Callable[[str], None]
-"""Called with what runs now, e.g. ``first-encounter, rep 1 of 2: starting arm 3 of 9, mod``:
-the minutes a repetition spends starting servers show as what they are."""
+"""Called with what runs now, e.g. ``first-encounter, rep 1 of 2: starting arm 3 of 9, mod``."""
 
 
 def planned_requests(plan: Plan) -> int:

@@ -1,4 +1,9 @@
-"""Run `fronde serve` as its own process for a benchmark, as a user runs it."""
+"""The children a benchmark starts, and what every run records.
+
+`fronde serve` as a user runs it (:func:`running_serve`); LiteLLM's proxy in front of
+one llama-server (the ``litellm`` arm), installed on first use (``litellm[proxy]``)
+into its own venv under Fronde's cache; the run's machine and code (:func:`run_info`).
+"""
 
 from __future__ import annotations
 
@@ -21,27 +26,16 @@ from fronde.errors import FrondeError
 from fronde.serving import die_with_parent, free_port, log_tail
 
 __all__ = [
-    "MachineInfo",
-    "RunInfo",
-    "RunningServe",
-    "child",
-    "git_state",
-    "machine_info",
-    "run_info",
-    "running_serve",
+    "LITELLM_MODEL", "LITELLM_SPEC", "MachineInfo", "RunInfo", "RunningServe", "child",
+    "git_state", "litellm_proxy", "litellm_python", "machine_info", "run_info", "running_serve",
     "settled",
-]
+]  # fmt: skip
 
 
 class MachineInfo(TypedDict):
-    """What identifies a machine in a run record (:func:`machine_info`).
+    """What identifies a machine in a run record.
 
-    Attributes:
-        cpu: the CPU's model name (``/proc/cpuinfo``, else ``platform.processor()``).
-        cpus: logical CPUs (``os.cpu_count()``; None when unknown).
-        gpus: the GPUs ``nvidia-smi`` lists, by name (``[]`` without one).
-        system: ``platform.platform()`` (the kernel's build in it).
-        python: the Python version.
+    CPU model, logical CPUs, GPU names (``nvidia-smi``), ``platform.platform()``, Python.
     """
 
     cpu: str
@@ -52,14 +46,10 @@ class MachineInfo(TypedDict):
 
 
 class RunInfo(TypedDict):
-    """What every run record holds (:func:`run_info`).
+    """What every run record holds.
 
-    Attributes:
-        started_at: UTC, ``2026-12-03T13:02:11Z``.
-        machine: the machine (:class:`MachineInfo`).
-        boot_id: Linux's boot id, None elsewhere.
-        commit, dirty: the checkout's commit and whether tracked files changed
-            (None, None outside a git checkout).
+    ``started_at`` (UTC, ``2026-12-03T13:02:11Z``), the machine, Linux's ``boot_id``
+    and the checkout's ``commit`` and ``dirty`` flag (None outside a checkout).
     """
 
     started_at: str
@@ -72,10 +62,7 @@ class RunInfo(TypedDict):
 def run_info() -> RunInfo:
     """What every run records: when, the machine, and which code (commit, dirty flag).
 
-    ``boot_id`` (Linux's ``/proc/sys/kernel/random/boot_id``, None elsewhere) tells
-    one boot of a machine from another of the same class: runs resumed on a fresh
-    lease of a GPU machine are another measuring session (``fronde bench load``
-    compares arms within one).
+    ``boot_id`` (None off Linux) tells a fresh lease of a GPU machine from the last one.
     """
     commit, dirty = git_state()
     try:
@@ -93,13 +80,7 @@ def run_info() -> RunInfo:
 
 @dataclass(frozen=True)
 class RunningServe:
-    """A `fronde serve` child that answered /health with every backend settled.
-
-    Attributes:
-        base_url: e.g. ``http://127.0.0.1:41234``.
-        backend_urls: mode name → that mode's llama-server URL (ready ones only).
-        log: the child's log file.
-    """
+    """A settled `fronde serve` child: its URL, each ready mode's llama-server URL, its log."""
 
     base_url: str
     backend_urls: dict[str, str]
@@ -109,9 +90,7 @@ class RunningServe:
 def settled(health: dict[str, Any]) -> bool:
     """Whether every backend of a Fronde ``/health`` body has settled (none is starting).
 
-    With swap residency (``health["residency"] == "swap"``, whatever set it: flag,
-    environment or config file) a mode that is not resident is ``stopped`` by design
-    and counts as settled; otherwise a ``stopped`` mode is still to come up.
+    With swap residency a ``stopped`` mode is settled (not resident by design).
 
     Raises:
         KeyError: ``health`` has no ``backends`` (not a Fronde ``/health`` body).
@@ -130,10 +109,9 @@ def child(
     ready: Callable[[], bool],
     timeout_s: float,
 ) -> Generator[None]:
-    """Run ``argv`` (its output in ``log``) until ``ready()``; stop it on exit.
+    """Run ``argv`` (output in ``log``) until ``ready()``; on exit SIGTERM, 30 s, SIGKILL.
 
-    The child dies with the benchmark (its own children follow it the same way). On
-    exit: SIGTERM, up to 30 s, then SIGKILL.
+    The child dies with the benchmark.
 
     Raises:
         FrondeError: it exited, or ``ready()`` was not true within ``timeout_s``
@@ -174,7 +152,7 @@ def running_serve(
 ) -> Generator[RunningServe]:
     """Start `fronde serve` on a free port, wait until it has settled, stop it on exit.
 
-    ``env`` adds environment variables (settings such as ``FRONDE_RESIDENCY=swap``).
+    ``env`` adds environment variables (``FRONDE_RESIDENCY=swap``).
 
     Raises:
         FrondeError: the child exited or was not ready within ``timeout_s`` seconds.
@@ -221,10 +199,7 @@ def git_state() -> tuple[str | None, bool | None]:
 
 
 def nvidia_smi_query(field: str) -> list[str]:
-    """One ``nvidia-smi --query-gpu=FIELD`` value per GPU, no header, no units.
-
-    Returns ``[]`` without ``nvidia-smi``, without a GPU, or when it fails.
-    """
+    """One ``nvidia-smi --query-gpu=FIELD`` value per GPU, no units; ``[]`` without one."""
     if not shutil.which("nvidia-smi"):
         return []
     argv = ["nvidia-smi", f"--query-gpu={field}", "--format=csv,noheader,nounits"]
@@ -260,3 +235,73 @@ def machine_info() -> MachineInfo:
         system=platform.platform(),
         python=platform.python_version(),
     )
+
+
+LITELLM_SPEC = "litellm[proxy]"
+"""What the LiteLLM venv installs."""
+
+LITELLM_MODEL = "fronde-bench"
+"""The model name the proxy is configured with; requests through it must name it."""
+
+
+def litellm_python(cache_dir: Path) -> Path:
+    """The LiteLLM venv's Python, created and filled on first use.
+
+    Raises:
+        FrondeError: the install failed (no network, or PyPI refused).
+    """
+    venv = cache_dir / "litellm-venv"
+    python = venv / "bin" / "python"
+    if not (venv / "bin" / "litellm").is_file():
+        print(f"installing {LITELLM_SPEC} into {venv} (first use, about a minute)", file=sys.stderr)
+        subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+        out = subprocess.run(
+            [str(python), "-m", "pip", "install", "--quiet", LITELLM_SPEC],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        if out.returncode != 0:
+            raise FrondeError(f"cannot install {LITELLM_SPEC}: {out.stderr.strip()[-300:]}")
+    return python
+
+
+@contextlib.contextmanager
+def litellm_proxy(python: Path, backend_url: str, timeout_s: float = 120.0) -> Generator[str]:
+    """Run LiteLLM's proxy (one worker, no database) for ``backend_url``; yield its URL.
+
+    Raises:
+        FrondeError: it exited, or did not answer within ``timeout_s``.
+    """
+    port = free_port()
+    folder = Path(tempfile.mkdtemp(prefix="fronde-litellm-"))
+    config = folder / "config.yaml"
+    config.write_text(
+        "model_list:\n"
+        f"  - model_name: {LITELLM_MODEL}\n"
+        "    litellm_params:\n"
+        "      model: openai/bench\n"
+        f"      api_base: {backend_url}/v1\n"
+        "      api_key: none\n"
+    )
+    exe = python.parent / "litellm"
+    argv = [str(exe), "--config", str(config), "--port", str(port), "--host", "127.0.0.1"]
+    env = {
+        **os.environ,
+        "LITELLM_LOG": "ERROR",
+        "DISABLE_SCHEMA_UPDATE": "true",
+        # No key on either proxy (Fronde runs without api_keys here): loopback only.
+        "LITELLM_DANGEROUSLY_PERMIT_WEAK_OR_UNSET_MASTER_KEY": "true",
+    }
+    base = f"http://127.0.0.1:{port}"
+
+    def ready() -> bool:
+        with contextlib.suppress(httpx.TransportError):
+            return httpx.get(f"{base}/health/liveliness", timeout=2).status_code == 200
+        return False
+
+    try:
+        with child("litellm", argv, env, folder / "litellm.log", ready, timeout_s):
+            yield base
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)

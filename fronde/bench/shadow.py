@@ -1,21 +1,12 @@
 """How well shadow acceptance tracks the real α, on the harness.
 
-The priming workload's completion prompts go to one static llama-server per
-model-free mode (:func:`fronde.bench.atlas.atlas_arms`), through llama-server's own
-``/completion`` with ``return_tokens``, so each sample holds its output's token ids
-and its real α (``timings``). Three shadow estimates are then replayed from token ids
-(:mod:`fronde.evidence.ngram_replay`):
-
-- ``own``: over the mode's own output; for ngram-mod with a table mirrored across
-  every workload request its server saw, in order. It checks the replay itself (the
-  4-token warm-up is not mirrored).
-- ``from_base``: over plain decoding's output, with a fresh table: the estimate
-  Fronde could make while another mode runs.
-- ``window``: the same over only the first ``probe_tokens`` of that output, what a
-  48-token probe leaves to work with.
-
-Pearson r of each estimate against the real α, over the prompts, decides whether an
-estimate may replace a probe.
+The priming workload goes to one static llama-server per model-free mode through its
+own ``/completion`` with ``return_tokens``: each sample holds its token ids and real α.
+Three estimates are replayed (:mod:`fronde.evidence.ngram_replay`): ``own`` (over the
+mode's own output, ngram-mod's table mirrored across its server's requests: checks the
+replay), ``from_base`` (over plain decoding's output, a fresh table: what Fronde could
+estimate while another mode runs) and ``window`` (its first ``probe_tokens`` only).
+Pearson r of each against the real α decides whether an estimate may replace a probe.
 """
 
 from __future__ import annotations
@@ -37,15 +28,10 @@ __all__ = ["ShadowRow", "pearson", "shadow_plan", "shadow_rows", "shadow_table"]
 
 
 class ShadowRow(TypedDict):
-    """One prompt × speculative arm of :func:`shadow_rows` (α: accepted ÷ drafted).
+    """One prompt × arm (``simple`` or ``mod``): the real α, the three estimates, τ, speed.
 
-    Attributes:
-        prompt: the item's id.
-        mode: the arm, ``simple`` or ``mod``.
-        real: α measured by its llama-server (None: nothing drafted).
-        own, from_base, window: the three shadow estimates of α (module docstring).
-        tau: τ of the ``from_base`` replay.
-        speed: decode tok/s ÷ base's on the same prompt.
+    ``real`` is None when nothing was drafted; ``tau`` is the ``from_base`` replay's;
+    ``speed`` the decode tok/s ÷ base's on the same prompt.
     """
 
     prompt: str
@@ -64,10 +50,9 @@ def shadow_plan(settings: Settings, max_tokens: int) -> Plan:
 
 
 def pearson(xs: Sequence[float | None], ys: Sequence[float | None]) -> float | None:
-    """Pearson r over the pairs where both values exist (None: fewer than 3, or flat).
+    """Pearson r over the pairs with a ``ys`` value (None: fewer than 3, or flat).
 
-    An estimate of None (nothing drafted) counts as α = 0 when the other side is
-    known, since a mode that drafts nothing gains nothing.
+    An ``xs`` of None (nothing drafted) counts as α = 0: a mode that drafts nothing gains nothing.
     """
     pairs = [(x or 0.0, y) for x, y in zip(xs, ys, strict=True) if y is not None]
     if len(pairs) < 3:
@@ -88,12 +73,8 @@ def shadow_rows(
 ) -> list[ShadowRow]:
     """One row per prompt × speculative arm: real α, the three estimates, speed ÷ base.
 
-    Args:
-        samples: the plan's samples (with ``ids`` and ``timings``).
-        workload: the workload they answered (for the prompts).
-        tokenize: a prompt's token ids, as the server tokenizes it.
-        n_match: ngram-mod's lookup length in Fronde's argv.
-        probe_tokens: tokens a probe leaves.
+    ``samples`` carry ``ids`` and ``timings``; ``tokenize`` gives a prompt's ids as the
+    server does; ``n_match`` is ngram-mod's in Fronde's argv.
     """
     runs = {(s["arm"], s["item"]): s for s in samples if s["ok"] and s.get("ids")}
     mirror = NgramModTable(n_match)

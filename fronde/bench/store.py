@@ -1,20 +1,10 @@
 """The benchmark's one store: versioned JSONL, resumable by block, failures kept.
 
-A file holds three record types, each with ``schema`` = :data:`SCHEMA`:
-
-- ``run``: written when a run starts or resumes: machine, llama-server build,
-  commit and dirty flag, the plan (profile, form, repetitions, budget);
-- ``sample``: one request of one block (``block``, ``block_id``, ``item``,
-  ``domain``, ``order`` and :meth:`fronde.bench.timed_client.Sample.record`), or its
-  failure (``ok`` false, ``error``);
-- ``block``: a block (one arm × repetition × workload on fresh servers) ended:
-  ``ok``, or why not.
-
-A resumed run skips the blocks that ended ok and reruns the others whole; samples
-count only from the last ok block of a key. Records from another machine or
-llama-server build are refused: their speeds do not compare (pyperf's ``_compare.py``
-refuses the same). A machine is its class (:func:`machine_class`), not its kernel's
-build string, which differs between leases of one kind of VM.
+Records (each with ``schema`` = :data:`SCHEMA`): ``run`` (machine, llama-server build,
+commit and dirty flag, the plan), ``sample`` (one request of one block, or its
+failure) and ``block`` (a block ended: ``ok``, or why not). A resumed run skips the
+blocks that ended ok; samples count only from the last ok block of a key. Records from
+another machine or build are refused (pyperf's ``_compare.py`` refuses the same).
 """
 
 from __future__ import annotations
@@ -36,11 +26,10 @@ SCHEMA = 2
 
 
 def machine_class(machine: object) -> object:
-    """What of a ``machine`` record (:func:`fronde.bench.serve.machine_info`) must match.
+    """What of a ``machine`` record must match: ``system`` becomes its ``os`` and ``arch``.
 
-    The record with ``system`` (``platform.platform()``, the kernel's build in it)
-    replaced by its OS and architecture: ``"Linux-6.18.44-fc-v1147-gpu-x86_64-…"`` →
-    ``os`` Linux, ``arch`` x86_64. Anything else is returned as it is.
+    ``"Linux-6.18.44-fc-v1147-gpu-x86_64-…"`` → ``os`` Linux, ``arch`` x86_64 (the
+    kernel's build differs between leases of one kind of VM).
     """
     if not isinstance(machine, dict):
         return machine
@@ -54,8 +43,8 @@ def machine_class(machine: object) -> object:
 
 
 SESSION_GAP_S = 1800
-"""Two runs of a records file without ``boot_id`` started further apart than this, s,
-are two measuring sessions: a lease of the device machine lasts 30 minutes at most."""
+"""Runs without ``boot_id`` started further apart than this, s, are two sessions (a lease
+of the device machine lasts 30 minutes at most)."""
 
 
 def _session_key(run: dict[str, Any]) -> tuple[str, str | None, float | None]:
@@ -70,14 +59,12 @@ def _session_key(run: dict[str, Any]) -> tuple[str, str | None, float | None]:
 
 
 def sessions(records: Sequence[dict[str, Any]]) -> dict[str, str]:
-    """``block_id`` → the measuring session that ran it: one machine, one boot.
+    """``block_id`` → the measuring session that ran it (one machine, one boot).
 
-    A session is labelled by its first start, UTC (``2026-12-03 13:02``). Blocks follow
-    the ``run`` record of their run (file order). Two runs are one session when they
-    share a ``boot_id``; without one (before 2026-12-04), when they ran on the same
-    kernel build within :data:`SESSION_GAP_S`. Arms of different sessions do not
-    compare (the same server read 0.52–0.94× from one H200 lease to the next,
-    ``results/load-gpu-h200-cpu-smollm2-135m-20261203``).
+    Labelled by its first start, UTC (``2026-12-03 13:02``). Two runs are one session
+    when they share a ``boot_id`` or, without one, ran on the same kernel build within
+    :data:`SESSION_GAP_S`. The same server read 0.52–0.94× from one H200 lease to the
+    next (``results/load-gpu-h200-cpu-smollm2-135m-20261203``).
     """
     out: dict[str, str] = {}
     label, prev = "", None
@@ -138,12 +125,10 @@ class Store:
         return out
 
     def begin(self, run: dict[str, Any], identity: dict[str, Any]) -> None:
-        """Write a ``run`` record, after checking that earlier runs in the file match.
+        """Write a ``run`` record after checking earlier runs share ``identity``.
 
-        Args:
-            run: the run's description (machine, commit, plan).
-            identity: what must match to compare speeds (machine, build, profile, form);
-                ``machine`` is compared by :func:`machine_class`.
+        ``identity`` is what must match to compare speeds (machine by
+        :func:`machine_class`, build, profile, form…); ``run`` describes the run.
 
         Raises:
             FrondeError: the file holds a run with another identity (which field).

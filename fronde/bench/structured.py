@@ -1,31 +1,18 @@
 """Does speculation keep structured output valid? The matrix mode × feature × temperature.
 
-Fronde sends requests with a grammar, a JSON schema, ``response_format``, ``tools`` or
-``logprobs`` to baseline unless speculation is shown to keep them whole. In llama.cpp
-b11434 the verify step samples through the slot's sampler, grammar included
-(``tools/server/server-context.cpp``), so it should; this measures it instead of
-assuming it. Each feature is asked of every mode's llama-server directly (Fronde's own
-routing would send it to baseline), at temperature 0 and at a temperature above 0 with
-a fixed seed, on prompts that make the model copy a JSON document from the prompt, so
-that the n-gram drafters have something to draft. It runs on the harness
-(:func:`matrix_plan`): one static arm per mode, with the argv `fronde serve` gives that
-mode's backend, on fresh servers, every answer whole and recorded in the store; the
-page is read off the records (:func:`matrix_samples`). Every answer is checked:
-
-- ``json_object``, ``json_schema``: the content parses (and validates: ``jsonschema``);
-- ``grammar`` (GBNF ``root ::= "{" [^{}]* "}"``): the content matches it;
-- ``tools_auto``, ``tools_required``, ``tools_named``: every tool call has an id and a
-  known name, its arguments parse as a JSON object; ``required`` and a named function
-  need at least one call;
-- ``logprobs`` (``top_logprobs: 3``): one entry per completion token, each with a finite
-  logprob and 3 alternatives.
-
-An answer cut by the budget (``finish_reason: "length"``) cannot be judged (truncated
-JSON does not parse whatever decoded it): it is counted apart as ``cut``. A cell
-**holds** when every judged answer passes and the drafters were exercised (at least one
-drafted token accepted in the cell); it is ``untested`` when nothing was accepted or
-nothing could be judged, ``n/a`` when baseline itself does not do the feature (a chat
-template that takes no tools makes no calls), and it **fails** otherwise.
+Fronde sends requests with a grammar, a schema, ``response_format``, ``tools`` or
+``logprobs`` to baseline unless speculation is shown to keep them whole. In b11434 the
+verify step samples through the slot's sampler, grammar included
+(``tools/server/server-context.cpp``); this measures it. Each feature is asked of every
+mode's llama-server directly (:func:`matrix_plan`, fresh servers, whole answers) at
+temperature 0 and above with a fixed seed, on prompts that make the model copy a JSON
+document, so that the n-gram drafters draft. Each answer is checked
+(:mod:`.structured_features`): JSON parses (and validates), the grammar matches, tool
+calls have an id, a known name and object arguments, logprobs have one finite entry per
+token with 3 alternatives. An answer the budget cut is counted apart (``cut``). A cell
+**holds** when every judged answer passes and a drafted token was accepted; it is
+``untested`` when none was or nothing was judged, ``n/a`` when baseline does not do the
+feature either (no tool call at all), and it **fails** otherwise.
 """
 
 from __future__ import annotations
@@ -52,16 +39,11 @@ TEMPERATURES = (0.0, 0.8)
 
 @dataclass(frozen=True)
 class Sample:
-    """One answer of the matrix.
+    """One answer of the matrix: its cell, the prompt's index, and what it did.
 
-    Attributes:
-        mode, feature, temperature, prompt: the cell and the prompt's index.
-        verdict: ``pass``, ``fail``, ``cut`` (the budget ended it) or ``error`` (an HTTP
-            error: the backend refused the request).
-        why: what failed, or ``""``.
-        calls: tool calls in the answer.
-        drafted, accepted: llama-server's ``draft_n`` and ``draft_n_accepted``.
-        text: the content, to compare with baseline's.
+    ``verdict``: ``pass``, ``fail``, ``cut`` (the budget ended it) or ``error`` (the
+    backend refused the request), ``why`` what failed; ``drafted`` and ``accepted`` are
+    llama-server's ``draft_n`` and ``draft_n_accepted``.
     """
 
     mode: str
@@ -77,11 +59,7 @@ class Sample:
 
 
 def matrix_items() -> tuple[Item, ...]:
-    """Every feature × temperature × prompt, in that order, as chat items.
-
-    Each item's ``domain`` is its feature; its ``fields`` are the feature's request
-    fields, the temperature and the seed (the prompt's index).
-    """
+    """Every feature × temperature × prompt as chat items (domain: the feature; seed: i)."""
     return tuple(
         Item(
             f"{feature.name}-t{t:g}-{i}",
@@ -97,11 +75,7 @@ def matrix_items() -> tuple[Item, ...]:
 
 
 def matrix_plan(max_tokens: int = 160) -> Plan:
-    """Every item to each mode's llama-server alone, one at a time, each answer whole.
-
-    Args:
-        max_tokens: the budget of each answer (the documents take about 40 tokens).
-    """
+    """Every item to each mode's llama-server alone, one at a time, each answer whole."""
     arms = [Arm(str(m), "static", force=m, about=f"llama-server as {m}") for m in MODES]
     workload = Workload("structured", matrix_items())
     return Plan.single(workload, arms, 1, "chat", max_tokens, (Level(stream=False),))
@@ -140,14 +114,9 @@ def matrix_samples(records: Sequence[dict[str, Any]]) -> list[Sample]:
 class Cell:
     """One cell of the matrix: a mode, a feature, a temperature, and what its answers did.
 
-    Attributes:
-        state: ``holds``, ``fails``, ``untested`` or ``n/a`` (module docstring).
-        passed, failed, cut, errors: answers by verdict.
-        calls: tool calls made.
-        drafted, accepted: draft tokens over the cell.
-        same: answers identical to baseline's at the same prompt (informative: near-ties
-            flip under speculation, a different answer is no fault).
-        why: the first failure's reason.
+    ``state``: ``holds``, ``fails``, ``untested`` or ``n/a`` (module docstring); ``same``:
+    answers identical to baseline's (near-ties flip under speculation: no fault);
+    ``why``: the first failure's reason.
     """
 
     mode: str

@@ -1,9 +1,6 @@
-"""The structured-output matrix's rows: each feature, the prompts, and each answer's check.
+"""The structured-output matrix's rows: each feature, the prompts, each answer's check.
 
-A :class:`Feature` is the request fields that ask for it and a check of one answer
-(the module docstring of :mod:`fronde.bench.structured` says what each checks);
-:func:`judge` gives an answer its verdict. The prompts make the model copy a JSON
-document from the prompt, so that the n-gram drafters have something to draft.
+The prompts make the model copy a JSON document, so that the n-gram drafters draft.
 """
 
 from __future__ import annotations
@@ -55,12 +52,9 @@ _GRAMMAR = 'root ::= "{" [^{}]* "}"'
 
 @dataclass(frozen=True)
 class Feature:
-    """One structured-output feature: what it adds to a request and how an answer passes.
+    """One feature: the request ``fields`` that ask for it and ``check(answer) -> why``.
 
-    Attributes:
-        name: the matrix's row name.
-        fields: request fields added to the chat body.
-        check: ``check(answer) -> why`` on the answer's sample record; ``""`` passes.
+    ``check`` reads the answer's sample record; ``""`` passes.
     """
 
     name: str
@@ -171,11 +165,9 @@ FEATURES = [
 
 
 def judge(feature: Feature, answer: dict[str, Any]) -> tuple[str, str]:
-    """``(verdict, why)`` of one answer for ``feature``: its sample record in the store.
+    """``(verdict, why)`` of one answer's sample record for ``feature``.
 
-    The record is :meth:`~fronde.bench.timed_client.Sample.record`'s (``ok``, ``text``,
-    ``finish``, ``tokens``, ``tool_calls``, ``logprobs``), or a failed request's
-    (``ok`` false, ``error``); the verdicts are :class:`~fronde.bench.structured.Sample`'s.
+    Verdicts as :class:`~fronde.bench.structured.Sample`'s: pass, fail, cut or error.
     """
     if not answer.get("ok"):
         return "error", str(answer.get("error", "")).rpartition(" answered ")[2][:120]

@@ -1,12 +1,8 @@
 """Result tables that fit the terminal: rich tables whose cells fold, and a text grid.
 
-rich cuts a cell that does not fit its column to an ellipsis by default, headers
-included, so a table of mode names read ``ngra…`` in an 80-column terminal. Every
-benchmark table is made here with ``overflow="fold"``: a long word breaks onto the
-next line instead, and no figure or name is lost at any width. A :class:`Grid` is
-a result as text cells, written as Markdown into a results page and shown as a
-rich table in the terminal (raw Markdown there is hard to read and needs the page's
-full width).
+rich cuts a cell that does not fit to an ellipsis (a table of mode names read
+``ngra…`` at 80 columns); every benchmark table folds instead. A :class:`Grid` is a
+result as text cells, a Markdown page and a rich table in the terminal.
 """
 
 from __future__ import annotations
@@ -29,14 +25,7 @@ def figure(x: float | None, digits: int = 2) -> str:
 def fitted_table(
     title: str, columns: Sequence[str], left: Collection[str] = (), caption: str | None = None
 ) -> Table:
-    """A rich table that fits the console's width, its cells folding rather than cut.
-
-    Args:
-        title: shown above, left-aligned.
-        columns: the headers, in order.
-        left: headers of the columns justified left (names); the others right (figures).
-        caption: shown below, left-aligned (a legend of the headers, say).
-    """
+    """A rich table whose cells fold rather than cut; ``left``: the left-justified headers."""
     tab = Table(title=title, title_justify="left", caption=caption, caption_justify="left")
     for col in columns:
         tab.add_column(col, justify="left" if col in left else "right", overflow="fold")
@@ -46,10 +35,8 @@ def fitted_table(
 def _widths(natural: Sequence[int], least: Sequence[int], room: int) -> list[int] | None:
     """Column widths summing to at most ``room``, each at least its longest word.
 
-    The room left over the longest words goes to the columns in proportion to how
-    much of their natural (one-line) width they lack. None when nothing needs doing
-    (every column fits on one line) or nothing can (the words alone do not fit:
-    rich's layout then folds them).
+    The room over the longest words goes to the columns in proportion to what they lack
+    of their one-line width. None when every column fits, or the words alone do not.
     """
     if sum(natural) <= room or sum(least) > room:
         return None
@@ -67,13 +54,8 @@ def _md_row(cells: Sequence[str]) -> str:
 class Grid:
     """A result table as text: a title, headers, rows of cells, notes under it.
 
-    Attributes:
-        title: the table's title (the page's heading in Markdown).
-        columns: the headers.
-        rows: the rows; a short row is padded with empty cells. A cell may hold line
-            breaks (one entry a line in the terminal); Markdown shows them as ``, ``.
-        notes: lines under the table (what was left out, how to read it).
-        left: how many leading columns hold names (left-justified in the terminal).
+    A short row is padded with empty cells; a cell's line breaks show as ``, `` in
+    Markdown. ``left``: how many leading columns hold names.
     """
 
     title: str
@@ -96,11 +78,10 @@ class Grid:
         return "\n".join(lines) + "\n"
 
     def table(self, width: int | None = None) -> Table:
-        """The same as a rich table that fits the terminal, the notes as its caption.
+        """The same as a rich table, the notes as its caption, fitted to ``width``.
 
-        Given the console's ``width``, a table too wide for it gets column widths
-        that keep every word whole where the words fit (:func:`_widths`); rich would
-        narrow the widest column alone, breaking its words while others had room.
+        A table too wide gets widths that keep every word whole (:func:`_widths`); rich
+        would narrow the widest column alone, breaking its words while others had room.
         """
         tab = fitted_table(
             self.title,

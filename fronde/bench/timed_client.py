@@ -1,20 +1,13 @@
 """The benchmark's one streaming client: a request sent, every token's arrival timed.
 
-The same OpenAI request goes to every arm (Fronde, or a llama-server's own
-``/v1/completions`` and ``/v1/chat/completions``), streamed, with
-``stream_options.include_usage``. Per request it keeps what the report needs:
-
-- ``wall_s``: request sent → last event, seconds (what a user waits for);
-- ``ttft_s``: request sent → first text, seconds;
-- ``decode_tok_s``: (tokens − 1) ÷ (last text − first text), as received. Through
-  the router the probe's text arrives at once when the probe ends, so this figure
-  flatters a routed request: the verdict uses ``wall_s``;
-- ``tokens``: ``usage.completion_tokens`` (else llama-server's ``predicted_n``);
-- llama-server's ``timings`` (:class:`~fronde.timings.Timings`: α, τ), the
-  ``x-fronde-*`` headers and the ``fronde`` report of a routed answer;
-- of a whole answer, when it carries them: its ``tool_calls``, its choice's
-  ``logprobs`` and its ``accepted_prediction_tokens`` (the features' experiments judge
-  them).
+The same OpenAI request goes to every arm, streamed with
+``stream_options.include_usage``. Per request (:meth:`Sample.record`): ``wall_s``
+(sent → last event, what a user waits for), ``ttft_s`` (sent → first text),
+``decode_tok_s`` ((tokens − 1) ÷ (last text − first text); a routed request's probe
+text arrives at once, so the verdict uses ``wall_s``), ``tokens`` (usage, else
+``timings.predicted_n``), llama-server's ``timings`` (α, τ), the ``x-fronde-*``
+headers, the ``fronde`` report, and of a whole answer its tool calls, logprobs and
+``accepted_prediction_tokens``.
 """
 
 from __future__ import annotations
@@ -61,8 +54,7 @@ class Sample:
     headers: dict[str, str] = field(default_factory=dict[str, str])
     fronde: dict[str, Any] | None = None
     arrivals: list[float] = field(default_factory=list[float])
-    """When each text event arrived (perf_counter s): the load benchmark counts the
-    events inside its window (:func:`fronde.bench.passes.window_counts`)."""
+    """When each text event arrived (perf_counter s), for the load benchmark's window."""
     tool_calls: list[Any] | None = None
     logprobs: dict[str, Any] | None = None
     accepted_prediction_tokens: int | None = None
@@ -139,10 +131,7 @@ class Sample:
         return self.timings.alpha if self.timings else None
 
     def decode_tok_s(self) -> float:
-        """(tokens − 1) ÷ (last − first text arrival), as received; 0.0 before two.
-
-        Before the usage event, tokens are the text pieces (one per token).
-        """
+        """(tokens − 1) ÷ (last − first text arrival), as received; 0.0 before two."""
         n = self.tokens or self.pieces
         if self.first is None or self.last is None or self.last <= self.first or n < 2:
             return 0.0
@@ -180,7 +169,7 @@ def bench_http() -> httpx.AsyncClient:
     """An HTTP client for benchmark requests: long reads, a new connection per request.
 
     Pooled connections lost one request in three to llama-server closing a connection
-    the pool was about to reuse; a loopback connect costs well under a millisecond.
+    the pool was about to reuse.
     """
     return httpx.AsyncClient(
         timeout=httpx.Timeout(900.0, connect=10.0), limits=httpx.Limits(max_keepalive_connections=0)
@@ -210,16 +199,11 @@ async def send(
     headers: dict[str, str],
     sample: Sample | None = None,
 ) -> Sample:
-    """POST one request and time it to the last event (streamed) or the answer (not).
+    """POST one request to ``base_url`` (no ``/v1``) and time it to its last event.
 
-    Args:
-        http: from :func:`bench_http`.
-        base_url: the arm's URL (Fronde's or a llama-server's), no ``/v1``.
-        form: ``completion`` or ``chat`` (which endpoint).
-        body: the OpenAI body; without ``stream`` the whole answer is one event.
-        headers: extra request headers (``x-fronde-mode``).
-        sample: the :class:`Sample` to fill (a caller that may cancel the request
-            keeps what arrived before); a new one by default.
+    ``form`` picks the endpoint (:data:`PATHS`); a ``body`` without ``stream`` is one
+    event. ``sample``: the :class:`Sample` to fill (a caller that may cancel the request
+    keeps what arrived), a new one by default.
 
     Raises:
         FrondeError: a non-200 answer, an in-band error event, or no ``[DONE]``
@@ -248,9 +232,7 @@ async def send(
 def stream(
     http: httpx.Client, base_url: str, form: str, body: dict[str, Any], headers: dict[str, str]
 ) -> Iterator[Sample]:
-    """:func:`send`, synchronous, yielding the same :class:`Sample` after every line.
-
-    For a live display (``demo.py``): the caller redraws as text arrives.
+    """:func:`send`, synchronous, yielding the :class:`Sample` after every line (``demo.py``).
 
     Raises:
         FrondeError: as :func:`send`.

@@ -1,16 +1,11 @@
 """What does routing tool-bearing requests give an agent? Workload B's steps with ``tools``.
 
-Agent tools (opencode, Continue's agent mode) send their tool list with every request.
-Before the structured-output matrix such a request always ran on baseline; now it is
-routed where the chat template ignores tools (:mod:`fronde.router.classify`). Each arm
-is a fresh ``fronde serve`` with its default modes, given every step of the agent
-sessions (``fronde/bench/workloads/agent-sessions.json``: edits and questions on a
-Python, a JavaScript and a SQL file) in order, each with an opencode-like tool list:
-``before`` with ``router.speculate_structured = false`` (every such request on
-baseline), ``after`` with the default: two arms of one plan on the harness
-(:func:`tools_plan`), whole answers, into the store. Per step: the route, the mode,
-decode tok/s from llama-server's ``timings`` (as the answer carries them) and the wall
-time; a step whose answer loops in either arm is left out of the speeds and named.
+Agent tools send their tool list with every request; such a request is routed where the
+chat template ignores tools (:mod:`fronde.router.classify`). Two fresh ``fronde serve``
+arms get every agent step in order with an opencode-like tool list: ``before`` with
+``router.speculate_structured = false`` (every such request on baseline) and ``after``
+with the default. Per step: route, mode, decode tok/s from ``timings`` and wall time;
+a step whose answer loops in either arm is left out of the speeds and named.
 """
 
 from __future__ import annotations
@@ -63,11 +58,9 @@ class ToolStep:
 
 
 def tools_plan(max_tokens: int = 128) -> Plan:
-    """Every agent step with :data:`AGENT_TOOLS`, greedy, whole, ``before`` then ``after``.
+    """Every agent step with :data:`AGENT_TOOLS`, whole, ``before`` then ``after``.
 
-    Each arm is `fronde serve` with the profile's modes; ``before`` with
-    ``router.speculate_structured = false``. ``max_tokens``: for the steps without
-    their own budget.
+    ``before`` runs with ``router.speculate_structured = false``.
     """
     steps = load_workload("agent-sessions").items
     items = tuple(replace(step, fields={"tools": AGENT_TOOLS}) for step in steps)

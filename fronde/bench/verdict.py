@@ -1,31 +1,21 @@
-"""The verdict, as pure functions over sample records.
+"""The verdict, as pure functions over sample records (docs/verdict.md).
 
-The speed of a request is its **end-to-end rate**: generated tokens ÷ ``wall_s``
-(request sent → last event). A routed request's probe text arrives at once, so a
-client cannot see its decode time; the wall clock charges the router for its
-probe and hand-over prefill, as a user feels them. Prefill is the same work on
-every arm for a prompt no server has seen.
+A request's speed is its **end-to-end rate**, tokens ÷ ``wall_s``: the wall clock
+charges the router for its probe and hand-over prefill, as a user feels them. An item
+is **invalid** when an arm lacks an ok sample of ≥ 2 tokens in some repetition,
+**looping** when an arm's output scores above :data:`LOOP_SCORE`; neither counts.
+Per arm and item the speed is the median over repetitions.
 
-- An item is **invalid** when any arm lacks an ok sample with ≥ 2 tokens in some
-  repetition; it is **looping** when any arm's output has a repetition score above
-  :data:`LOOP_SCORE`. Both are listed apart and count in no headline figure.
-- Per arm and item, the speed is the median over repetitions.
-- (a) router ÷ **best single static arm** (the non-routed arm with the highest
-  total rate, Σ tokens ÷ Σ wall): the ratio of total rates, and the geometric mean
-  of per-item ratios with a bootstrap 95 % interval over items. Bound ≥ 1.00, both.
-- (a) also **cross-fitted**: for each repetition held out, the best static arm is
-  picked on the other repetitions and the ratio of total rates taken on the held-out
-  one (geometric mean over held-out repetitions). Picking the best of seven noisy
-  arms on the same data that scores them favours the competitor (identical configs
-  measured 3–10 % apart); this figure does not. Needs two repetitions.
-- (b) per domain, router ÷ baseline (Fronde, baseline forced): the lower end of the
-  interval of the geometric mean. Bound ≥ 0.97.
-- (c) router ÷ **cross-fitted oracle**: for each repetition held out, each item's
-  best reachable arm (a forced Fronde mode) is chosen on the other repetitions and
-  scored on the held-out one. Bound ≥ 0.95. Needs two repetitions.
+- (a) router ÷ the **best single static arm** (highest Σ tokens ÷ Σ wall): ratio of
+  total rates and geometric mean of per-item ratios; also **cross-fitted**, the best
+  arm picked on the other repetitions (identical configs measured 3–10 % apart, so
+  picking on the same data favours the competitor). Bound ≥ 1.00.
+- (b) per domain, router ÷ baseline forced: the interval's lower end. Bound ≥ 0.97.
+- (c) router ÷ the **cross-fitted oracle** (each item's best forced mode, picked on
+  the other repetitions). Bound ≥ 0.95.
 
-Intervals are percentile bootstraps over items (:data:`RESAMPLES`, seed 0;
-Efron and Tibshirani, *An Introduction to the Bootstrap*, 1993, §13.3).
+Intervals are percentile bootstraps over items (:data:`RESAMPLES`, seed 0; Efron and
+Tibshirani, *An Introduction to the Bootstrap*, 1993, §13.3).
 """
 
 from __future__ import annotations
@@ -67,12 +57,8 @@ def bootstrap(
 ) -> tuple[float, float]:
     """95 % percentile interval of ``stat`` over items resampled with replacement.
 
-    Args:
-        groups: one list of values per item (an item's values move together).
-        stat: the statistic of the pooled values.
-
-    Returns:
-        (low, high); NaN, NaN with fewer than two items.
+    ``groups``: one list of values per item (they move together). NaN, NaN with fewer
+    than two items.
     """
     if len(groups) < 2:
         return math.nan, math.nan
@@ -90,12 +76,8 @@ def _rate(s: dict[str, Any]) -> float:
 class Table:
     """One workload's samples, arranged: ``runs[arm][item][rep]`` → sample.
 
-    Attributes:
-        arms: arm names, in first-seen order.
-        items: item id → domain, valid items only.
-        invalid: item ids left out because a sample failed or is missing.
-        looping: item id → the arms whose output looped there.
-        runs: the samples.
+    ``items``: valid item id → domain; ``invalid``: ids left out (a sample failed or is
+    missing); ``looping``: id → the arms whose output looped there.
     """
 
     arms: list[str]
@@ -130,11 +112,8 @@ class Table:
     def drift(self, arm: str) -> float:
         """How far ``arm``'s speed moved between repetitions (1.0: not at all).
 
-        Each later repetition's total rate (Σ tokens ÷ Σ wall over the valid items) ÷
-        the first's, the one farthest from 1 (1.0 with one repetition or no valid
-        item). An A/A check: the same arm on the same prompts should give 1.0, so a
-        shared machine whose load changed during the run shows here, a few very slow
-        requests included.
+        Of each later repetition's total rate ÷ the first's, the one farthest from 1: an
+        A/A check that shows a shared machine whose load changed during the run.
         """
         if not self.items:
             return 1.0
@@ -215,11 +194,10 @@ def best_static(t: Table) -> str:
 
 
 def cross_fitted_static(t: Table, router: str) -> tuple[float, list[str]]:
-    """Router ÷ the best static arm picked on the other repetitions (see the docstring).
+    """Router ÷ the best static arm picked on the other repetitions (module docstring).
 
-    Returns:
-        The geometric mean over held-out repetitions of the total-rate ratios, and
-        the arm picked for each (NaN and empty with fewer than two repetitions).
+    Returns the geometric mean over held-out repetitions of the total-rate ratios and
+    the arm picked for each (NaN and [] with fewer than two repetitions).
     """
     reps = t.reps
     if len(reps) < 2 or not t.items:
@@ -251,10 +229,8 @@ def _oracle_ratios(t: Table, router: str, reachable: Sequence[str]) -> list[list
 def checks(t: Table, router: str, baseline: str, reachable: Sequence[str]) -> list[Check]:
     """The (a), (b) per domain and (c) checks of ``router`` on workload table ``t``.
 
-    ``baseline`` is the plain-decoding arm (Fronde, baseline forced), ``reachable``
-    the arms the router chooses between (forced Fronde modes). A figure that cannot
-    be measured (no valid item, one repetition for the oracle, one valid item in a
-    domain) is NaN: see :func:`verdict_of`.
+    ``baseline`` is the plain-decoding arm, ``reachable`` the forced Fronde modes the
+    router chooses between. A figure that cannot be measured is NaN (:func:`verdict_of`).
     """
     nan, a, b, c = math.nan, BOUNDS["a"], BOUNDS["b"], BOUNDS["c"]
     if not t.items:
@@ -285,8 +261,8 @@ def _ci(ratios: Sequence[float]) -> tuple[float, float]:
 def verdict_of(checks: Sequence[Check]) -> str | None:
     """``PASS``, ``FAIL``, or None when there is no check.
 
-    A (b) domain that could not be measured (fewer than two valid items) is left out
-    and counted by the report, not failed; (a) and (c) must be measured to pass.
+    An unmeasured (b) domain (fewer than two valid items) fails nothing; (a) and (c)
+    must be measured to pass.
     """
     if not checks:
         return None

@@ -1,18 +1,10 @@
 """Workloads as data: the JSON files beside this module, and their loader.
 
-- ``first-encounter.json``: workload A, prompts in ten domains, each sent once to
-  servers that never saw it.
-- ``agent-sessions.json``: workload B, scripted agent sessions of eight steps, every
-  step's input taken from a fixed reference transcript (so every arm gets the same
-  inputs whatever it answered).
-- ``priming.json``: requests that warm the router before a "warm" arm; none is in
-  the workloads.
-- ``distinct.json``: the templates and topics of the load benchmark's distinct prompts
-  (:mod:`fronde.bench.workloads.distinct`).
-
-Every item carries both forms of its task: ``prompt`` for a base model through
-``/v1/completions`` and ``messages`` for an instruct model through
-``/v1/chat/completions``.
+``first-encounter.json`` (workload A: prompts in ten domains, each sent to servers that
+never saw it), ``agent-sessions.json`` (workload B: scripted agent sessions, every
+step's input from a fixed transcript), ``priming.json`` (requests that warm the router
+for a "warm" arm) and ``distinct.json`` (:mod:`.distinct`). Every item carries a
+``prompt`` for ``/v1/completions`` and ``messages`` for ``/v1/chat/completions``.
 """
 
 from __future__ import annotations
@@ -38,17 +30,9 @@ llama-server's own ``/completion`` with the output's token ids (``return_tokens`
 class Item:
     """One request of a workload.
 
-    Attributes:
-        id: unique key in records.
-        domain: the domain (workload A) or the session (workload B).
-        prompt: the completion-style text (base models).
-        messages: the chat messages (instruct models), system message included.
-        stop: stop strings of the completion form.
-        chat_stop: stop strings of the chat form.
-        max_tokens: the item's own token budget, or None (the run's default).
-        model: the ``model`` field to send (``fronde:MODE`` names a mode), or None.
-        fields: body fields set last, over the defaults (an experiment's ``tools``,
-            ``response_format``, ``seed`` or ``temperature``).
+    ``domain`` is the session in workload B; ``stop`` and ``chat_stop`` the stop strings
+    of each form; ``max_tokens`` the item's own budget (None: the run's); ``model`` the
+    field to send (``fronde:MODE``); ``fields`` body fields set last (``tools``, ``seed``…).
     """
 
     id: str
@@ -62,11 +46,7 @@ class Item:
     fields: dict[str, Any] = field(default_factory=dict[str, Any])
 
     def body(self, form: Form, max_tokens: int) -> dict[str, Any]:
-        """The request body for ``form``: greedy, streamed, with usage (OpenAI forms).
-
-        ``max_tokens`` applies unless the item has its own budget (an agent step's
-        whole-file answer needs more than a first-encounter prompt's).
-        """
+        """The request body for ``form``: greedy, streamed, with usage (OpenAI forms)."""
         n = self.max_tokens or max_tokens
         body: dict[str, Any] = {
             "max_tokens": n,

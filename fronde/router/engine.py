@@ -322,12 +322,11 @@ class Router(RouterViews):
     def learns_from(self, decision: Decision, mode: Mode) -> bool:
         """Whether :meth:`observe` would change the book for this answer on ``mode``.
 
-        Not without a book, nor with a book of fewer than two replayable modes (one mode
-        served: there is no other to compare it with, and the replay's ``/tokenize`` calls
-        and its parse of every event cost 0.02-0.03 ms of CPU a streamed token on 2 cores),
-        nor for one it only shows to the mirror of its server's table (forced, probed,
-        unsafe-for-spec, unmeasured) when ``mode`` keeps no table (baseline, ngram-simple):
-        then its token ids need not be fetched (hindsight).
+        Not without a book, nor with one of fewer than two replayable modes (nothing to
+        compare; its ``/tokenize`` calls and event parse cost 0.03 ms CPU a token on 2
+        cores), nor for one it only shows to the mirror of its server's table (forced,
+        probed, unsafe-for-spec, unmeasured) when ``mode`` keeps no table (baseline,
+        ngram-simple): then its token ids need not be fetched (hindsight).
         """
         book = self.counterfactual
         if book is None or len(book.modes) < 2:

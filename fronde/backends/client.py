@@ -9,7 +9,6 @@ dispatcher and the API deal in Fronde errors only.
 
 from __future__ import annotations
 
-import json
 import time
 from collections import Counter
 from collections.abc import AsyncGenerator, AsyncIterator
@@ -22,15 +21,13 @@ import httpx
 from httpx_aiohttp import AiohttpTransport
 
 from fronde.backends.aiohttp_body import aiohttp_reader
+from fronde.backends.aiohttp_post import aiohttp_session, encode_json, post_stream
 from fronde.backends.slots import Pin, SlotPins
+from fronde.backends.upstream_errors import backend_error, send_once_retried, translate
 from fronde.config_sections import UpstreamSettings
 from fronde.errors import (
     BackendConnectionError,
-    BackendError,
-    BackendHTTPError,
     BackendStreamError,
-    BackendTimeoutError,
-    ContextLengthError,
 )
 from fronde.json_types import JSON, JSONObject
 from fronde.stamps import stamp
@@ -45,42 +42,6 @@ _T = TypeVar("_T")
 
 KEEPALIVE_S = 2.0
 """Idle pooled connections to a backend are dropped after this, seconds."""
-
-
-def _stale_connection(exc: httpx.HTTPError) -> bool:
-    """Whether ``exc`` is a pooled keep-alive connection the backend had closed.
-
-    httpcore says ``RemoteProtocolError`` ("Server disconnected without sending a
-    response"). Under the aiohttp transport it is ``ServerDisconnectedError``, or
-    ``ClientOSError`` ("Can not write request body") when the close arrives while
-    the request is being written; httpx-aiohttp maps both to ``ConnectTimeout`` with
-    the original as ``__cause__``. A refused connection (``ClientConnectorError``,
-    itself a ``ClientOSError``) is not stale.
-    """
-    if isinstance(exc, httpx.RemoteProtocolError):
-        return True
-    cause = exc.__cause__
-    if isinstance(cause, aiohttp.ClientConnectorError):
-        return False
-    return isinstance(cause, aiohttp.ServerDisconnectedError | aiohttp.ClientOSError)
-
-
-async def _send_once_retried(
-    http: httpx.AsyncClient, request: httpx.Request, *, stream: bool
-) -> httpx.Response:
-    """Send ``request``, retrying once if a pooled connection was stale.
-
-    A keep-alive connection the backend closed while idle (a llama-server b11434
-    without patch 0008 also closes one after every streamed answer) fails before
-    any byte of a response arrived, so the backend never saw the request and
-    sending it again is safe.
-    """
-    try:
-        return await http.send(request, stream=stream)
-    except httpx.HTTPError as exc:
-        if not _stale_connection(exc):
-            raise
-        return await http.send(request, stream=stream)
 
 
 def make_http_client(upstream: UpstreamSettings) -> httpx.AsyncClient:
@@ -111,55 +72,6 @@ def make_http_client(upstream: UpstreamSettings) -> httpx.AsyncClient:
     )
 
 
-def _backend_error(resp_body: bytes, status: int) -> BackendHTTPError:
-    """Turn a llama-server error answer into a :class:`BackendHTTPError`.
-
-    llama-server answers ``{"error": {"code", "message", "type"}}``
-    (``tools/server/server-common.cpp``, ``format_error_response``); a prompt over
-    the context adds ``n_prompt_tokens`` and ``n_ctx`` with type
-    ``exceed_context_size_error``, which becomes OpenAI's
-    ``context_length_exceeded``.
-    """
-    try:
-        data: JSON = json.loads(resp_body)
-    except ValueError:
-        text = resp_body.decode("utf-8", "replace").strip()
-        return BackendHTTPError(text[:300] or f"backend answered HTTP {status}", status_code=status)
-    err = data.get("error") if isinstance(data, dict) else None
-    if isinstance(err, str):
-        return BackendHTTPError(err, status_code=status)
-    if not isinstance(err, dict):
-        return BackendHTTPError(f"backend answered HTTP {status}", status_code=status)
-    e = err
-    said = e.get("message")
-    message = said if isinstance(said, str) else None
-    if e.get("type") == "exceed_context_size_error":
-        n_prompt, n_ctx = e.get("n_prompt_tokens"), e.get("n_ctx")
-        return ContextLengthError(
-            f"the prompt has {n_prompt} tokens; the context holds {n_ctx}: shorten the prompt",
-            prompt_tokens=n_prompt if isinstance(n_prompt, int) else None,
-            context_tokens=n_ctx if isinstance(n_ctx, int) else None,
-        )
-    return BackendHTTPError(message or f"backend answered HTTP {status}", status_code=status)
-
-
-def _translate(exc: httpx.HTTPError, url: str) -> BackendError:
-    """Map a transport failure to a Fronde error, by the aiohttp original if there is one.
-
-    httpx-aiohttp 0.2 maps every aiohttp connection error, a refused connection
-    included, to ``ConnectTimeout``; the original in ``__cause__`` tells a real
-    timeout (``asyncio.TimeoutError``) from a refused or reset connection.
-    """
-    cause = exc.__cause__
-    if isinstance(cause, aiohttp.ClientError):
-        if isinstance(cause, TimeoutError):
-            return BackendTimeoutError(f"backend {url} timed out ({type(cause).__name__})")
-        return BackendConnectionError(f"backend {url} failed: {type(cause).__name__}: {cause}")
-    if isinstance(exc, httpx.TimeoutException):
-        return BackendTimeoutError(f"backend {url} timed out ({type(exc).__name__})")
-    return BackendConnectionError(f"backend {url} failed: {type(exc).__name__}: {exc}")
-
-
 class UpstreamStream:
     """An open streamed answer from a backend (status already checked).
 
@@ -167,12 +79,15 @@ class UpstreamStream:
     breaks (a reset, a truncated chunk), never a transport type.
 
     Args:
-        resp: the httpx response, body unread.
+        resp: the response, body unread: httpx's, or aiohttp's where Fronde asked the
+            aiohttp session itself (:mod:`~fronde.backends.aiohttp_post`).
         url: the request's URL, for messages.
         settle_ms: see :attr:`settle_ms`.
     """
 
-    def __init__(self, resp: httpx.Response, url: str, settle_ms: float = 0.0) -> None:
+    def __init__(
+        self, resp: httpx.Response | aiohttp.ClientResponse, url: str, settle_ms: float = 0.0
+    ) -> None:
         self._resp = resp
         self.url = url
         self.settle_ms = settle_ms
@@ -190,8 +105,14 @@ class UpstreamStream:
             raise self._broken(exc) from exc
 
     async def aclose(self) -> None:
-        """Close the answer now (idempotent): llama-server sees the client gone and stops."""
-        await self._resp.aclose()
+        """Close the answer now (idempotent): llama-server sees the client gone and stops.
+
+        A body read to its end leaves its connection to the pool; one cut short closes it.
+        """
+        if isinstance(self._resp, aiohttp.ClientResponse):
+            self._resp.release()
+        else:
+            await self._resp.aclose()
 
     def lines(self) -> AsyncIterator[str]:
         """The body's lines, without their line endings.
@@ -201,7 +122,14 @@ class UpstreamStream:
         Raises:
             BackendStreamError: the body broke (while iterating).
         """
+        if isinstance(self._resp, aiohttp.ClientResponse):
+            return self._decoded()
         return self._guarded(self._resp.aiter_lines())
+
+    async def _decoded(self) -> AsyncIterator[str]:
+        async for batch in self.line_batches():
+            for line in batch:
+                yield line.decode("utf-8", "replace")
 
     async def line_batches(self) -> AsyncIterator[list[bytes]]:
         r"""The body's complete lines, without line endings, in one list per network read.
@@ -230,8 +158,11 @@ class UpstreamStream:
         Raises:
             BackendStreamError: the body broke (while iterating).
         """
-        reader = aiohttp_reader(self._resp)
-        parts = self._resp.aiter_raw() if reader is None else reader.iter_any()
+        resp = self._resp
+        if isinstance(resp, aiohttp.ClientResponse):
+            return self._guarded(resp.content.iter_any())
+        reader = aiohttp_reader(resp)
+        parts = resp.aiter_raw() if reader is None else reader.iter_any()
         return self._guarded(parts)
 
 
@@ -290,14 +221,14 @@ class BackendClient:
         url = base_url + path
         stamp(f"call {path}")
         try:
-            resp = await _send_once_retried(
+            resp = await send_once_retried(
                 self.http, self.http.build_request("GET", url), stream=False
             )
         except httpx.HTTPError as exc:
-            raise _translate(exc, url) from exc
+            raise translate(exc, url) from exc
         stamp(f"called {path}")
         if resp.status_code >= 400:
-            raise _backend_error(resp.content, resp.status_code)
+            raise backend_error(resp.content, resp.status_code)
         data: JSON = resp.json()
         return data
 
@@ -331,14 +262,14 @@ class BackendClient:
         stamp(f"call {path}")
         try:
             request = self.http.build_request("POST", url, json=body)
-            resp = await _send_once_retried(self.http, request, stream=False)
+            resp = await send_once_retried(self.http, request, stream=False)
         except httpx.HTTPError as exc:
-            raise _translate(exc, url) from exc
+            raise translate(exc, url) from exc
         finally:
             self._unpin(base_url, pin)
         stamp(f"called {path}")
         if resp.status_code >= 400:
-            raise _backend_error(resp.content, resp.status_code)
+            raise backend_error(resp.content, resp.status_code)
         try:
             data: JSON = resp.json()
         except ValueError as exc:
@@ -371,23 +302,34 @@ class BackendClient:
         url = base_url + path
         settle_ms = await self._settle(base_url, path, body)
         body, pin = self._pin(base_url, path, body, early=True)
+        session = aiohttp_session(self.http)
+        resp: httpx.Response | aiohttp.ClientResponse
         try:
-            request = self.http.build_request("POST", url, json=body)
-            stamp("sent")
-            resp = await _send_once_retried(self.http, request, stream=True)
+            if session is not None:  # the same pool, without httpx's request machinery
+                data = encode_json(body)
+                stamp("sent")
+                resp = await post_stream(session, url, data, self.http.timeout)
+            else:
+                request = self.http.build_request("POST", url, json=body)
+                stamp("sent")
+                resp = await send_once_retried(self.http, request, stream=True)
             stamp("headers")
         except BaseException as exc:
             self._unpin(base_url, pin)
             if isinstance(exc, httpx.HTTPError):
-                raise _translate(exc, url) from exc
+                raise translate(exc, url) from exc
             raise
         if pin is not None:
             pin.sent.set()  # b11434 answers with headers once the request has a slot
+        upstream = UpstreamStream(resp, url, settle_ms)
         try:
-            if resp.status_code >= 400:
-                content = await resp.aread()
-                raise _backend_error(content, resp.status_code)
-            yield UpstreamStream(resp, url, settle_ms)
+            status = resp.status if isinstance(resp, aiohttp.ClientResponse) else resp.status_code
+            if status >= 400:
+                content = await (
+                    resp.read() if isinstance(resp, aiohttp.ClientResponse) else resp.aread()
+                )
+                raise backend_error(content, status)
+            yield upstream
         finally:
             # Shielded: on a client disconnect this runs inside a cancelled scope, where
             # an unshielded await is cancelled at once and the upstream connection
@@ -395,6 +337,6 @@ class BackendClient:
             self.in_flight[base_url] -= 1
             try:
                 with anyio.CancelScope(shield=True):
-                    await resp.aclose()
+                    await upstream.aclose()
             finally:
                 self.pins.end(base_url, pin)

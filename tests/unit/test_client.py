@@ -12,6 +12,7 @@ import httpx
 import pytest
 
 from fronde.backends.aiohttp_body import aiohttp_reader
+from fronde.backends.aiohttp_post import aiohttp_session
 from fronde.backends.client import TRANSPORT_ERRORS, BackendClient, make_http_client
 from fronde.backends.process import free_port
 from fronde.config_sections import UpstreamSettings
@@ -240,3 +241,47 @@ async def test_aiohttp_refused_connection_is_not_retried() -> None:
     with pytest.raises(BackendConnectionError, match="Connection refused"):
         await c.post_json("http://b", "/completion", {})
     assert len(calls) == 1
+
+
+async def test_a_stream_goes_to_the_aiohttp_session_and_a_stale_connection_is_retried() -> None:
+    """Under the aiohttp transport the streamed POST skips httpx's request machinery.
+
+    It goes to the session under the transport (found in httpx's private ``_transport``:
+    a release that moves it sends streams back through httpx, slower, and this notices),
+    with the body httpx would send, and retries a stale pooled connection once.
+    """
+    seen: list[bytes] = []
+
+    async def flaky_sse(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        head = await reader.readuntil(b"\r\n\r\n")
+        length = next(
+            int(line.split(b":")[1])
+            for line in head.lower().split(b"\r\n")
+            if line.startswith(b"content-length")
+        )
+        seen.append(head + await reader.readexactly(length))
+        if len(seen) == 1:
+            writer.close()  # read, then hung up: a stale keep-alive connection
+            return
+        body = b"data: 1\n\ndata: [DONE]\n\n"
+        writer.write(
+            b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n"
+            + f"content-length: {len(body)}\r\n\r\n".encode()
+            + body
+        )
+        await writer.drain()
+        writer.close()
+
+    c = aiohttp_client()
+    assert aiohttp_session(c.http) is not None
+    assert aiohttp_session(httpx.AsyncClient()) is None  # httpx's own transport: httpx path
+    async with raw_server(flaky_sse) as url:
+        async with c.stream(url, "/completion", {"prompt": "é", "n": 1}) as upstream:
+            lines = [line async for line in upstream.lines()]
+        await c.http.aclose()
+    assert lines == ["data: 1", "", "data: [DONE]", ""]
+    assert len(seen) == 2
+    head, _, body = seen[1].partition(b"\r\n\r\n")
+    assert body == '{"prompt":"é","n":1}'.encode()  # as httpx's json= encodes it
+    assert b"content-type: application/json" in head.lower()
+    assert b"accept-encoding: identity" in head.lower()

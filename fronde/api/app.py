@@ -78,6 +78,7 @@ EXPOSED_HEADERS = [
     "x-fronde-overhead-ms",
     "x-fronde-gather-ms",
     "x-fronde-settle-ms",
+    "x-fronde-slot",
     "x-fronde-swap-wait-ms",
     "x-fronde-swap-fallback",
     "x-fronde-predicted-tok-s",

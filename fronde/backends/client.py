@@ -83,15 +83,22 @@ class UpstreamStream:
             aiohttp session itself (:mod:`~fronde.backends.aiohttp_post`).
         url: the request's URL, for messages.
         settle_ms: see :attr:`settle_ms`.
+        slot: see :attr:`slot`.
     """
 
     def __init__(
-        self, resp: httpx.Response | aiohttp.ClientResponse, url: str, settle_ms: float = 0.0
+        self,
+        resp: httpx.Response | aiohttp.ClientResponse,
+        url: str,
+        settle_ms: float = 0.0,
+        slot: int | None = None,
     ) -> None:
         self._resp = resp
         self.url = url
         self.settle_ms = settle_ms
         """Time spent learning the slot of a request the server placed first, ms."""
+        self.slot = slot
+        """The ``id_slot`` the request was sent with; None where the server placed it."""
 
     def _broken(self, exc: Exception) -> BackendStreamError:
         name = type(exc).__name__
@@ -321,7 +328,7 @@ class BackendClient:
             raise
         if pin is not None:
             pin.sent.set()  # b11434 answers with headers once the request has a slot
-        upstream = UpstreamStream(resp, url, settle_ms)
+        upstream = UpstreamStream(resp, url, settle_ms, pin.slot if pin is not None else None)
         try:
             status = resp.status if isinstance(resp, aiohttp.ClientResponse) else resp.status_code
             if status >= 400:

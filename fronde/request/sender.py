@@ -61,14 +61,18 @@ def _sse(obj: JSONObject) -> bytes:
 
 
 def _settled(upstream: UpstreamStream, headers: dict[str, str]) -> None:
-    """Set ``x-fronde-settle-ms`` where the request waited to learn a server's slot.
+    """Set ``x-fronde-settle-ms`` and ``x-fronde-slot`` where they say something.
 
-    The wait, before the upstream call, to learn where the server put a request it
-    placed itself (:meth:`~fronde.backends.slots.SlotPins.settle`); no header when
-    nothing was waited for. Not part of ``x-fronde-overhead-ms``, which ends before it.
+    ``settle-ms``: the wait, before the upstream call, to learn where the server put a
+    request it placed itself (:meth:`~fronde.backends.slots.SlotPins.settle`); no header
+    when nothing was waited for. Not part of ``x-fronde-overhead-ms``, which ends before
+    it. ``slot``: the ``id_slot`` Fronde sent (slot placement), none where the server
+    placed the request itself.
     """
     if upstream.settle_ms >= 0.001:
         headers["x-fronde-settle-ms"] = f"{upstream.settle_ms:.3f}"
+    if upstream.slot is not None:
+        headers["x-fronde-slot"] = str(upstream.slot)
 
 
 class Sender:

@@ -162,11 +162,12 @@ async def test_requests_arriving_together_share_one_lookup() -> None:
 async def test_a_failed_lookup_pins_as_before() -> None:
     c, bodies = recording_client(slots_status=501)  # llama-server started with --no-slots
     async with (
-        c.stream("http://b", CHAT, {"stream": True}),
+        c.stream("http://b", CHAT, {"stream": True}) as first,
         c.stream("http://b", CHAT, {"stream": True}) as second,
     ):
         assert bodies[2]["id_slot"] == 0
         assert second.settle_ms > 0
+        assert (first.slot, second.slot) == (None, 0)  # x-fronde-slot: the id_slot sent
     assert c.pins.held("http://b") == frozenset()
     async with c.stream("http://b", CHAT, {"stream": True}) as third:
         assert bodies[3]["id_slot"] == 0  # that server is pinned from its first request on

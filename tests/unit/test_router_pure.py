@@ -41,6 +41,8 @@ def chat(text: str, **extra: object) -> dict[str, object]:
         f"Corrige le bogue dans ce code :\n{CODE}",
         f"Mets à jour le prix du widget.\n{JSON}",
         f"Update the price to 10.\n{JSON}",
+        f"METS À JOUR le prix du widget.\n{JSON}",  # any case, accents included
+        f"RÉÉCRIVEZ cette fonction.\n{CODE}",
     ],
 )
 def test_large_block_plus_edit_verb_is_edit(text: str) -> None:

@@ -115,8 +115,14 @@ class Hindsight:
 
     @property
     def enabled(self) -> bool:
-        """Whether the router keeps a counterfactual book at all."""
-        return self.router.counterfactual is not None
+        """Whether the router keeps a counterfactual book that compares modes.
+
+        Not with one replayable mode (``fronde serve --mode baseline``): then no answer is
+        captured nor its prompt's self-overlap computed, since the book learns nothing
+        (:meth:`~fronde.router.engine.Router.learns_from`).
+        """
+        book = self.router.counterfactual
+        return book is not None and len(book.modes) >= 2
 
     def after(
         self,

@@ -4,17 +4,19 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import httpx
 import pytest
 
 from fronde import compose
+from fronde.backends.client import BackendClient
 from fronde.evidence.bucket import bucket_of, self_overlap
 from fronde.evidence.counterfactual import MIN_BUCKET_SAMPLES, MIN_MODE_ERRORS, Counterfactual
 from fronde.evidence.measurement import Measurement
 from fronde.evidence.ngram_replay import NgramModTable, shadow_ngram_mod
 from fronde.modes import Mode, SpeculationSettings
+from fronde.request.hindsight import Hindsight
 from fronde.router.classify import RequestClass
 from fronde.router.engine import Router
 from fronde.router.plan import Plan, Route, RouterPolicy, Situation
@@ -272,6 +274,9 @@ def test_a_book_of_one_replayable_mode_learns_from_nothing() -> None:
         RouterPolicy(), counterfactual=Counterfactual(SPEC, [Mode.BASELINE, Mode.NGRAM_MOD])
     )
     assert both.learns_from(d, Mode.BASELINE)
+    client = cast("BackendClient", None)  # never called: nothing is scheduled
+    assert not Hindsight(client, alone).enabled  # no answer captured, no overlap computed
+    assert Hindsight(client, both).enabled
 
 
 def test_served_answers_are_replayed_and_later_ones_routed_on_the_prediction(

@@ -21,7 +21,7 @@ import aiohttp
 import httpx
 from httpx_aiohttp import AiohttpTransport
 
-from fronde.errors import BackendConnectionError, BackendError, BackendTimeoutError
+from fronde.backends.upstream_errors import aiohttp_error, aiohttp_stale
 from fronde.json_types import JSONObject
 
 __all__ = ["aiohttp_session", "encode_json", "post_stream"]
@@ -51,25 +51,6 @@ def encode_json(body: JSONObject) -> bytes:
         ValueError: a float that is NaN or infinite.
     """
     return json.dumps(body, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode()
-
-
-def _stale(exc: aiohttp.ClientError) -> bool:
-    """Whether ``exc`` is a pooled connection the backend closed while it was idle.
-
-    It fails before any byte of an answer came (``ServerDisconnectedError``, or
-    ``ClientOSError`` while the request is written), so the backend never saw the request;
-    a refused connection (``ClientConnectorError``, itself a ``ClientOSError``) is not stale.
-    """
-    if isinstance(exc, aiohttp.ClientConnectorError):
-        return False
-    return isinstance(exc, aiohttp.ServerDisconnectedError | aiohttp.ClientOSError)
-
-
-def _error(exc: Exception, url: str) -> BackendError:
-    """A Fronde error for ``exc``, worded as :func:`.upstream_errors.translate`'s."""
-    if isinstance(exc, TimeoutError):  # asyncio's, and aiohttp's ServerTimeoutError
-        return BackendTimeoutError(f"backend {url} timed out ({type(exc).__name__})")
-    return BackendConnectionError(f"backend {url} failed: {type(exc).__name__}: {exc}")
 
 
 async def post_stream(
@@ -106,9 +87,9 @@ async def post_stream(
                 timeout=limits,
             )
         except aiohttp.ClientError as exc:
-            if attempt == 0 and _stale(exc):
+            if attempt == 0 and aiohttp_stale(exc):
                 continue
-            raise _error(exc, url) from exc
+            raise aiohttp_error(exc, url) from exc
         except TimeoutError as exc:
-            raise _error(exc, url) from exc
+            raise aiohttp_error(exc, url) from exc
     raise AssertionError("unreachable: the second attempt returns or raises")

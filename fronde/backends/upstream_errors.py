@@ -23,7 +23,7 @@ from fronde.errors import (
 )
 from fronde.json_types import JSON
 
-__all__ = ["backend_error", "send_once_retried", "translate"]
+__all__ = ["aiohttp_error", "aiohttp_stale", "backend_error", "send_once_retried", "translate"]
 
 
 def _stale_connection(exc: httpx.HTTPError) -> bool:
@@ -38,10 +38,26 @@ def _stale_connection(exc: httpx.HTTPError) -> bool:
     """
     if isinstance(exc, httpx.RemoteProtocolError):
         return True
-    cause = exc.__cause__
-    if isinstance(cause, aiohttp.ClientConnectorError):
+    return aiohttp_stale(exc.__cause__)
+
+
+def aiohttp_stale(exc: BaseException | None) -> bool:
+    """Whether aiohttp's ``exc`` is a pooled connection the backend closed while idle.
+
+    ``ServerDisconnectedError``, or ``ClientOSError`` while the request is written: it
+    failed before any byte of an answer came, so the backend never saw the request. A
+    refused connection (``ClientConnectorError``, itself a ``ClientOSError``) is not stale.
+    """
+    if isinstance(exc, aiohttp.ClientConnectorError):
         return False
-    return isinstance(cause, aiohttp.ServerDisconnectedError | aiohttp.ClientOSError)
+    return isinstance(exc, aiohttp.ServerDisconnectedError | aiohttp.ClientOSError)
+
+
+def aiohttp_error(exc: Exception, url: str) -> BackendError:
+    """The Fronde error for aiohttp's ``exc`` (or asyncio's timeout) on a call to ``url``."""
+    if isinstance(exc, TimeoutError):  # asyncio's, and aiohttp's ServerTimeoutError
+        return BackendTimeoutError(f"backend {url} timed out ({type(exc).__name__})")
+    return BackendConnectionError(f"backend {url} failed: {type(exc).__name__}: {exc}")
 
 
 async def send_once_retried(
@@ -103,9 +119,7 @@ def translate(exc: httpx.HTTPError, url: str) -> BackendError:
     """
     cause = exc.__cause__
     if isinstance(cause, aiohttp.ClientError):
-        if isinstance(cause, TimeoutError):
-            return BackendTimeoutError(f"backend {url} timed out ({type(cause).__name__})")
-        return BackendConnectionError(f"backend {url} failed: {type(cause).__name__}: {cause}")
+        return aiohttp_error(cause, url)
     if isinstance(exc, httpx.TimeoutException):
         return BackendTimeoutError(f"backend {url} timed out ({type(exc).__name__})")
     return BackendConnectionError(f"backend {url} failed: {type(exc).__name__}: {exc}")

@@ -164,6 +164,11 @@ class Counterfactual:
         self._mode_errors: dict[Mode, deque[float]] = {}
         self._mode_medians: dict[Mode, float] = {}  # read per request: kept, not recomputed
 
+    @property
+    def compares(self) -> bool:
+        """Whether the book replays two modes or more: with one there is nothing to compare."""
+        return len(self.modes) >= 2
+
     def _table(self) -> NgramModTable:
         s = self.spec
         return NgramModTable(s.ngram_mod_n_match, s.ngram_mod_n_max, s.ngram_mod_n_min)

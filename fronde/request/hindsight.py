@@ -122,7 +122,7 @@ class Hindsight:
         (:meth:`~fronde.router.engine.Router.learns_from`).
         """
         book = self.router.counterfactual
-        return book is not None and len(book.modes) >= 2
+        return book is not None and book.compares
 
     def after(
         self,

@@ -329,7 +329,7 @@ class Router(RouterViews):
         ngram-simple): then its token ids need not be fetched (hindsight).
         """
         book = self.counterfactual
-        if book is None or len(book.modes) < 2:
+        if book is None or not book.compares:
             return False
         return not _mirror_only(decision) or mode in book.mirrors
 

@@ -15,8 +15,7 @@ from typing import Any
 from fronde.bench.breakeven import ServedCost
 from fronde.bench.load import SPREAD
 from fronde.bench.load_rows import LoadRow
-from fronde.bench.load_sessions import spread_ratios
-from fronde.bench.load_verdict import ratio_lines, routed, verdict_lines
+from fronde.bench.load_verdict import ratio_lines, routed, spread_ratios, verdict_lines
 from fronde.serving import LoadCurves
 
 __all__ = ["arm_colours", "load_markdown", "load_plot", "rows_json"]

@@ -17,8 +17,13 @@ from fronde.bench.load_lengths import LengthTable, schedule_lines
 from fronde.bench.load_notes import answer_lines, own_time_lines, quarantine_lines, served_costs
 from fronde.bench.load_page import load_markdown, load_plot, rows_json, section
 from fronde.bench.load_rows import load_rows, looping_items
-from fronde.bench.load_sessions import session_curves, session_rows, tagged_samples
-from fronde.bench.load_verdict import ratio_sets, session_verdicts
+from fronde.bench.load_verdict import (
+    ratio_sets,
+    session_curves,
+    session_rows,
+    session_verdicts,
+    tagged_samples,
+)
 from fronde.bench.store import Store
 from fronde.errors import FrondeError
 from fronde.modes import Mode

@@ -17,9 +17,8 @@ from fronde.bench.arms import Target, started
 from fronde.bench.breakeven import served_cost
 from fronde.bench.load import SPREAD, bracketed, load_setup, spec_of
 from fronde.bench.load_mix import agent_mix
-from fronde.bench.load_notes import served_costs
 from fronde.bench.load_page import arm_colours, load_markdown, load_plot
-from fronde.bench.load_report import report_load
+from fronde.bench.load_report import report_load, served_costs
 from fronde.bench.load_rows import load_rows, looping_items, steady_window
 from fronde.bench.load_verdict import (
     curves_from,

@@ -48,7 +48,7 @@ from typing import Any
 from fronde.bench.load_mix import agent_mix
 from fronde.bench.load_report import recorded_run
 from fronde.bench.load_rows import level_c, looping_items
-from fronde.bench.load_sessions import tagged_samples
+from fronde.bench.load_verdict import tagged_samples
 from fronde.bench.store import Store
 from fronde.bench.workloads import Form
 from fronde.config import default_models_dir

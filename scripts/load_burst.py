@@ -39,7 +39,7 @@ import httpx
 from fronde.bench.load import ROUTERS
 from fronde.bench.load_mix import agent_mix
 from fronde.bench.load_report import recorded_run
-from fronde.bench.load_sessions import session_curves
+from fronde.bench.load_verdict import session_curves
 from fronde.bench.store import Store
 from fronde.config import load_settings
 from fronde.evidence.calibration import load_key, save_load_curves

@@ -2,7 +2,7 @@
 """The load run's page and plot.
 
 The rows come from :mod:`.load_rows`, the verdict and ratios from :mod:`.load_verdict`,
-the side notes from :mod:`.load_notes`.
+the side notes from :mod:`.load_report`.
 """
 
 from __future__ import annotations
@@ -15,8 +15,7 @@ from typing import Any
 from fronde.bench.breakeven import ServedCost
 from fronde.bench.load import SPREAD
 from fronde.bench.load_rows import LoadRow
-from fronde.bench.load_sessions import spread_ratios
-from fronde.bench.load_verdict import ratio_lines, routed, verdict_lines
+from fronde.bench.load_verdict import ratio_lines, routed, spread_ratios, verdict_lines
 from fronde.serving import LoadCurves
 
 __all__ = ["arm_colours", "load_markdown", "load_plot", "rows_json"]
@@ -221,9 +220,9 @@ def load_markdown(
 
     ``verdict`` defaults to :func:`verdict_lines` of ``rows``, ``spread`` (``plain2 ÷
     plain`` per c, within one session) to :func:`spread_ratios` of ``rows``. Each of
-    ``costs`` (:func:`~fronde.bench.load_notes.served_costs`), ``quarantines``,
+    ``costs`` (:func:`~fronde.bench.load_report.served_costs`), ``quarantines``,
     ``ratios`` (:func:`~fronde.bench.load_verdict.ratio_sets`), ``own`` and ``answers``
-    (:mod:`~fronde.bench.load_notes`) is a section when given. ``screened``: the items
+    (:mod:`~fronde.bench.load_report`) is a section when given. ``screened``: the items
     the run's screen kept out of every block; ``about``: bullets under the title.
     """
     lines = [f"# {title}", "", *[f"- {a}" for a in about], *([""] if about else [])]

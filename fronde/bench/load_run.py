@@ -142,7 +142,7 @@ def run_load(
     Raises:
         FrondeError: an arm that is none, a folder holding another run, no llama-server.
     """
-    from fronde.bench.load_sessions import session_curves, tagged_samples
+    from fronde.bench.load_verdict import session_curves, tagged_samples
 
     setup = load_setup(
         settings, form, opts.max_tokens, opts.reps, opts.clients, opts.slots, opts.items,

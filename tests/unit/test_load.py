@@ -17,12 +17,18 @@ from fronde.bench.arms import Target, started
 from fronde.bench.breakeven import served_cost
 from fronde.bench.load import SPREAD, bracketed, load_setup, spec_of
 from fronde.bench.load_mix import agent_mix
-from fronde.bench.load_notes import served_costs
 from fronde.bench.load_page import arm_colours, load_markdown, load_plot
-from fronde.bench.load_report import report_load
+from fronde.bench.load_report import report_load, served_costs
 from fronde.bench.load_rows import load_rows, looping_items, steady_window
-from fronde.bench.load_sessions import curves_from, session_curves, session_spread, spread_ratios
-from fronde.bench.load_verdict import held_out_ratios, session_verdicts, verdict_lines
+from fronde.bench.load_verdict import (
+    curves_from,
+    held_out_ratios,
+    session_curves,
+    session_spread,
+    session_verdicts,
+    spread_ratios,
+    verdict_lines,
+)
 from fronde.bench.passes import Timed
 from fronde.bench.store import Store
 from fronde.config import Settings, load_settings

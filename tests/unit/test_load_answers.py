@@ -6,8 +6,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from fronde.bench.load_notes import answer_lines
-from fronde.bench.load_report import report_load
+from fronde.bench.load_report import answer_lines, report_load
 
 ROOT = Path(__file__).resolve().parents[2]
 PIN32B = ROOT / "results" / "load-gpu-h200-cpu-smollm2-135m-20261204-pin32b"

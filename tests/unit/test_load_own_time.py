@@ -6,8 +6,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from fronde.bench.load_notes import own_time_lines
-from fronde.bench.load_report import report_load
+from fronde.bench.load_report import own_time_lines, report_load
 
 ROOT = Path(__file__).resolve().parents[2]
 PIN32 = ROOT / "results" / "load-gpu-h200-cpu-gemma-270m-20261204-pin32"

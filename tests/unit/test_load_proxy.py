@@ -18,8 +18,7 @@ from fronde.bench.load import PROXY, load_setup
 from fronde.bench.load_page import load_markdown
 from fronde.bench.load_report import report_load
 from fronde.bench.load_rows import load_rows
-from fronde.bench.load_sessions import session_ratios
-from fronde.bench.load_verdict import ratio_sets, verdict_lines
+from fronde.bench.load_verdict import ratio_sets, session_ratios, verdict_lines
 from fronde.bench.store import Store
 from fronde.config import Settings
 from fronde.modes import Mode

@@ -7,9 +7,8 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from fronde.bench.load_notes import quarantine_lines
 from fronde.bench.load_page import load_markdown
-from fronde.bench.load_report import report_load
+from fronde.bench.load_report import quarantine_lines, report_load
 
 ROOT = Path(__file__).resolve().parents[2]
 NIGHT = ROOT / "results" / "load-gpu-h200-cpu-gemma-270m-20261203-c32b"

@@ -20,13 +20,12 @@ import pytest
 from fronde.bench import passes
 from fronde.bench.arms import Target
 from fronde.bench.load import PINNED, load_setup
-from fronde.bench.load_mix import load_mix
+from fronde.bench.load_mix import distinct_workload, load_mix
 from fronde.bench.load_page import load_markdown
 from fronde.bench.load_rows import load_rows
 from fronde.bench.load_verdict import ratio_lines, ratio_sets
 from fronde.bench.passes import Timed, timed_pass, window_counts
 from fronde.bench.workloads import Item, Workload
-from fronde.bench.workloads.distinct import distinct_workload
 from fronde.config import Settings
 from fronde.errors import FrondeError
 

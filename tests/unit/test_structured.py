@@ -12,14 +12,16 @@ import pytest
 from fronde.bench.blocks import run_plan
 from fronde.bench.store import Store
 from fronde.bench.structured import (
+    FEATURES,
+    SCHEMA,
     Sample,
     cells,
+    judge,
     matrix_items,
     matrix_markdown,
     matrix_plan,
     matrix_samples,
 )
-from fronde.bench.structured_features import FEATURES, SCHEMA, judge
 from fronde.config import Settings
 
 BY_NAME = {f.name: f for f in FEATURES}

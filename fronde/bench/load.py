@@ -190,7 +190,8 @@ class LoadSetup:
         settings: the settings every static arm starts with (slots and context set).
         more: (part, plan) of arms at their own concurrencies (``--arm NAME@1,8,32``).
         lengths: mode → draft length → its arm (``--draft-lengths``); empty without.
-        length_notes: the lengths not measured, and why.
+        notes: lines the run prints first: the lengths not measured and why, the
+            calibration arms added for a named router arm.
     """
 
     static: Plan
@@ -199,7 +200,7 @@ class LoadSetup:
     settings: Settings
     more: tuple[tuple[Part, Plan], ...] = ()
     lengths: dict[Mode, dict[int, str]] = field(default_factory=dict[Mode, dict[int, str]])
-    length_notes: tuple[str, ...] = ()
+    notes: tuple[str, ...] = ()
 
     def plans(self, part: Part) -> list[Plan]:
         """The plans of ``part``: its arms at other concurrencies first, then the main plan."""
@@ -273,6 +274,29 @@ def _static_arms(
     return static + list(drafts.arms), calibration, drafts
 
 
+def _with_calibration(
+    arms: Mapping[str, tuple[int, ...] | None], calibration: Mapping[Mode, str]
+) -> tuple[dict[str, tuple[int, ...] | None], tuple[str, ...]]:
+    """``arms`` with every mode's calibration arm where a router arm is named, and a note.
+
+    A router arm places requests by the load curves its own session measures; named
+    without a mode's calibration arm it has no curve for that mode, and its load rule
+    sends every request to the modes that have one (SmolLM2 on an H200 decoded every
+    answer plainly from c = 2 and read 0.77× the pinned server at c = 16,
+    ``results/load-gpu-h200-cpu-smollm2-135m-20261206-agent-fresh-p9c``; with the curve,
+    1.10–1.17×, ``…-agent-fresh-len``). The added arms run at the router arms' own
+    concurrencies (all the run's when those differ); an arm already named keeps its own.
+    Returns the arms and the note (empty when nothing was added).
+    """
+    routed = {arms[name] for name in ROUTED if name in arms}
+    missing = [name for name in dict.fromkeys(calibration.values()) if name not in arms]
+    if not routed or not missing:
+        return dict(arms), ()
+    cs = next(iter(routed)) if len(routed) == 1 else None
+    note = f"--arm: the router arms' calibration added: {', '.join(missing)}"
+    return {**dict(arms), **dict.fromkeys(missing, cs)}, (note,)
+
+
 def _check_names(arms: Mapping[str, object], every: Sequence[Arm], variant: Arm) -> None:
     """Raise FrondeError for a name in ``arms`` that is no arm of ``every`` (names them)."""
     wrong = sorted(set(arms) - {a.name for a in every})
@@ -336,6 +360,7 @@ def load_setup(
     elif drafts.arms:  # the lengths' arms and the calibration arms they are read against
         own = [calibration[m] for m in drafts.table]
         arms = dict.fromkeys([*own, *(a.name for a in drafts.arms)]) | dict(arms)
+    arms, added = _with_calibration(arms, calibration)
     _check_names(arms, every, variant)
     mix = load_mix(workload, items, skip)
 
@@ -350,5 +375,6 @@ def load_setup(
     more: list[tuple[Part, Plan]] = [(kind, plan(kind, cs)) for cs in sets for kind in parts]
     return LoadSetup(
         plan("static", None), plan("router", None), calibration, run, tuple(more),
-        {m: dict(t) for m, t in drafts.table.items()}, drafts.notes,
+        {m: dict(t) for m, t in drafts.table.items()},
+        tuple(f"--draft-lengths: {n}" for n in drafts.notes) + added,
     )  # fmt: skip

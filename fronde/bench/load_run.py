@@ -166,8 +166,8 @@ def run_load(
     workload_file(opts.out / "workload.json", setup.static.workloads[0], form, opts.max_tokens)
     key = load_key(setup.settings)
     with progress(sum(planned_requests(p) for p in plans)) as advance:
-        for note in setup.length_notes:
-            advance(f"--draft-lengths: {note}", 0)
+        for note in setup.notes:
+            advance(note, 0)
         logs = opts.out / "logs"
         for part, rep in bracketed(opts.reps):
             for plan in setup.plans(part):

@@ -230,7 +230,7 @@ def test_a_draft_length_arm_is_the_modes_server_with_its_length_set(
         48: "s-simple", 8: "s-simple-n8", 16: "s-simple-n16", 32: "s-simple-n32"
     }  # fmt: skip
     assert Mode.BASELINE not in setup.lengths and "s-mod-n64" not in by
-    assert any("64 is above its configured 32" in n for n in setup.length_notes)
+    assert any("64 is above its configured 32" in n for n in setup.notes)
     argv = static_argv(by["s-mod-n8"], setup.settings)[1]
     assert value(argv, "--spec-ngram-mod-n-max") == "8"
     assert value(argv, "--spec-ngram-mod-n-min") == "8"  # n_min <= n_max

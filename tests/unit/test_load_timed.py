@@ -217,8 +217,10 @@ def test_the_load_arms_pinned_plain_nobs_and_their_own_concurrencies(
     timed = Timed(3.0, 20.0)
     arms = {"plain": None, "pinned": None, "plain-nobs": (1, 8), "router-b": None}
     setup = load_setup(settings, "chat", 16, 1, (1, 2, 8), 8, 3, arms=arms, timed=timed)
-    assert [a.name for a in setup.static.arms] == ["plain", "pinned"]
+    # router-b brings the calibration arms of its speculative modes (pinned: baseline's).
+    assert [a.name for a in setup.static.arms] == ["plain", "s-simple", "s-mod", "s-casc", "pinned"]
     assert [a.name for a in setup.router.arms] == ["router-b"]
+    assert setup.notes == ("--arm: the router arms' calibration added: s-simple, s-mod, s-casc",)
     [(part, own)] = [(k, p) for k, p in setup.more if p.arms]
     assert part == "static" and [a.name for a in own.arms] == ["plain-nobs"]
     assert [lv.concurrency for lv in own.levels] == [1, 8] and own.levels[0].timed == timed
@@ -235,6 +237,23 @@ def test_the_load_arms_pinned_plain_nobs_and_their_own_concurrencies(
     # By default a timed run measures the pinned plain server beside the others.
     default = load_setup(base, "chat", 16, 1, (1,), 1, timed=timed)
     assert "pinned" in [a.name for a in default.static.arms]
+
+
+def test_a_named_router_arm_brings_the_load_curves_it_places_by(
+    fake_gemma: Callable[[int], Settings],
+) -> None:
+    """Named without its modes' calibration arms a router arm has no curve for them and
+    sends everything to the modes that have one: the arms come with it, at its own c."""
+    timed = Timed(3.0, 20.0)
+    arms = {"pinned": None, "s-mod": (8,), "single-b": (1, 8)}
+    setup = load_setup(fake_gemma(400), "chat", 16, 1, (1, 8, 32), 32, 3, arms=arms, timed=timed)
+    own = {a.name: [lv.concurrency for lv in p.levels] for _, p in setup.more for a in p.arms}
+    assert own == {"s-mod": [8], "s-simple": [1, 8], "s-casc": [1, 8], "single-b": [1, 8]}
+    assert [a.name for a in setup.static.arms] == ["pinned"]
+    assert setup.notes == ("--arm: the router arms' calibration added: s-simple, s-casc",)
+    # No router arm named: nothing is added.
+    bare = load_setup(fake_gemma(400), "chat", 16, 1, (1,), 1, arms={"plain": None}, timed=timed)
+    assert [a.name for a in bare.static.arms] == ["plain"] and bare.notes == ()
 
 
 def test_an_old_results_folder_is_reported_with_what_its_records_lack(tmp_path: Path) -> None:

@@ -83,6 +83,17 @@ def build_router(
     if rule == "measured":
         threshold = curves.threshold() if curves is not None else None
         log.info("router.load", rule=rule, why=load_why, plain_from=threshold)
+        # A mode with no curve loses every comparison under load (the placements read
+        # only measured curves): say so, since a partial `fronde bench load` run leaves it.
+        bare = [
+            str(m) for m in settings.modes if curves is not None and curves.aggregate(m, 1) is None
+        ]
+        if bare:
+            log.warning(
+                "router.load_curves_missing",
+                modes=bare,
+                why="the best placement sends their requests to a measured mode",
+            )
     return Router(
         policy,
         measurements,

@@ -12,6 +12,7 @@ from typing import Any
 
 import httpx
 import pytest
+from structlog.testing import capture_logs
 
 from fronde.bench.arms import Target, started
 from fronde.bench.breakeven import served_cost
@@ -131,8 +132,12 @@ def test_serve_reads_the_curves_for_its_build_model_and_slots(
     save_load_curves(gpu.cache_dir, load_key(gpu), CURVES)
     curves, why = resolve_load(gpu)
     assert curves == CURVES and load_key(gpu) in why
-    router = build_router(gpu)
+    with capture_logs() as logs:
+        router = build_router(gpu)
     assert router.policy.load_rule == "measured" and router.load_curves == CURVES
+    # CURVES has no ngram-simple or draft: the modes the load rule can never choose are named.
+    missing = [e["modes"] for e in logs if e["event"] == "router.load_curves_missing"]
+    assert missing == [["ngram-simple", "draft"]]
     snap = router.snapshot(0.0)
     assert snap["load"]["curves"]["threshold"] == 4 and snap["policy"]["slots"] == 8
 

@@ -224,6 +224,12 @@ class RouterSettings(_Section):
         description="route by counterfactual prediction: every answer is replayed for "
         "every n-gram mode, and a bucket with evidence goes to its best predicted mode",
     )
+    hindsight: bool = Field(
+        default=True,
+        description="feed each answer to the counterfactual book (its token ids by /tokenize, "
+        "replayed for every n-gram mode): what prediction and the savings view learn from; "
+        "false saves those calls and that CPU, and leaves prediction without evidence",
+    )
     predict_band: float = Field(
         default=0.03,
         ge=0,

@@ -60,10 +60,10 @@ ArmOpt = Annotated[
         "--arm",
         help="arms to run, NAME or NAME@1,8,32 for its own c (repeatable): plain, "
         "pinned, plain-nobs or plain-bs, default, cascade, plain2, s-simple, fr-plain, "
-        "router, router-b, router-t (one server per mode), single-b, fr-sbase (one "
+        "router, router-b, router-t (one server per mode), single-b, single-nh, fr-sbase (one "
         "server for every mode: a patched build); a router arm brings the calibration "
         "arms of its modes (s-mod, ...) [default: all but plain-nobs, plain-bs, "
-        "single-b and fr-sbase]",
+        "single-b, single-nh and fr-sbase]",
     ),
 ]
 SlotsOpt = Annotated[

@@ -28,7 +28,8 @@ from fronde.modes import Mode
 
 __all__ = [
     "BACKEND_SAMPLING", "CLIENTS", "CONTROLS", "PINNED", "PROXY", "ROUTED", "ROUTERS",
-    "SINGLE", "SINGLE_PLAIN", "SPREAD", "LoadSetup", "arm_about", "load_setup", "spec_of",
+    "SINGLE", "SINGLE_NH", "SINGLE_PLAIN", "SPREAD", "LoadSetup", "arm_about", "load_setup",
+    "spec_of",
 ]  # fmt: skip
 
 CLIENTS: tuple[int, ...] = (1, 2, 4, 8, 16, 32)
@@ -69,7 +70,13 @@ ROUTERS = {"marginal": "router", "threshold": "router-t", "best": "router-b"}
 SINGLE = "single-b"
 """Fronde routing (best placement) with one llama-server for every mode (a patched build)."""
 
-ROUTED = (*ROUTERS.values(), SINGLE)
+SINGLE_NH = "single-nh"
+""":data:`SINGLE` with ``router.hindsight`` off: ``single-b ÷ single-nh`` is what feeding
+each answer to the counterfactual book costs under load (SmolLM2 on an H200 at c = 8,
+``results/load-gpu-h200-cpu-smollm2-135m-20261206-agent-fresh-p9c``: ``single-b`` read
+0.94× ``fr-sbase`` with every answer decoded plainly in both)."""
+
+ROUTED = (*ROUTERS.values(), SINGLE, SINGLE_NH)
 """Every router arm's name."""
 
 PER_MODE = ("FRONDE_BACKEND__TOPOLOGY", "per-mode")
@@ -137,6 +144,7 @@ def arm_about(name: str) -> str:
     known = {a.name: a.about for a in (*ARMS, SPREAD, PROXY, PINNED, SINGLE_PLAIN)}
     known |= {r: _router_about(p) for p, r in ROUTERS.items()}
     known[SINGLE] = _router_about("best") + ", one llama-server for every mode"
+    known[SINGLE_NH] = known[SINGLE] + ", no hindsight (router.hindsight false)"
     known |= {f"s-{short}": _probe_about(m) for m, short in SHORT.items()}
     probe, _, length = name.rpartition("-n")  # a draft-length arm: s-mod-n16
     if name not in known and probe in known and length.isdigit():
@@ -209,7 +217,7 @@ class LoadSetup:
 
 
 def _router_arms(env: tuple[tuple[str, str], ...]) -> dict[str, Arm]:
-    """A router arm per placement (one server per mode), and :data:`SINGLE` (one server)."""
+    """A router arm per placement (one server per mode), :data:`SINGLE` and :data:`SINGLE_NH`."""
     arms = {
         ROUTERS[p]: Arm(
             ROUTERS[p],
@@ -221,6 +229,8 @@ def _router_arms(env: tuple[tuple[str, str], ...]) -> dict[str, Arm]:
     }
     placement = ("FRONDE_ROUTER__LOAD_PLACEMENT", "best")
     arms[SINGLE] = Arm(SINGLE, "fronde", env=(*env, ONE_SERVER, placement), about=arm_about(SINGLE))
+    blind = (*env, ONE_SERVER, placement, ("FRONDE_ROUTER__HINDSIGHT", "false"))
+    arms[SINGLE_NH] = Arm(SINGLE_NH, "fronde", env=blind, about=arm_about(SINGLE_NH))
     return arms
 
 

@@ -22,7 +22,17 @@ from collections.abc import Mapping, Sequence
 from statistics import median
 from typing import Any
 
-from fronde.bench.load import CONTROLS, PINNED, PROXY, ROUTED, ROUTERS, SINGLE, SINGLE_PLAIN, SPREAD
+from fronde.bench.load import (
+    CONTROLS,
+    PINNED,
+    PROXY,
+    ROUTED,
+    ROUTERS,
+    SINGLE,
+    SINGLE_NH,
+    SINGLE_PLAIN,
+    SPREAD,
+)
 from fronde.bench.load_lengths import LengthTable, with_lengths
 from fronde.bench.load_rows import LoadRow, load_rows, looping_items
 from fronde.bench.store import Store, samples_of, sessions
@@ -37,7 +47,8 @@ __all__ = [
 ]  # fmt: skip
 
 Ratios = dict[str, dict[str, dict[int, float]]]
-"""Kind (``placement``, ``routing``, ``together``, ``topology``) → ``"num ÷ den"`` → c → ratio."""
+"""Kind (``placement``, ``routing``, ``together``, ``topology``, ``hindsight``) → ``"num ÷ den"``
+→ c → ratio."""
 
 ABOUT = {
     "placement": "What slot placement gives (the plain server's requests on adjacent "
@@ -46,6 +57,8 @@ ABOUT = {
     "together": "Both together (a router arm against the plain server)",
     "topology": "One llama-server for every mode against one per mode (the router; "
     "a request forced to plain decoding)",
+    "hindsight": "What feeding each answer to the counterfactual book costs (one server, "
+    "the same router with `router.hindsight` off)",
 }
 
 
@@ -164,6 +177,7 @@ def ratio_sets(
         "routing": [(r, d) for r in routers for d in (PROXY.name, PINNED.name)],
         "together": [(r, "plain") for r in routers],
         "topology": [(SINGLE, ROUTERS["best"]), (SINGLE_PLAIN.name, PROXY.name)],
+        "hindsight": [(SINGLE, SINGLE_NH)],
     }
     out: Ratios = {}
     for kind, wanted in pairs.items():

@@ -96,7 +96,7 @@ class Dispatcher:
         self.swap = swap
         self.tools = ToolTemplate(pool.props, self._template_url)
         gated = settings.effective_max_parallel_decodes() == 1
-        self.hindsight = Hindsight(client, router, wait_idle=gated)
+        self.hindsight = Hindsight(client, router, wait_idle=gated, on=settings.router.hindsight)
         self.sender = Sender(settings, pool, client, router, self.hindsight)
         self.native = NativeCalls(pool, client, router)
         """llama-server's own endpoints, passed through (not routed)."""

@@ -104,25 +104,31 @@ class Hindsight:
         router: the router whose book is fed.
         wait_idle: wait for this router's generations to end before a replay (a
             machine whose decodes share the CPU with it; see the module docstring).
+        on: ``router.hindsight``; False feeds nothing (the load benchmark's
+            ``single-nh`` arm measures what the feeding costs under load).
     """
 
-    def __init__(self, client: BackendClient, router: Router, *, wait_idle: bool = True) -> None:
+    def __init__(
+        self, client: BackendClient, router: Router, *, wait_idle: bool = True, on: bool = True
+    ) -> None:
         self.client = client
         self.router = router
         self.wait_idle = wait_idle
+        self.on = on
         self.dropped = 0
         self._tasks: set[asyncio.Task[None]] = set()
 
     @property
     def enabled(self) -> bool:
-        """Whether the router keeps a counterfactual book that compares modes.
+        """Whether answers feed a counterfactual book that compares modes.
 
-        Not with one replayable mode (``fronde serve --mode baseline``): then no answer is
-        captured nor its prompt's self-overlap computed, since the book learns nothing
+        Not with ``router.hindsight`` off, nor with one replayable mode (``fronde serve
+        --mode baseline``): then no answer is captured nor its prompt's self-overlap
+        computed, since the book learns nothing
         (:meth:`~fronde.router.engine.Router.learns_from`).
         """
         book = self.router.counterfactual
-        return book is not None and book.compares
+        return self.on and book is not None and book.compares
 
     def after(
         self,

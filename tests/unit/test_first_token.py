@@ -77,3 +77,16 @@ def test_a_forced_answer_on_a_mirrored_mode_still_feeds_the_books_mirror(
     assert made[1:] == ["POST /apply-template", "POST /tokenize", "POST /tokenize"]
     state = c.get("/fronde/v1/router").json()["counterfactual"]
     assert state["mirror_entries"]["ngram-mod"] > 0
+
+
+def test_with_hindsight_off_an_answer_makes_its_completion_alone(
+    serve: Any, tmp_path: Path
+) -> None:
+    # router.hindsight false (the load benchmark's single-nh arm): no /apply-template and
+    # no /tokenize after an answer that would have fed the book's mirror.
+    calls = Calls(tmp_path)
+    c: TestClient = serve(calls.knobs(), backend={"parallel": 4}, router={"hindsight": False})
+    calls.new(Mode.NGRAM_MOD)
+    answered(c, Mode.NGRAM_MOD, "alpha beta gamma")
+    assert calls.new(Mode.NGRAM_MOD) == ["POST /v1/chat/completions"]
+    assert c.get("/fronde/v1/router").json()["counterfactual"]["mirror_entries"]["ngram-mod"] == 0

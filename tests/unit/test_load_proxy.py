@@ -164,3 +164,15 @@ def test_the_one_server_arms_name_their_topology_and_the_router_arms_theirs(
     topo = ratios["topology"]
     assert topo["single-b ÷ router-b"] == pytest.approx({2: 1.2})
     assert topo["fr-sbase ÷ fr-plain"] == pytest.approx({2: 0.9})
+
+
+def test_single_nh_is_single_b_without_hindsight_and_its_ratio_is_the_feeding_cost(
+    fake_gemma: Callable[[int], Settings],
+) -> None:
+    arms = {"single-b": None, "single-nh": None}
+    setup = load_setup(fake_gemma(400), "completion", 16, 1, (1, 4), 4, items=3, arms=arms)
+    by = {a.name: dict(a.env) for a in setup.router.arms}
+    assert by["single-nh"] == by["single-b"] | {"FRONDE_ROUTER__HINDSIGHT": "false"}
+    samples = [*_samples("single-b", 9), *_samples("single-nh", 10)]
+    ratios = ratio_sets(samples, [], ["single-b", "single-nh"])
+    assert ratios["hindsight"]["single-b ÷ single-nh"] == pytest.approx({2: 0.9})

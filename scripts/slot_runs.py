@@ -1,0 +1,91 @@
+"""How contiguous Fronde kept the busy slots in a load run, from its records' slot ids.
+
+llama.cpp b11434 runs one micro-batch per run of consecutive busy sequence ids
+(``docs/slot-placement.md``), so Fronde pins each request to a slot next to the busy
+ones and records the slot in each answer's ``x-fronde-slot`` header (``route.slot`` in
+``records.jsonl``). This reads a load folder's records and prints, per Fronde arm, c
+and repetition, sampled every 10 ms of the window: the mean number of busy slots, the
+mean number of runs of consecutive busy ids (1.00: one batch), the share of the time
+with more than one run, and the mean highest busy id. A slot counts as busy from a
+request's send to its last byte at the client (``t0`` to ``t0 + wall_s``), so the
+figures approximate the server's own occupancy: a slot the server frees a little later
+or earlier moves them slightly.
+
+Usage: ``python scripts/slot_runs.py results/<load folder>/records.jsonl.gz``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import itertools
+import json
+from collections import defaultdict
+from pathlib import Path
+from statistics import mean
+from typing import Any
+
+STEP_S = 0.01
+"""The sampling step through the window, s."""
+
+
+def runs(busy: list[int]) -> int:
+    """Runs of consecutive ids in ``busy`` (sorted, distinct); 0 when empty."""
+    return (1 + sum(1 for a, b in itertools.pairwise(busy) if b != a + 1)) if busy else 0
+
+
+def block_figures(samples: list[dict[str, Any]], window: tuple[float, float]) -> dict[str, float]:
+    """Mean busy slots, mean runs, share of time with more than one run, mean top id.
+
+    ``samples``: one block's records with a slot; ``window``: its [start, end), s from
+    the block's start. Raises ValueError when no slot is busy at any sampled time.
+    """
+    spans = [(r["t0"], int(r["route"]["slot"]), r["t0"] + r["wall_s"]) for r in samples]
+    seen: list[tuple[int, int, int]] = []
+    t = window[0]
+    while t < window[1]:
+        busy = sorted({s for a, s, b in spans if a <= t < b})
+        if busy:
+            seen.append((len(busy), runs(busy), busy[-1]))
+        t += STEP_S
+    if not seen:
+        raise ValueError("no busy slot in the window")
+    return {
+        "busy": mean(n for n, _, _ in seen),
+        "runs": mean(k for _, k, _ in seen),
+        "split": sum(1 for _, k, _ in seen if k > 1) / len(seen),
+        "top": mean(top for _, _, top in seen),
+    }
+
+
+def main() -> None:
+    """Print the table for the records file named on the command line."""
+    parser = argparse.ArgumentParser(description="How contiguous Fronde kept the busy slots.")
+    parser.add_argument("records", type=Path, help="a load folder's records.jsonl.gz")
+    args = parser.parse_args()
+    blocks: defaultdict[tuple[str, str, int], list[dict[str, Any]]] = defaultdict(list)
+    windows: dict[tuple[str, str, int], tuple[float, float]] = {}
+    path: Path = args.records
+    with gzip.open(path, "rt") as f:
+        for line in f:
+            r: dict[str, Any] = json.loads(line)
+            route: dict[str, Any] = r.get("route") or {}
+            if r.get("type") != "sample" or not r.get("ok") or route.get("slot") is None:
+                continue
+            key = (r["arm"], r["level"] or "c1", r["rep"])
+            blocks[key].append(r)
+            start, end = r.get("win") or (0.0, 1e9)
+            windows[key] = (float(start), float(end))
+    print("| arm | c | rep | busy slots | runs | > 1 run | top id |")
+    print("|---|---|---:|---:|---:|---:|---:|")
+    for key in sorted(blocks):
+        fig = block_figures(blocks[key], windows[key])
+        arm, c, rep = key
+        print(
+            f"| {arm} | {c} | {rep} | {fig['busy']:.1f} | {fig['runs']:.2f} "
+            f"| {fig['split']:.0%} | {fig['top']:.1f} |"
+        )
+
+
+if __name__ == "__main__":
+    main()

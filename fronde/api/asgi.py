@@ -64,8 +64,11 @@ class ClientWatch:
         self._task = asyncio.ensure_future(self._watch(receive))
 
     async def _watch(self, receive: Receive) -> None:
-        while (await receive())["type"] != "http.disconnect":
-            pass
+        # A receive that fails counts as the client leaving, as it did when the watcher's
+        # result was gathered with the work's.
+        with contextlib.suppress(Exception):
+            while (await receive())["type"] != "http.disconnect":
+                pass
         self.gone = True
         if self._scope is not None:
             self._scope.cancel()

@@ -41,6 +41,10 @@ def configure_logging(
     )
     structlog.configure(
         processors=[
+            # Below the level, an event is dropped before the others run: the canonical
+            # line (request.finished) otherwise cost every request its time stamp and
+            # dict work under ``log_level = "warning"`` (docs/overhead.md).
+            structlog.stdlib.filter_by_level,
             *shared,
             structlog.stdlib.ProcessorFormatter.wrap_for_formatter,
         ],

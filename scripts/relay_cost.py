@@ -25,7 +25,8 @@ For each arm in turn, round after round, it streams --requests completions of
 --long tokens and as many of --short tokens, one at a time over one keep-alive
 connection, and reads the arm's ``utime + stime`` from ``/proc/PID/stat``. CPU per
 token = (long − short) ÷ (the tokens between them), which leaves out what a request
-costs once (printed apart, ms a request). Median [lowest, highest] over the rounds.
+costs once (printed apart, ms a request). Median [lowest, highest] over the rounds, and
+each arm's difference from the first, paired by round.
 
     python scripts/relay_cost.py --arm fronde:. --arm fronde:/tmp/old --arm asgi --arm tcp
     python scripts/relay_cost.py --arm asgi --arm wake --arm driven --arm direct --arm tcp
@@ -304,7 +305,8 @@ def main() -> None:
                 slope = (long_s - short_s) / max(long_n - short_n, 1)
                 per_token[name].append(slope * 1000)
                 per_request[name].append((short_s - slope * short_n) / args.requests * 1000)
-                print(f"round {k}: {name}: {slope * 1000:.3f} ms a token", flush=True)
+                print(f"round {k}: {name}: {slope * 1000:.3f} ms a token, "
+                      f"{per_request[name][-1]:.2f} ms a request", flush=True)  # fmt: skip
     finally:
         for proc, _ in arms.values():
             proc.terminate()
@@ -315,6 +317,14 @@ def main() -> None:
         t, r = per_token[name], per_request[name]
         print(f"{name}: {statistics.median(t):.3f} ms a token [{min(t):.3f}, {max(t):.3f}], "
               f"{statistics.median(r):.2f} ms a request [{min(r):.2f}, {max(r):.2f}]")  # fmt: skip
+    first = next(iter(arms))
+    for name in list(arms)[1:]:
+        # Paired by round: the arms of one round ran back to back, under the same load.
+        t = [a - b for a, b in zip(per_token[first], per_token[name], strict=True)]
+        r = [a - b for a, b in zip(per_request[first], per_request[name], strict=True)]
+        print(f"{first} − {name}, paired by round: {statistics.median(t):+.3f} ms a token "
+              f"[{min(t):+.3f}, {max(t):+.3f}], {statistics.median(r):+.2f} ms a request "
+              f"[{min(r):+.2f}, {max(r):+.2f}]")  # fmt: skip
 
 
 if __name__ == "__main__":

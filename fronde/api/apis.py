@@ -23,7 +23,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
 from fronde.api.asgi import answered, render
-from fronde.api.deps import RuntimeDep
+from fronde.api.deps import RuntimeDep, runtime_of
 from fronde.api.schema import check_number, read_json_body
 from fronde.client_request import PassedRequest
 from fronde.errors import InvalidRequestError, NotFoundError
@@ -218,7 +218,8 @@ _CHECKS = {
 }
 
 
-async def _routed(request: Request, rt: RuntimeDep) -> Response:
+async def _routed(request: Request) -> Response:
+    rt = runtime_of(request)
     api, check = _CHECKS[request.url.path]
     body = await read_json_body(request, rt.settings.server.max_body_bytes)
     check(body, rt.settings.server.default_max_tokens)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Awaitable
+from types import TracebackType
 from typing import Any
 
 import anyio
@@ -25,6 +26,7 @@ __all__ = [
     "CLIENT_GONE_STATUS",
     "KEEPALIVE",
     "SSE_HEADERS",
+    "ClientWatch",
     "RelayResponse",
     "answered",
     "render",
@@ -41,15 +43,64 @@ CLIENT_GONE_STATUS = 499
 """The status logged for a request whose client left before its answer (nginx's code)."""
 
 
-async def _disconnected(receive: Receive) -> None:
-    """Return once the client has disconnected (the body was already read)."""
-    while True:
-        message = await receive()
-        if message["type"] == "http.disconnect":
-            return
+class ClientWatch:
+    """Whether the client has left, read by one task for the request's whole life.
+
+    The task reads ``receive`` (the body already read) until ``http.disconnect``, then
+    cancels the scope it holds open as a context manager, if any: the work before the answer
+    (:func:`until_disconnect`), then the stream (:class:`RelayResponse`). One task a
+    request, where a watcher and a work task before the answer and an anyio task group
+    (a stream task, a keep-alive task) after it cost Fronde's CPU on every request
+    (docs/overhead.md). The cancel is an anyio scope's, so shielded clean-ups (the
+    upstream's close) still run to their end.
+
+    Args:
+        receive: the request's ASGI ``receive``.
+    """
+
+    def __init__(self, receive: Receive) -> None:
+        self.gone = False
+        self._scope: anyio.CancelScope | None = None
+        self._task = asyncio.ensure_future(self._watch(receive))
+
+    async def _watch(self, receive: Receive) -> None:
+        # A receive that fails counts as the client leaving, as it did when the watcher's
+        # result was gathered with the work's.
+        with contextlib.suppress(Exception):
+            while (await receive())["type"] != "http.disconnect":
+                pass
+        self.gone = True
+        if self._scope is not None:
+            self._scope.cancel()
+
+    def __enter__(self) -> anyio.CancelScope:
+        """Enter a scope cancelled when the client leaves (at once if it has left already).
+
+        Not reentrant: the work, then the stream, each in its turn.
+        """
+        scope = anyio.CancelScope().__enter__()
+        if self.gone:
+            scope.cancel()
+        self._scope = scope
+        return scope
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> bool:
+        scope, self._scope = self._scope, None
+        return scope is not None and scope.__exit__(exc_type, exc, tb)
+
+    def stop(self) -> None:
+        """Stop watching (the answer has ended, or nobody streams it)."""
+        self._task.cancel()
 
 
-async def until_disconnect(receive: Receive, work: Awaitable[Response]) -> Response:
+async def until_disconnect(
+    receive: Receive, work: Awaitable[Response], watch: ClientWatch | None = None
+) -> Response:
     """Await ``work`` unless the client leaves first; then cancel it and answer nothing.
 
     Only streams used to watch ``http.disconnect``: a non-streamed request, a probe
@@ -61,7 +112,9 @@ async def until_disconnect(receive: Receive, work: Awaitable[Response]) -> Respo
 
     Args:
         receive: the request's ASGI ``receive`` (its body already read).
-        work: what answers the request.
+        work: what answers the request, run in the calling task.
+        watch: the request's watch, left running for the caller to stop or hand on;
+            None: one of its own, stopped on return.
 
     Returns:
         ``work``'s response, or an empty :data:`CLIENT_GONE_STATUS` one nobody reads.
@@ -69,20 +122,15 @@ async def until_disconnect(receive: Receive, work: Awaitable[Response]) -> Respo
     Raises:
         Whatever ``work`` raises, when it finishes first.
     """
-    task = asyncio.ensure_future(work)
-    watcher = asyncio.ensure_future(_disconnected(receive))
+    own = ClientWatch(receive) if watch is None else watch
     try:
-        await asyncio.wait({task, watcher}, return_when=asyncio.FIRST_COMPLETED)
+        with own:
+            return await work
     finally:
-        if not task.done():
-            task.cancel()
-        watcher.cancel()
-        with anyio.CancelScope(shield=True):
-            await asyncio.gather(task, watcher, return_exceptions=True)
-    if task.cancelled():
-        log.info("request.client_gone")
-        return Response(status_code=CLIENT_GONE_STATUS)
-    return task.result()
+        if watch is None:
+            own.stop()
+    log.info("request.client_gone")  # the scope caught the client's leaving
+    return Response(status_code=CLIENT_GONE_STATUS)
 
 
 KEEPALIVE = b": keep-alive\n\n"
@@ -94,29 +142,41 @@ class RelayResponse(StreamingResponse):
 
     Starlette (ASGI spec ≥ 2.4) notices a gone client only when a ``send`` fails,
     and then leaves the body iterator suspended until garbage collection, so the
-    upstream llama-server would keep generating for nobody. Here a task waits for
-    ``http.disconnect`` the whole time, cancels the stream at once (the iterator's
-    ``finally`` closes the upstream response, which frees the slot), and the
-    iterator is always closed on the way out.
+    upstream llama-server would keep generating for nobody. Here a
+    :class:`ClientWatch` waits for ``http.disconnect`` the whole time, cancels the
+    stream at once (the iterator's ``finally`` closes the upstream response, which
+    frees the slot), and the iterator is always closed on the way out.
 
-    With ``keepalive_s``, a third task sends :data:`KEEPALIVE` after each
-    ``keepalive_s`` without a byte (a long prefill or probe on a CPU; proxies with an
-    idle timeout, nginx's 60 s, cut a silent stream). It wakes once an interval, not
-    once an event: a relayed event costs a time stamp and an uncontended lock, not a
-    task and a timer of its own.
+    With ``keepalive_s``, a timer sends :data:`KEEPALIVE` after each ``keepalive_s``
+    without a byte (a long prefill or probe on a CPU; proxies with an idle timeout,
+    nginx's 60 s, cut a silent stream). It wakes once an interval, not once an
+    event: a relayed event costs a time stamp and an uncontended lock, and a task
+    is made only for a comment that goes out.
 
     Args:
         content: the body's pieces, bytes.
         keepalive_s: the silence after which a comment goes out, s; None: never.
+        watch: the request's watch (:func:`answered`), which this response stops when
+            it ends; None: one of its own.
         **kwargs: as :class:`StreamingResponse`'s.
     """
 
-    def __init__(self, content: Any, keepalive_s: float | None = None, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        content: Any,
+        keepalive_s: float | None = None,
+        watch: ClientWatch | None = None,
+        **kwargs: Any,
+    ) -> None:
         super().__init__(content, **kwargs)
         self.keepalive_s = keepalive_s
+        self.watch = watch
         self._sending = asyncio.Lock()
         self._last = 0.0
         self._started = False
+        self._timer: asyncio.TimerHandle | None = None
+        self._beat: asyncio.Task[None] | None = None
+        self._drained = False  # the body iterator ran to its end
 
     async def stream_response(self, send: Send) -> None:
         """Send the head, then each piece as it comes (under the lock the keep-alive takes)."""
@@ -133,38 +193,52 @@ class RelayResponse(StreamingResponse):
                 await send({"type": "http.response.body", "body": body, "more_body": True})
             self._last = loop.time()
             stamp_done("byte")
+        self._drained = True
         async with self._sending:
             await send({"type": "http.response.body", "body": b"", "more_body": False})
 
-    async def _keepalive(self, send: Send, interval_s: float) -> None:
-        """Send :data:`KEEPALIVE` whenever ``interval_s`` passed since the last byte."""
+    def _wait(self, send: Send, interval_s: float) -> None:
+        """Check again once ``interval_s`` may have passed since the last byte."""
         loop = asyncio.get_running_loop()
-        while True:
-            idle = loop.time() - self._last if self._started else 0.0
-            await asyncio.sleep(max(interval_s - idle, interval_s / 10))
-            if not self._started or loop.time() - self._last < interval_s:
-                continue
+        idle = loop.time() - self._last if self._started else 0.0
+        delay_s = max(interval_s - idle, interval_s / 10)
+        self._timer = loop.call_later(delay_s, self._due, send, interval_s)
+
+    def _due(self, send: Send, interval_s: float) -> None:
+        loop = asyncio.get_running_loop()
+        if not self._started or loop.time() - self._last < interval_s:
+            self._wait(send, interval_s)
+        else:
+            self._beat = asyncio.ensure_future(self._keepalive(send, interval_s))
+
+    async def _keepalive(self, send: Send, interval_s: float) -> None:
+        """Send :data:`KEEPALIVE`, then wait for the next silence."""
+        with contextlib.suppress(OSError):  # the client is gone: the watch sees it
             async with self._sending:
                 await send({"type": "http.response.body", "body": KEEPALIVE, "more_body": True})
-            self._last = loop.time()
+            self._last = asyncio.get_running_loop().time()
+            self._wait(send, interval_s)
+
+    def _disarm(self) -> None:
+        """No keep-alive any more: the stream has ended (nothing awaited since its end)."""
+        if self._timer is not None:
+            self._timer.cancel()
+        if self._beat is not None:
+            self._beat.cancel()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         """Stream the body until it ends or the client disconnects, whichever is first."""
+        watch = ClientWatch(receive) if self.watch is None else self.watch
         try:
-            async with anyio.create_task_group() as tg:
-
-                async def stream() -> None:
-                    with contextlib.suppress(OSError):  # the client is gone
-                        await self.stream_response(send)
-                    tg.cancel_scope.cancel()
-
-                tg.start_soon(stream)
+            with watch:
                 if self.keepalive_s is not None:
-                    tg.start_soon(self._keepalive, send, self.keepalive_s)
-                await self.listen_for_disconnect(receive)
-                tg.cancel_scope.cancel()
+                    self._wait(send, self.keepalive_s)
+                with contextlib.suppress(OSError):  # the client is gone
+                    await self.stream_response(send)
         finally:
-            aclose = getattr(self.body_iterator, "aclose", None)
+            self._disarm()
+            watch.stop()
+            aclose = None if self._drained else getattr(self.body_iterator, "aclose", None)
             if aclose is not None:
                 with anyio.CancelScope(shield=True):
                     await aclose()
@@ -172,11 +246,12 @@ class RelayResponse(StreamingResponse):
             await self.background()
 
 
-def render(answer: Answer) -> Response:
+def render(answer: Answer, watch: ClientWatch | None = None) -> Response:
     """The HTTP response of a dispatcher's answer.
 
     JSON, or an event stream that stops when its client leaves (and then runs the
-    answer's clean-up).
+    answer's clean-up); ``watch``: the request's :class:`ClientWatch`, which a stream
+    takes over.
     """
     if isinstance(answer, Whole):
         stamp_done("answer")
@@ -184,6 +259,7 @@ def render(answer: Answer) -> Response:
     return RelayResponse(
         answer.events,
         answer.keepalive_s,
+        watch,
         media_type="text/event-stream",
         headers=answer.headers | SSE_HEADERS,
         background=BackgroundTask(answer.close),
@@ -192,8 +268,16 @@ def render(answer: Answer) -> Response:
 
 async def answered(receive: Receive, work: Awaitable[Answer]) -> Response:
     """:func:`render` ``work``'s answer, or cancel ``work`` if the client leaves first."""
+    watch = ClientWatch(receive)
 
     async def rendered() -> Response:
-        return render(await work)
+        return render(await work, watch)
 
-    return await until_disconnect(receive, rendered())
+    try:
+        response = await until_disconnect(receive, rendered(), watch)
+    except BaseException:
+        watch.stop()
+        raise
+    if not isinstance(response, RelayResponse):
+        watch.stop()  # a stream stops it when it ends
+    return response

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Collection
 
+from prometheus_client import Counter as PromCounter
 from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -53,6 +54,20 @@ class GateMiddleware:
         self.known_paths = frozenset(known_paths)
         self.metrics = metrics
         self.stamps = stamps
+        self._children: dict[tuple[str, str, bytes, bytes], PromCounter] = {}
+
+    def _count(self, path: str, status: str, mode: bytes, route: bytes) -> None:
+        """Count one answer in ``fronde_requests_total``: the labels' child, looked up once.
+
+        ``labels()`` checks and joins its values on every call; the answers take a few
+        label sets (paths × statuses × modes × routes), each child kept here.
+        """
+        key = (path, status, mode, route)
+        child = self._children.get(key)
+        if child is None:
+            labels = (path, status, mode.decode("latin-1"), route.decode("latin-1"))
+            child = self._children[key] = self.metrics.requests.labels(*labels)
+        child.inc()
 
     def _authorized(self, scope: Scope) -> bool:
         if not self.keys or scope["path"] in self.open_paths or scope["method"] == "OPTIONS":
@@ -79,19 +94,19 @@ class GateMiddleware:
             )
             body = error_body_for(scope["path"], 401, exc.to_body())
             response = JSONResponse(body, status_code=401, headers={"www-authenticate": "Bearer"})
-            self.metrics.requests.labels(path, "401", "", "").inc()
+            self._count(path, "401", b"", b"")
             await response(scope, receive, send)
             return
 
         async def counting_send(message: Message) -> None:
             if message["type"] == "http.response.start":
-                headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in message["headers"]}
-                self.metrics.requests.labels(
-                    path,
-                    str(message["status"]),
-                    headers.get("x-fronde-mode", ""),
-                    headers.get("x-fronde-class", ""),
-                ).inc()
+                mode = route = b""
+                for name, value in message["headers"]:  # the last of a name, as a dict keeps
+                    if name == b"x-fronde-mode":
+                        mode = value
+                    elif name == b"x-fronde-class":
+                        route = value
+                self._count(path, str(message["status"]), mode, route)
             await send(message)
 
         await self.app(scope, receive, counting_send)

@@ -13,7 +13,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 
 from fronde.api.asgi import answered, until_disconnect
-from fronde.api.deps import RuntimeDep
+from fronde.api.deps import RuntimeDep, runtime_of
 from fronde.api.schema import check_chat, check_completion, read_json_body
 from fronde.client_request import ChatRequest, CompletionRequest
 from fronde.errors import FrondeError, InvalidRequestError
@@ -28,8 +28,9 @@ router = APIRouter()
 
 
 @router.post(PATHS["chat"])
-async def chat_completions(request: Request, rt: RuntimeDep) -> Response:
+async def chat_completions(request: Request) -> Response:
     """OpenAI ``POST /v1/chat/completions``, streamed or not."""
+    rt = runtime_of(request)
     body = await read_json_body(request, rt.settings.server.max_body_bytes)
     check_chat(body, rt.settings.server.default_max_tokens)
     chat = ChatRequest.parse(body)
@@ -39,12 +40,13 @@ async def chat_completions(request: Request, rt: RuntimeDep) -> Response:
 
 
 @router.post(PATHS["text"])
-async def completions(request: Request, rt: RuntimeDep) -> Response:
+async def completions(request: Request) -> Response:
     """OpenAI ``POST /v1/completions`` (legacy text completions), streamed or not.
 
     A ``prompt`` list of several prompts gets one choice per prompt, routed as one
     request (:mod:`fronde.request.prompts`).
     """
+    rt = runtime_of(request)
     body = await read_json_body(request, rt.settings.server.max_body_bytes)
     check_completion(body, rt.settings.server.default_max_tokens)
     check_prompt(body)

@@ -299,6 +299,15 @@ class Measurements:
         st = self._modes.get(mode)
         return bool(st and st.on_probation)
 
+    def held_out(self, now: float) -> tuple[set[Mode], set[Mode]]:
+        """The modes :meth:`quarantined` now, and those :meth:`on_probation`, in one pass.
+
+        Over the modes with a record (no other is either): a plan reads both sets on
+        every request, without a call per member of :class:`Mode`.
+        """
+        quarantined = {m for m in self._modes if self.quarantined(m, now)}
+        return quarantined, {m for m in self._modes if self.on_probation(m, now)}
+
     def unavailable(self, now: float) -> set[Mode]:
         """Modes that must get no routed traffic now: quarantined or on probation."""
         return {m for m in self._modes if self.quarantined(m, now) or self.on_probation(m, now)}

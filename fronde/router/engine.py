@@ -166,10 +166,9 @@ class Router(RouterViews):
         """
         now = time.monotonic() if now is None else now
         ms = self.measurements
-        quarantined = {m for m in Mode if ms.quarantined(m, now)}
         # Probation waits for a probe; where the probe policy may never probe, an
         # expired quarantine just ends.
-        on_probation = {m for m in Mode if ms.on_probation(m, now)}
+        quarantined, on_probation = ms.held_out(now)
         probation = on_probation if self.policy.probe == "always" else set[Mode]()
         cached = self.cache.get(key, now, excluded=quarantined | probation)
         bucket = bucket_of(str(cls), overlap)
@@ -187,8 +186,8 @@ class Router(RouterViews):
             cached=cached,
             quarantined=quarantined,
             probation=probation,
-            busy={m for m in Mode if self.in_flight[m] >= self.slots},
-            active=set() if self.swap_residency else {m for m in Mode if self.in_flight[m] > 0},
+            busy={m for m, n in self.in_flight.items() if n >= self.slots},
+            active=set() if self.swap_residency else {m for m, n in self.in_flight.items() if n},
             speedups=speedups,
             errors=errors,
             in_flight=self.in_flight,

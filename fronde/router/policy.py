@@ -309,7 +309,7 @@ def plan_route(cls: RequestClass, at: Situation) -> Plan:
     measured = policy.load_rule == "measured"
     # The busy set is read only by the spread rule (and measured without its curves).
     spread = policy.load_rule == "spread" or (measured and at.curves is None)
-    plan = _plan(cls, at if spread else replace(at, busy=()))
+    plan = _plan(cls, at if spread or not at.busy else replace(at, busy=()))
     if measured and at.curves is not None:
         usable = [m for m in Mode if m in at.ready and m not in at.quarantined]
         load = Load(at.in_flight or {}, usable, at.curves, at.slots, policy.load_band, at.arriving)

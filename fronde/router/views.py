@@ -55,9 +55,9 @@ class RouterViews:
         ms = self.measurements
         policy = self.policy
         ready = self._ready or frozenset({policy.floor})
-        out = {m for m in Mode if ms.quarantined(m, now)}
+        out, on_probation = ms.held_out(now)
         if policy.probe == "always":  # as in plan(): probation only waits for a probe there
-            out |= {m for m in Mode if ms.on_probation(m, now)}
+            out |= on_probation
         usable = [m for m in Mode if m in ready and m not in out] or [m for m in Mode if m in ready]
         floor = choose_floor(cls, usable, lambda m, c: ms.trusted_speed(m, c, now), policy)
         if floor == policy.floor:

@@ -28,9 +28,9 @@ from pydantic_settings import (
     TomlConfigSettingsSource,
 )
 
+from fronde.config_router import RouterSettings
 from fronde.config_sections import (
     BackendSettings,
-    RouterSettings,
     ServerSettings,
     SharedSettings,
     SwapSettings,

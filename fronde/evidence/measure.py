@@ -56,7 +56,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import TypedDict
 
-from fronde.config_sections import ROUTER_DEFAULTS
+from fronde.config_router import ROUTER_DEFAULTS
 from fronde.evidence.measurement import (
     DRAFT_COST,
     EMA_ALPHA,

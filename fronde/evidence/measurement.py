@@ -22,7 +22,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Literal, TypedDict
 
-from fronde.config_sections import ROUTER_DEFAULTS
+from fronde.config_router import ROUTER_DEFAULTS
 from fronde.timings import Timings
 
 __all__ = [

@@ -6,7 +6,7 @@ Its policy, floor, load curves, counterfactual book, EMAs and cache.
 from __future__ import annotations
 
 from fronde.config import Settings
-from fronde.evidence.calibration import Floor, curve_floor, resolve_floor, resolve_load
+from fronde.evidence.calibration import Floor, LoadCurves, curve_floor, resolve_floor, resolve_load
 from fronde.evidence.counterfactual import Counterfactual
 from fronde.evidence.measure import Measurements
 from fronde.logging import get_logger
@@ -81,19 +81,7 @@ def build_router(
     lengths = resolve_draft_lengths(settings)
     log.info("router.draft_lengths", why=lengths.why, schedule=lengths.snapshot()["schedule"])
     if rule == "measured":
-        threshold = curves.threshold() if curves is not None else None
-        log.info("router.load", rule=rule, why=load_why, plain_from=threshold)
-        # A mode with no curve loses every comparison under load (the placements read
-        # only measured curves): say so, since a partial `fronde bench load` run leaves it.
-        bare = [
-            str(m) for m in settings.modes if curves is not None and curves.aggregate(m, 1) is None
-        ]
-        if bare:
-            log.warning(
-                "router.load_curves_missing",
-                modes=bare,
-                why="the best placement sends their requests to a measured mode",
-            )
+        _log_load(settings, curves, load_why)
     return Router(
         policy,
         measurements,
@@ -109,6 +97,24 @@ def build_router(
         load_why=load_why,
         draft_lengths=lengths,
     )
+
+
+def _log_load(settings: Settings, curves: LoadCurves | None, why: str) -> None:
+    """Log the measured load rule's curves, and warn of a served mode that has none.
+
+    A mode with no curve loses every comparison under load (the placements read only
+    measured curves), which a partial ``fronde bench load`` run leaves: single-b decoded
+    every SmolLM2 answer plainly from c = 2 with no ngram-mod curve
+    (``results/load-gpu-h200-cpu-smollm2-135m-20261206-agent-fresh-p9c``).
+    """
+    threshold = curves.threshold() if curves is not None else None
+    log.info("router.load", rule="measured", why=why, plain_from=threshold)
+    if curves is None:
+        return
+    bare = [str(m) for m in settings.modes if curves.aggregate(m, 1) is None]
+    if bare:
+        why_bare = "the best placement sends their requests to a measured mode"
+        log.warning("router.load_curves_missing", modes=bare, why=why_bare)
 
 
 def measurements_from(settings: Settings) -> Measurements:

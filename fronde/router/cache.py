@@ -15,7 +15,7 @@ from collections.abc import Container
 from dataclasses import dataclass
 from typing import Any
 
-from fronde.config_sections import ROUTER_DEFAULTS
+from fronde.config_router import ROUTER_DEFAULTS
 from fronde.modes import Mode
 
 __all__ = ["NOT_KEY_FIELDS", "RouteCache", "cache_key"]

@@ -25,7 +25,7 @@ import re
 from enum import StrEnum
 from typing import Any
 
-from fronde.config_sections import ROUTER_DEFAULTS
+from fronde.config_router import ROUTER_DEFAULTS
 from fronde.json_types import JSON, JSONObject
 
 __all__ = [

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Literal
 
-from fronde.config_sections import ROUTER_DEFAULTS, ProbePolicy
+from fronde.config_router import ROUTER_DEFAULTS, ProbePolicy
 from fronde.modes import FALLBACK_FLOOR, Mode
 from fronde.router.placement import LoadModel, Placement
 

@@ -12,7 +12,7 @@ import pytest
 from pydantic import ValidationError
 
 from fronde.config import Settings, load_settings
-from fronde.config_sections import RouterSettings
+from fronde.config_router import RouterSettings
 from fronde.errors import ConfigError
 from fronde.evidence import calibration
 from fronde.evidence.calibration import (

@@ -62,8 +62,8 @@ ArmOpt = Annotated[
         "pinned, plain-nobs or plain-bs, default, cascade, plain2, s-simple, fr-plain, "
         "router, router-b, router-t (one server per mode), single-b, single-nh, fr-sbase (one "
         "server for every mode: a patched build); a router arm brings the calibration "
-        "arms of its modes (s-mod, ...) [default: all but plain-nobs, plain-bs, "
-        "single-b, single-nh and fr-sbase]",
+        "arms of its modes (s-mod, ...) [default: all but plain-nobs, plain-bs "
+        "and those of one server for every mode]",
     ),
 ]
 SlotsOpt = Annotated[

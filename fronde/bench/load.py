@@ -228,9 +228,10 @@ def _router_arms(env: tuple[tuple[str, str], ...]) -> dict[str, Arm]:
         for p in ("marginal", "best", "threshold")
     }
     placement = ("FRONDE_ROUTER__LOAD_PLACEMENT", "best")
-    arms[SINGLE] = Arm(SINGLE, "fronde", env=(*env, ONE_SERVER, placement), about=arm_about(SINGLE))
-    blind = (*env, ONE_SERVER, placement, ("FRONDE_ROUTER__HINDSIGHT", "false"))
-    arms[SINGLE_NH] = Arm(SINGLE_NH, "fronde", env=blind, about=arm_about(SINGLE_NH))
+    single = Arm(SINGLE, "fronde", env=(*env, ONE_SERVER, placement), about=arm_about(SINGLE))
+    blind = (*single.env, ("FRONDE_ROUTER__HINDSIGHT", "false"))
+    arms[SINGLE] = single
+    arms[SINGLE_NH] = replace(single, name=SINGLE_NH, env=blind, about=arm_about(SINGLE_NH))
     return arms
 
 

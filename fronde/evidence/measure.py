@@ -310,7 +310,8 @@ class Measurements:
 
     def unavailable(self, now: float) -> set[Mode]:
         """Modes that must get no routed traffic now: quarantined or on probation."""
-        return {m for m in self._modes if self.quarantined(m, now) or self.on_probation(m, now)}
+        quarantined, on_probation = self.held_out(now)
+        return quarantined | on_probation
 
     def snapshot(self, now: float) -> dict[str, ModeView]:
         """JSON-ready state for ``/fronde/v1/router``: EMAs, α, τ, quarantines.

@@ -18,7 +18,11 @@ from fronde.bench.verdict import BOUNDS, Check, Table, best_static, verdict_of
 
 __all__ = ["answer_lines"]
 
-_LABELS = {"router": "routing, cold", "router-w": "routing, warm"}
+_LABELS = {
+    "router": "routing, cold",
+    "router-w": "routing, warm",
+    "router-nh": "routing, cold, no hindsight",
+}
 
 
 def _label(arm: str) -> str:

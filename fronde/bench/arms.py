@@ -128,6 +128,13 @@ ARMS: tuple[Arm, ...] = (
     ),
     Arm("router", "fronde", about="Fronde routing, cold (fresh servers)"),
     Arm("router-w", "fronde", priming=True, about="Fronde routing, warm (after the priming set)"),
+    Arm(
+        "router-nh",
+        "fronde",
+        env=(("FRONDE_ROUTER__HINDSIGHT", "false"),),
+        default=False,
+        about="Fronde routing, cold, router.hindsight off: what feeding the book costs",
+    ),
 )
 """Every arm, in table order."""
 

@@ -18,7 +18,7 @@ import pytest
 from rich.console import Console
 
 from fronde.bench import arms as arms_module
-from fronde.bench.arms import Arm, started
+from fronde.bench.arms import Arm, arms_named, started
 from fronde.bench.blocks import run_plan
 from fronde.bench.experiments import latency_table, overhead_plan, swap_plan
 from fronde.bench.protocol import Level, Plan
@@ -112,6 +112,16 @@ async def test_a_fronde_arm_gets_its_env_and_the_bench_keeps_its_own(
     profile = ("--profile", settings.profile)
     assert seen == [(profile, {"FRONDE_ROUTER__LOAD_RULE": "spread"})]
     assert dict(os.environ) == before
+
+
+def test_the_verdicts_router_nh_arm_is_routing_with_hindsight_off(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    [arm] = arms_named(["router-nh"], draft=False)
+    assert arm.routed and arm.name not in [a.name for a in arms_named([], draft=False)]
+    for name, value in arm.env:
+        monkeypatch.setenv(name, value)
+    assert load_settings().router.hindsight is False
 
 
 def test_the_swap_workload_names_each_mode_equally_in_a_seeded_order() -> None:

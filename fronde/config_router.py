@@ -14,11 +14,15 @@ from pydantic import Field
 from fronde.config_sections import Section
 from fronde.modes import Mode
 
-__all__ = ["ROUTER_DEFAULTS", "ProbePolicy", "RouterSettings"]
+__all__ = ["ROUTER_DEFAULTS", "PredictMisses", "ProbePolicy", "RouterSettings"]
 
 
 ProbePolicy = Literal["auto", "always", "never"]
 """When the router may probe (``router.probe``; :mod:`fronde.router.policy`, rule 5)."""
+
+PredictMisses = Literal["parallel", "always", "never"]
+"""Where a predicted mode must also clear the book's median miss on it
+(``router.predict_misses``; :func:`fronde.router.policy.choose_predicted`)."""
 
 
 class RouterSettings(Section):
@@ -71,6 +75,12 @@ class RouterSettings(Section):
         le=1,
         description="the floor is kept while its predicted speed-up is within this "
         "fraction of the best (ties keep ngram-mod's memory whole)",
+    )
+    predict_misses: PredictMisses = Field(
+        default="parallel",
+        description="where a predicted mode must also beat the floor by the book's own "
+        "median miss on that mode: parallel = with parallel slots only (the GPU's rule), "
+        "always, never (predict_band alone)",
     )
     speculate_structured: bool = Field(
         default=True,

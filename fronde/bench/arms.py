@@ -135,6 +135,13 @@ ARMS: tuple[Arm, ...] = (
         default=False,
         about="Fronde routing, cold, router.hindsight off: what feeding the book costs",
     ),
+    Arm(
+        "router-m",
+        "fronde",
+        env=(("FRONDE_ROUTER__PREDICT_MISSES", "always"),),
+        default=False,
+        about="Fronde routing, cold, a predicted mode also clears the book's miss on it",
+    ),
 )
 """Every arm, in table order."""
 

@@ -58,6 +58,7 @@ def build_router(
         probe_min_tokens=r.probe_min_tokens,
         predict=r.predict,
         predict_band=r.predict_band,
+        predict_misses=r.predict_misses,
         load_band=r.load_band,
         load_placement=r.load_placement,
     )

@@ -174,9 +174,9 @@ class Router(RouterViews):
         bucket = bucket_of(str(cls), overlap)
         book = self.counterfactual
         speedups = book.speedups(bucket) if book is not None else {}
-        # With parallel slots (a GPU) a mode also has to clear the book's own misses on it;
-        # one generation at a time (a CPU) keeps the rule its verdicts measured.
-        errors = book.mode_errors() if book is not None and self.slots > 1 else None
+        misses = self.policy.predict_misses  # the book's own misses raise a mode's bar
+        miss_bar = misses == "always" or (misses == "parallel" and self.slots > 1)
+        errors = book.mode_errors() if book is not None and miss_bar else None
         at = Situation(
             ready=ready,
             speed=lambda mode, c: ms.trusted_speed(mode, c, now),

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Literal
 
-from fronde.config_router import ROUTER_DEFAULTS, ProbePolicy
+from fronde.config_router import ROUTER_DEFAULTS, PredictMisses, ProbePolicy
 from fronde.modes import FALLBACK_FLOOR, Mode
 from fronde.router.placement import LoadModel, Placement
 
@@ -71,6 +71,8 @@ class RouterPolicy:
         probe_min_tokens: under ``auto``, the smallest token budget that is probed.
         predict: whether the predicted rule (4½) may choose.
         predict_band: the floor is kept within this fraction of the best prediction.
+        predict_misses: where a predicted mode must also clear the book's median miss
+            on it (``router.predict_misses``: parallel, always, never).
     """
 
     probe_tokens: int = PROBE_TOKENS
@@ -84,6 +86,7 @@ class RouterPolicy:
     probe_min_tokens: int = ROUTER_DEFAULTS.probe_min_tokens
     predict: bool = ROUTER_DEFAULTS.predict
     predict_band: float = ROUTER_DEFAULTS.predict_band
+    predict_misses: PredictMisses = ROUTER_DEFAULTS.predict_misses
     load_band: float = ROUTER_DEFAULTS.load_band
     load_placement: Placement = ROUTER_DEFAULTS.load_placement
 

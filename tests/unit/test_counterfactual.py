@@ -11,6 +11,7 @@ import pytest
 
 from fronde import compose
 from fronde.backends.client import BackendClient
+from fronde.config_router import PredictMisses
 from fronde.evidence.bucket import bucket_of, self_overlap
 from fronde.evidence.counterfactual import MIN_BUCKET_SAMPLES, MIN_MODE_ERRORS, Counterfactual
 from fronde.evidence.measurement import Measurement
@@ -213,6 +214,19 @@ def test_with_parallel_slots_the_router_keeps_the_floor_against_modes_the_book_m
     gpu = Router(policy, counterfactual=_missed_book(), slots=16)
     d = gpu.plan(RequestClass.GENERAL, "k", ALL)
     assert (d.plan.route, d.plan.mode) == (Route.PREDICTED, Mode.BASELINE)
+
+
+def test_router_predict_misses_sets_where_the_books_misses_raise_the_bar() -> None:
+    def chosen(misses: PredictMisses, slots: int) -> Mode:
+        policy = RouterPolicy(floor=Mode.BASELINE, predict_misses=misses)
+        router = Router(policy, counterfactual=_missed_book(), slots=slots)
+        d = router.plan(RequestClass.GENERAL, "k", ALL)
+        assert d.plan.route is Route.PREDICTED
+        return d.plan.mode
+
+    assert chosen("always", 1) is Mode.BASELINE  # a CPU held to the book's misses
+    assert chosen("never", 16) is not Mode.BASELINE  # a GPU on the band alone
+    assert chosen("parallel", 16) is Mode.BASELINE
 
 
 def test_plan_routes_on_predictions_after_the_cache_and_before_the_probe() -> None:

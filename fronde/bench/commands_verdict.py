@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from fronde.config import Settings
     from fronde.runtime.models import Profile
 
-__all__ = ["SESSION_ARMS", "bench_verdict", "verdict_folder"]
+__all__ = ["SESSION_ARMS", "bench_verdict", "save_verdict_floor", "verdict_folder"]
 
 SESSION_ARMS = {False: ("base", "default", "cascade", "router"), True: ("default", "router")}
 """Workload B's default arms (full, quick): a session takes minutes per arm on a CPU
@@ -199,15 +199,17 @@ def _run_verdict(
     )
     store = run_plans([plan], settings, config, out, identity, run, head)
     console = bench_console()
-    _save_floor(settings, store, out, console)
+    save_verdict_floor(settings, store, out, console)
     show_report(out, console)
 
 
-def _save_floor(settings: Settings, store: Store, out: Path, console: Console) -> None:
+def save_verdict_floor(settings: Settings, store: Store, out: Path, console: Console) -> None:
     """Save the fastest forced Fronde mode of workload A as this machine's floor.
 
     Not from one repetition, nor when a forced arm drifted beyond ±10 % (a trial beside
-    a test suite measured baseline fastest at a drift of 0.22).
+    a test suite measured baseline fastest at a drift of 0.22), nor from one forced mode:
+    a run with `base` alone would save plain decoding as "the fastest" and every later
+    `fronde serve` would fall back to it (2026-12-07, the CPU's agent-session runs).
     """
     from fronde.bench.arms import ARMS
     from fronde.bench.verdict import DRIFT_WARN, table
@@ -216,7 +218,9 @@ def _save_floor(settings: Settings, store: Store, out: Path, console: Console) -
     a = table(store.samples(), "first-encounter")  # no checks: the report computes them
     forced = {x.name: x.force for x in ARMS if x.reachable and x.name in a.arms}
     rates = {m: a.total(name) for name, m in forced.items() if m is not None and a.items}
-    if not rates:
+    if len(rates) < 2:
+        if rates:
+            console.print("floor: not saved (one Fronde mode measured)", markup=False)
         return
     drifted = [n for n in forced if len(a.reps) < 2 or abs(a.drift(n) - 1.0) > DRIFT_WARN]
     if drifted:

@@ -13,7 +13,7 @@ import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import httpx
 import pytest
@@ -26,6 +26,7 @@ from fronde.bench.store import SCHEMA, Store, machine_class, sessions
 from fronde.bench.timed_client import repetition_score, send
 from fronde.bench.verdict import Check, bootstrap, checks, geomean, table
 from fronde.bench.workloads import Item, Workload, load_workload
+from fronde.config import load_settings
 from fronde.errors import FrondeError
 
 # --- workloads -------------------------------------------------------------------------
@@ -898,3 +899,34 @@ def test_verdict_writes_where_reproduce_sh_did_and_bench_report_looks() -> None:
     assert local.name == "verdict-local-my-model-19700101T000000Z"
     reproduce = (Path(__file__).resolve().parents[2] / "reproduce.sh").read_text()
     assert "--out" not in reproduce.split("set -euo pipefail")[1]  # one default, the verdict's
+
+
+def test_a_verdict_saves_a_floor_only_from_two_fronde_modes_or_more(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from types import SimpleNamespace
+
+    from fronde import serving
+    from fronde.bench.commands_verdict import save_verdict_floor
+    from fronde.serving import FLOORS_FILE
+
+    def key(_settings: object) -> str:
+        return "build|model|2cpu"
+
+    monkeypatch.setattr(serving, "calibration_key", key)
+    settings = load_settings().model_copy(update={"cache_dir": tmp_path})
+    items = {f"i{k}": "d" for k in range(1, 5)}
+    rates = {"base": 50.0, "mod": 60.0, "default": 70.0}
+
+    def saved(arms: list[str]) -> str:
+        samples = grid(arms, items, 2, lambda a, i, r: rates[a])
+        store = cast(Store, SimpleNamespace(samples=lambda: samples))
+        console = Console(record=True, width=100)
+        save_verdict_floor(settings, store, tmp_path, console)
+        return console.export_text()
+
+    # base is the only Fronde mode: nothing compared, nothing saved (default is static)
+    assert "one Fronde mode measured" in saved(["base", "default"])
+    assert not (tmp_path / FLOORS_FILE).exists()
+    assert "ngram-mod is the fastest" in saved(["base", "mod", "default"])
+    assert (tmp_path / FLOORS_FILE).exists()

@@ -200,8 +200,6 @@ class Runtime:
                 await self.swap.start()  # only the first max_resident modes come up
             else:
                 await self.pool.start()
-            if book is not None and self.pool.topology == "single":
-                book.share_table()  # one server: one ngram-mod table for every mode
             ready = self.pool.ready_modes()
             if ready and self.warming is not None:
                 self.warming = "timing passes"

@@ -133,12 +133,6 @@ class Counterfactual:
         band: within this fraction of the best prediction the floor is kept.
         own_baseline_step: the baseline backend's pass is timed apart from the others'
             (it runs flags of its own; see the module docstring).
-        shared_table: one llama-server serves every mode (``backend.topology`` single):
-            ngram-mod and the cascade draft from its one ngram-mod table, which takes
-            every request's prompt (``common_speculative_begin`` calls each
-            speculator's ``begin`` for every sequence, whatever the request may draft)
-            and the answers of the requests that drafted with ngram-mod. Else each
-            mode's server has a table of its own, fed by the requests it served.
     """
 
     def __init__(
@@ -149,7 +143,6 @@ class Counterfactual:
         ema_alpha: float = EMA_ALPHA,
         band: float = 0.03,
         own_baseline_step: bool = False,
-        shared_table: bool = False,
     ) -> None:
         self.spec = spec
         self.modes = tuple(m for m in REPLAYABLE if m in modes)
@@ -157,12 +150,8 @@ class Counterfactual:
         self.ema_alpha = ema_alpha
         self.band = band
         self.own_baseline_step = own_baseline_step
-        self.shared_table = shared_table
-        one = self._table()
         self.mirrors: dict[Mode, NgramModTable] = {
-            m: one if shared_table else self._table()
-            for m in (Mode.NGRAM_MOD, Mode.CASCADE)
-            if m in self.modes
+            m: self._table() for m in (Mode.NGRAM_MOD, Mode.CASCADE) if m in self.modes
         }
         self.calibration: dict[Mode, Ema] = {}
         self.step_ms: dict[Mode, Ema] = {}
@@ -179,12 +168,6 @@ class Counterfactual:
     def compares(self) -> bool:
         """Whether the book replays two modes or more: with one there is nothing to compare."""
         return len(self.modes) >= 2
-
-    def share_table(self) -> None:
-        """From now on mirror one table for ngram-mod and the cascade (``shared_table``)."""
-        self.shared_table = True
-        if self.mirrors:  # the fuller table stands for the one server's
-            self.mirrors = dict.fromkeys(self.mirrors, max(self.mirrors.values(), key=len))
 
     def _table(self) -> NgramModTable:
         s = self.spec
@@ -246,31 +229,24 @@ class Counterfactual:
         """
         out: dict[Mode, ShadowStats] = {}
         n = len(generated)
-        # The served mode last: a fork reads through to the table it was made from, and
-        # on one shared table the served replay's writes would leak into the others.
-        tables = {m: self._table_for(m, served) for m in self.mirrors}
-        for mode in sorted(self.modes, key=lambda m: m is served):
+        for mode in self.modes:
             match mode:
                 case Mode.BASELINE:
                     out[mode] = ShadowStats(n, 0, 0, max(n, 1))
                 case Mode.NGRAM_SIMPLE:
                     out[mode] = shadow_ngram_simple(prompt, generated, n_predict=budget)
                 case Mode.NGRAM_MOD:
-                    table = tables[mode]
+                    table = self._table_for(mode, served)
                     out[mode] = shadow_ngram_mod(prompt, generated, table=table, n_predict=budget)
                 case _:  # the cascade
-                    table = tables[mode]
+                    table = self._table_for(mode, served)
                     out[mode] = shadow_cascade(prompt, generated, table=table, n_predict=budget)
-        if self.shared_table and self.mirrors and served not in self.mirrors:
-            self.seen(served, prompt, generated)  # the server took the prompt in
         return out
 
     def seen(self, served: Mode, prompt: Sequence[int], generated: Sequence[int]) -> None:
         """A request the book does not measure (forced, probed) still reached a server's table."""
         if served in self.mirrors:
             self.replay(served, prompt, generated, None)
-        elif self.shared_table and self.mirrors:
-            next(iter(self.mirrors.values())).begin(prompt)
 
     def observe(
         self,
@@ -380,7 +356,6 @@ class Counterfactual:
             "band": self.band,
             "draft_cost": self.draft_cost,
             "own_baseline_step": self.own_baseline_step,
-            "shared_table": self.shared_table,
             "pass_ms": {str(m): v for m, v in self.pass_ms.items()},
             "calibration": {str(m): e.value for m, e in self.calibration.items()},
             "step_ms": {str(m): e.value for m, e in self.step_ms.items()},

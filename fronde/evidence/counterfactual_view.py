@@ -26,7 +26,6 @@ class CounterfactualView(TypedDict):
     band: float
     draft_cost: float
     own_baseline_step: bool
-    shared_table: bool
     pass_ms: dict[str, float]
     calibration: dict[str, float | None]
     step_ms: dict[str, float | None]

@@ -15,7 +15,7 @@ from fronde.config_router import PredictMisses
 from fronde.evidence.bucket import bucket_of, self_overlap
 from fronde.evidence.counterfactual import MIN_BUCKET_SAMPLES, MIN_MODE_ERRORS, Counterfactual
 from fronde.evidence.measurement import Measurement
-from fronde.evidence.ngram_replay import NgramModTable, shadow_cascade, shadow_ngram_mod
+from fronde.evidence.ngram_replay import NgramModTable, shadow_ngram_mod
 from fronde.modes import Mode, SpeculationSettings
 from fronde.request.hindsight import Hindsight
 from fronde.router.classify import RequestClass
@@ -434,31 +434,3 @@ def test_serve_times_each_backends_pass_before_routing_when_baseline_has_flags_o
                 assert "starting" in statuses and "timing passes" in statuses
             else:
                 assert "timing passes" not in statuses
-
-
-def test_one_server_mirrors_one_table_that_every_prompt_reaches() -> None:
-    apart, one = Counterfactual(SPEC, ALL), Counterfactual(SPEC, ALL)
-    one.share_table()
-    assert one.mirrors[Mode.NGRAM_MOD] is one.mirrors[Mode.CASCADE]
-    assert apart.mirrors[Mode.NGRAM_MOD] is not apart.mirrors[Mode.CASCADE]
-    prompt, gen = list(range(100, 140)), list(range(200, 230))
-    # A prompt served by ngram-simple reaches the one server's table (begin runs for
-    # every speculator), not the per-mode servers' tables; the answer reaches neither.
-    for book in (apart, one):
-        book.replay(Mode.NGRAM_SIMPLE, prompt, gen, None)
-    assert len(apart.mirrors[Mode.NGRAM_MOD]) == 0
-    assert len(one.mirrors[Mode.NGRAM_MOD]) == len(prompt) - SPEC.ngram_mod_n_match
-    one.seen(Mode.BASELINE, gen, [])
-    assert len(one.mirrors[Mode.NGRAM_MOD]) == len(prompt) + len(gen) - 2 * SPEC.ngram_mod_n_match
-
-
-def test_on_one_table_the_served_answer_leaks_into_no_other_modes_estimate() -> None:
-    book = Counterfactual(SPEC, ALL)
-    book.share_table()
-    seq = [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12] * 3
-    prompt, gen = [50, 51, 52, 53, 54], seq
-    before = book.mirrors[Mode.CASCADE].fork()
-    expected = shadow_cascade(prompt, gen, table=before)
-    stats = book.replay(Mode.NGRAM_MOD, prompt, gen, None)
-    assert stats[Mode.CASCADE] == expected
-    assert len(book.mirrors[Mode.CASCADE]) > 0  # ngram-mod's answer filled the one table

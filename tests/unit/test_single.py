@@ -288,8 +288,6 @@ def test_a_mode_is_its_fields_on_the_one_server(fake_binary: Path, tmp_path: Pat
                 assert "data: [DONE]" in list(s.iter_lines())
         r = c.post("/completion?mode=cascade", json={"prompt": "a b", "n_predict": 2})
         assert r.status_code == 200
-        book = c.get("/fronde/v1/router").json()["counterfactual"]
-        assert book["shared_table"] is True  # the one server's one ngram-mod table
     assert drafted[Mode.BASELINE] is None and all(drafted[m] for m in MODES[1:])
     chats = recorded(record, "/v1/chat/completions")
     texts = recorded(record, "/v1/completions")

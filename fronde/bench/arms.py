@@ -15,7 +15,7 @@ import asyncio
 import contextlib
 import tempfile
 from collections.abc import AsyncGenerator, Generator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
@@ -28,7 +28,7 @@ from fronde.runtime.install import find_llama_binary
 from fronde.runtime.local import profile_of
 from fronde.serving import LaunchSpec, LlamaServerProcess, plan_pool
 
-__all__ = ["ARMS", "Arm", "Target", "arms_named", "started", "static_argv"]
+__all__ = ["ARMS", "NO_HINDSIGHT", "Arm", "Target", "arms_named", "started", "static_argv"]
 
 
 @dataclass(frozen=True)
@@ -79,6 +79,17 @@ class Arm:
         return self.kind == "fronde" and self.force is not None
 
 
+NO_HINDSIGHT = ("FRONDE_ROUTER__HINDSIGHT", "false")
+"""The environment pair that turns ``router.hindsight`` off: no answer feeds the book."""
+
+_ROUTER = Arm("router", "fronde", about="Fronde routing, cold (fresh servers)")
+
+
+def _router_with(name: str, setting: tuple[str, str], about: str) -> Arm:
+    """The cold router arm with one setting changed, run only when named."""
+    return replace(_ROUTER, name=name, env=(setting,), default=False, about=about)
+
+
 ARMS: tuple[Arm, ...] = (
     Arm("base", "fronde", Mode.BASELINE, about="Fronde, baseline forced (plain decoding)"),
     Arm("simple", "fronde", Mode.NGRAM_SIMPLE, about="Fronde, ngram-simple forced"),
@@ -126,21 +137,17 @@ ARMS: tuple[Arm, ...] = (
         ),
         about="llama-server ngram-mod, short drafts (n_min 16, n_max 32)",
     ),
-    Arm("router", "fronde", about="Fronde routing, cold (fresh servers)"),
+    _ROUTER,
     Arm("router-w", "fronde", priming=True, about="Fronde routing, warm (after the priming set)"),
-    Arm(
+    _router_with(
         "router-nh",
-        "fronde",
-        env=(("FRONDE_ROUTER__HINDSIGHT", "false"),),
-        default=False,
-        about="Fronde routing, cold, router.hindsight off: what feeding the book costs",
+        NO_HINDSIGHT,
+        "Fronde routing, cold, router.hindsight off: what feeding the book costs",
     ),
-    Arm(
+    _router_with(
         "router-m",
-        "fronde",
-        env=(("FRONDE_ROUTER__PREDICT_MISSES", "always"),),
-        default=False,
-        about="Fronde routing, cold, a predicted mode also clears the book's miss on it",
+        ("FRONDE_ROUTER__PREDICT_MISSES", "always"),
+        "Fronde routing, cold, a predicted mode also clears the book's miss on it",
     ),
 )
 """Every arm, in table order."""

@@ -16,7 +16,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Literal
 
-from fronde.bench.arms import ARMS, Arm, static_argv
+from fronde.bench.arms import ARMS, NO_HINDSIGHT, Arm, static_argv
 from fronde.bench.load_lengths import LengthArms, length_arms
 from fronde.bench.load_mix import WorkloadName, load_mix
 from fronde.bench.passes import Timed
@@ -229,7 +229,7 @@ def _router_arms(env: tuple[tuple[str, str], ...]) -> dict[str, Arm]:
     }
     placement = ("FRONDE_ROUTER__LOAD_PLACEMENT", "best")
     single = Arm(SINGLE, "fronde", env=(*env, ONE_SERVER, placement), about=arm_about(SINGLE))
-    blind = (*single.env, ("FRONDE_ROUTER__HINDSIGHT", "false"))
+    blind = (*single.env, NO_HINDSIGHT)
     arms[SINGLE] = single
     arms[SINGLE_NH] = replace(single, name=SINGLE_NH, env=blind, about=arm_about(SINGLE_NH))
     return arms

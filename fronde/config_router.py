@@ -82,6 +82,13 @@ class RouterSettings(Section):
         "median miss on that mode: parallel = with parallel slots only (the GPU's rule), "
         "always, never (predict_band alone)",
     )
+    predict_sigmas: float = Field(
+        default=1.0,
+        ge=0,
+        le=5,
+        description="a predicted mode must also beat the floor at this many standard errors "
+        "below the mean of its bucket's paired per-request gains (0 = the point prediction)",
+    )
     speculate_structured: bool = Field(
         default=True,
         description="route requests with a grammar, a JSON schema or response_format like "
@@ -122,6 +129,12 @@ class RouterSettings(Section):
         description="verify cost of a drafted token in decode steps (collapse rule; 0.19 "
         "measured on 2 CPU cores; on an H200 llama-bench's pass gives 0.025 but the "
         "servers paid 0.18-0.21 (SmolLM2) and 0.27-0.45 (gemma), sampling included)",
+    )
+    fit_draft_cost: bool = Field(
+        default=True,
+        description="the counterfactual book prices each mode's drafted tokens by what its "
+        "server paid (a least-squares fit over 8 or more of its answers with drafts) instead "
+        "of draft_cost; on 2 CPU cores ngram-simple paid 0.50 of a pass, ngram-mod 0.23",
     )
     load_rule: Literal["auto", "serialize", "spread", "measured", "off"] = Field(
         default="auto",

@@ -14,7 +14,10 @@ here, and only here (an import-linter contract keeps ``fronde/bench/`` to this f
   :func:`load_key`) and the draft length by load they carry (:class:`DraftSchedule`);
 - the n-gram replay that estimates α from token ids (``fronde bench shadow`` measures
   it): :class:`NgramModTable`, :class:`ShadowStats`, :func:`shadow_ngram_simple`,
-  :func:`shadow_ngram_mod`.
+  :func:`shadow_ngram_mod`;
+- the fit of what a drafted token costs a server (:class:`ServedCostFit`), the one the
+  router keeps per mode, which ``fronde bench load`` and ``fronde bench verdict`` apply to
+  the answers they measured.
 
 The code lives, and changes, in ``fronde/backends/`` and ``fronde/evidence/``; a name
 re-exported here is one they keep for the outside.
@@ -45,6 +48,7 @@ from fronde.evidence.ngram_replay import (
     shadow_ngram_mod,
     shadow_ngram_simple,
 )
+from fronde.evidence.served_cost import ServedCostFit
 
 __all__ = [
     "FLOORS_FILE",
@@ -53,6 +57,7 @@ __all__ = [
     "LlamaServerProcess",
     "LoadCurves",
     "NgramModTable",
+    "ServedCostFit",
     "ShadowStats",
     "calibration_key",
     "die_with_parent",

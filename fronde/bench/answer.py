@@ -22,6 +22,8 @@ _LABELS = {
     "router": "routing, cold",
     "router-w": "routing, warm",
     "router-nh": "routing, cold, no hindsight",
+    "router-z0": "routing, cold, point prediction",
+    "router-fixc": "routing, cold, one draft cost",
 }
 
 

@@ -149,6 +149,16 @@ ARMS: tuple[Arm, ...] = (
         ("FRONDE_ROUTER__PREDICT_MISSES", "always"),
         "Fronde routing, cold, a predicted mode also clears the book's miss on it",
     ),
+    _router_with(
+        "router-z0",
+        ("FRONDE_ROUTER__PREDICT_SIGMAS", "0"),
+        "Fronde routing, cold, router.predict_sigmas 0: the bucket's point prediction alone",
+    ),
+    _router_with(
+        "router-fixc",
+        ("FRONDE_ROUTER__FIT_DRAFT_COST", "false"),
+        "Fronde routing, cold, router.fit_draft_cost off: router.draft_cost for every mode",
+    ),
 )
 """Every arm, in table order."""
 

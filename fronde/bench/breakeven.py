@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 
 from fronde.errors import FrondeError
+from fronde.serving import ServedCostFit
 
 __all__ = [
     "ServedCost", "VerifyCosts", "acceptance_rate", "break_even_alpha", "expected_tokens",
@@ -145,27 +146,19 @@ class ServedCost:
 def served_cost(timings: Sequence[dict[str, Any]], min_requests: int = 8) -> ServedCost | None:
     """Fit :class:`ServedCost` to one server's requests' ``timings`` objects.
 
-    None with fewer than ``min_requests`` requests, no drafted token, or a fit that is
-    not positive (passes and drafts in one fixed proportion).
+    The fit is :class:`~fronde.evidence.served_cost.ServedCostFit`'s, the one the router
+    keeps per mode. None with fewer than ``min_requests`` requests, no drafted token, or a
+    fit that is not positive (passes and drafts in one fixed proportion).
     """
-    rows = [
-        (
-            float(t["predicted_n"] - (t.get("draft_n_accepted") or 0)),
-            float(t.get("draft_n") or 0),
-            float(t["predicted_ms"]),
-        )
-        for t in timings
-        if t.get("predicted_n") and t.get("predicted_ms")
-    ]
-    drafted = int(sum(r[1] for r in rows))
-    if len(rows) < min_requests or drafted == 0:
+    fit = ServedCostFit()
+    for t in timings:
+        if t.get("predicted_n") and t.get("predicted_ms"):
+            passes = float(t["predicted_n"] - (t.get("draft_n_accepted") or 0))
+            fit.add(passes, float(t.get("draft_n") or 0), float(t["predicted_ms"]))
+    fitted = fit.fit() if fit.requests >= min_requests else None
+    if fitted is None:
         return None
-    x = np.array([[p, d] for p, d, _ in rows])
-    y = np.array([ms for *_, ms in rows])
-    (a, b), *_ = np.linalg.lstsq(x, y, rcond=None)
-    if a <= 0 or b < 0:
-        return None
-    return ServedCost(float(a), float(b), len(rows), drafted)
+    return ServedCost(fitted[0], fitted[1], fit.requests, fit.drafted)
 
 
 def expected_tokens(beta: np.ndarray | float, gamma: int) -> np.ndarray:

@@ -7,19 +7,22 @@ sessions) on fresh servers for every arm, then the report, and the floor saved.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, cast
 
 import typer
 
 from fronde.cli_options import ConfigOpt, settings_from
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
+
     from rich.console import Console
 
     from fronde.bench.protocol import Plan
     from fronde.bench.store import Store
     from fronde.bench.workloads import Workload
     from fronde.config import Settings
+    from fronde.modes import Mode
     from fronde.runtime.models import Profile
 
 __all__ = ["SESSION_ARMS", "bench_verdict", "save_verdict_floor", "verdict_folder"]
@@ -230,10 +233,27 @@ def save_verdict_floor(settings: Settings, store: Store, out: Path, console: Con
             highlight=False,
         )
         return
-    best = save_floor(settings.cache_dir, calibration_key(settings), rates, str(out))
+    costs = _served_costs(store, forced)
+    key = calibration_key(settings)
+    best = save_floor(settings.cache_dir, key, rates, str(out), costs)
     console.print(
         f"floor: {best} is the fastest Fronde mode here; `fronde serve` starts from it "
-        f"(saved in {settings.cache_dir / FLOORS_FILE})",
+        f"(saved in {settings.cache_dir / FLOORS_FILE}, with the draft cost each mode's server "
+        f"paid: {', '.join(f'{m} {c:.2f}' for m, c in costs.items()) or 'none measured'})",
         markup=False,
         highlight=False,
     )
+
+
+def _served_costs(store: Store, forced: Mapping[str, Mode | None]) -> dict[Mode, float]:
+    """Mode → the draft cost its forced arm's server paid over workload A (passes a token)."""
+    from fronde.bench.breakeven import served_cost
+
+    timings: dict[Mode, list[dict[str, Any]]] = {}
+    for s in store.samples():
+        mode = forced.get(str(s.get("arm")))
+        t = s.get("timings")
+        if mode is not None and s.get("workload") == "first-encounter" and isinstance(t, dict):
+            timings.setdefault(mode, []).append(cast(dict[str, Any], t))
+    fits = {m: served_cost(ts) for m, ts in timings.items()}
+    return {m: f.draft_cost for m, f in fits.items() if f is not None}

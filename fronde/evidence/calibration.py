@@ -10,7 +10,10 @@ target GGUF and the CPU count. ``fronde serve`` reads it at start when
 fastest single server in the four verdicts of 2026-12-01.
 
 The file holds one JSON object, key → ``{"mode", "rates", "source", "at"}``, where
-``rates`` are the measured total rates in tok/s per mode.
+``rates`` are the measured total rates in tok/s per mode, and ``draft_costs``, mode → what
+a drafted token cost that mode's server in passes (:mod:`fronde.evidence.served_cost`),
+where the run measured it: the counterfactual book's price for a mode until its own
+answers give one (:func:`load_draft_costs`).
 
 **Load curves** (``<cache_dir>/load.json``, the same key plus ``|np<slots>``): for
 each mode, the aggregate decode tok/s of one llama-server with Fronde's argv for that
@@ -47,6 +50,7 @@ __all__ = [
     "LoadCurves",
     "calibration_key",
     "load_curves",
+    "load_draft_costs",
     "load_floor",
     "load_key",
     "resolve_floor",
@@ -130,7 +134,13 @@ def _write(path: Path, data: JSONObject) -> None:
     tmp.replace(path)
 
 
-def save_floor(cache_dir: Path, key: str, rates: dict[Mode, float], source: str) -> Mode:
+def save_floor(
+    cache_dir: Path,
+    key: str,
+    rates: dict[Mode, float],
+    source: str,
+    draft_costs: Mapping[Mode, float] | None = None,
+) -> Mode:
     """Record the fastest of ``rates`` (tok/s per mode) as ``key``'s floor.
 
     Args:
@@ -138,6 +148,7 @@ def save_floor(cache_dir: Path, key: str, rates: dict[Mode, float], source: str)
         key: :func:`calibration_key` of the measured settings.
         rates: total rate per mode, tok/s; at least one.
         source: where they were measured (a run folder).
+        draft_costs: mode → its server's draft cost, passes a drafted token, if measured.
 
     Returns:
         The mode saved.
@@ -155,9 +166,23 @@ def save_floor(cache_dir: Path, key: str, rates: dict[Mode, float], source: str)
         "rates": {str(m): round(r, 2) for m, r in rates.items()},
         "source": source,
         "at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "draft_costs": {str(m): round(c, 3) for m, c in (draft_costs or {}).items()},
     }
     _write(path, data)
     return best
+
+
+def load_draft_costs(settings: Settings) -> dict[Mode, float]:
+    """Mode → the draft cost ``fronde bench verdict`` saved for this machine; empty if none."""
+    try:
+        entry = _read(settings.cache_dir / FLOORS_FILE).get(calibration_key(settings))
+    except FrondeError:
+        return {}
+    raw = entry.get("draft_costs") if isinstance(entry, dict) else None
+    known = {str(m): m for m in Mode}
+    if not isinstance(raw, dict):
+        return {}
+    return {known[k]: float(v) for k, v in raw.items() if k in known and isinstance(v, float)}
 
 
 def resolve_floor(settings: Settings) -> Floor:

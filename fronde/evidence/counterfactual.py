@@ -6,13 +6,18 @@ proxy has its prompt's and its answer's token ids; :mod:`fronde.evidence.ngram_r
 what baseline, ngram-simple, ngram-mod and the cascade would have drafted and accepted
 on them, and the verify-cost model turns the counts into decode time:
 
-    decode_ms(m) = step_ms × k_m × (passes_m + c × drafted_m)
+    decode_ms(m) = step_ms × k_m × (passes_m + c_m × drafted_m)
 
 - ``step_ms``: the time of one target pass on *this* request, from the mode that ran,
   ``decode_ms ÷ (passes + c × drafted)`` with its real counts (llama-server
   ``timings``); it carries the machine's load and the context length of the moment.
-- ``c`` = ``router.draft_cost`` (:data:`~fronde.evidence.measure.DRAFT_COST`): a target
-  pass over k drafted tokens costs ``1 + c·k`` plain passes (llama-bench).
+- ``c_m``: what a drafted token of mode ``m`` costs its server, in passes: the fit over
+  the answers ``m`` served (:mod:`fronde.evidence.served_cost`, once 8 of them drafted;
+  ``router.fit_draft_cost``), else the one ``fronde bench verdict`` saved for this
+  machine (``prior_costs``), else ``router.draft_cost``
+  (:data:`~fronde.evidence.measure.DRAFT_COST`). One ``c`` for every mode priced
+  ngram-simple's drafts at 0.2 of a pass where its server paid 0.5, and the book sent
+  agent-session steps to it that ngram-mod decoded faster.
 - ``passes_m``, ``drafted_m``: the replay's counts for mode ``m``. ngram-mod and the
   cascade replay against a **mirror** of their server's table, fed with every request
   that server saw, so their memory across requests is in the estimate; a request sent
@@ -33,11 +38,8 @@ on them, and the verify-cost model turns the counts into decode time:
   conditions. The served mode's step EMA is not used for it: only the served mode's
   moves, with the load and the context, and against the other's stale value the
   ratio would cancel exactly the slowdown it should predict. Otherwise each mode's
-  own step time is kept as an EMA and reported, not used: on 2 CPU cores it moved by
-  30 % within a session with the prompts' contexts (cascade 31–33 ms a pass against
-  24 for the others after a few slow requests), and correcting predictions with it
-  sent the warm router to ngram-simple everywhere (0.82 of the best static server,
-  against 0.94 without; ``results/verdict-cpu-gemma-270m-20261202-counterfactual-stepcost/``).
+  own step time is an EMA reported, not used (it moved 30 % with the contexts of one
+  session on 2 CPU cores; ``results/verdict-cpu-gemma-270m-20261202-counterfactual-stepcost/``).
 
 Each request then gives every replayable mode a sample of its speed-up over baseline,
 ``decode_ms(baseline) ÷ decode_ms(m)``, folded into an EMA per **bucket**: the static
@@ -59,7 +61,7 @@ from collections import deque
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from fronde.evidence.counterfactual_view import CounterfactualView
+from fronde.evidence.counterfactual_view import CounterfactualView, Observation
 from fronde.evidence.measurement import DRAFT_COST, EMA_ALPHA, MIN_TOKENS, Ema, Measurement
 from fronde.evidence.ngram_replay import (
     NgramModTable,
@@ -68,6 +70,8 @@ from fronde.evidence.ngram_replay import (
     shadow_ngram_mod,
     shadow_ngram_simple,
 )
+from fronde.evidence.paired import PairedGain
+from fronde.evidence.served_cost import ServedCostFit
 from fronde.modes import Mode, SpeculationSettings
 
 __all__ = [
@@ -94,31 +98,13 @@ MIN_MODE_ERRORS = 5
 """
 
 
-@dataclass(frozen=True)
-class Observation:
-    """What one request told the book.
-
-    Attributes:
-        served: the mode that ran.
-        speed: mode → counterfactual decode tok/s on this request (the served mode's
-            is its replay, calibrated, beside its actual).
-        actual_tok_s: the served mode's real decode tok/s.
-        replay_error: |replayed ÷ actual decode time − 1| of the served mode, before
-            this request's calibration update.
-        stats: mode → the replay's counts.
-    """
-
-    served: Mode
-    speed: dict[Mode, float]
-    actual_tok_s: float
-    replay_error: float
-    stats: dict[Mode, ShadowStats]
-
-
 @dataclass
 class _Bucket:
     ratio: dict[Mode, Ema] = field(default_factory=dict[Mode, Ema])  # speed-up over baseline
     speed: dict[Mode, Ema] = field(default_factory=dict[Mode, Ema])  # decode tok/s
+    pairs: dict[tuple[Mode, Mode], PairedGain] = field(
+        default_factory=dict[tuple[Mode, Mode], PairedGain]
+    )  # ln(speed a ÷ speed b), per request
     samples: int = 0
 
 
@@ -133,6 +119,9 @@ class Counterfactual:
         band: within this fraction of the best prediction the floor is kept.
         own_baseline_step: the baseline backend's pass is timed apart from the others'
             (it runs flags of its own; see the module docstring).
+        fit_cost: price a mode's drafted tokens by its server's fit once it has one,
+            by ``prior_costs`` before (:meth:`cost`); False: ``draft_cost`` for every mode.
+        prior_costs: mode → the draft cost its server paid on this machine before.
     """
 
     def __init__(
@@ -143,8 +132,12 @@ class Counterfactual:
         ema_alpha: float = EMA_ALPHA,
         band: float = 0.03,
         own_baseline_step: bool = False,
+        fit_cost: bool = True,
+        prior_costs: Mapping[Mode, float] | None = None,
     ) -> None:
         self.spec = spec
+        self.fit_cost = fit_cost
+        self.prior_costs = dict(prior_costs or {}) if fit_cost else {}
         self.modes = tuple(m for m in REPLAYABLE if m in modes)
         self.draft_cost = draft_cost
         self.ema_alpha = ema_alpha
@@ -153,6 +146,7 @@ class Counterfactual:
         self.mirrors: dict[Mode, NgramModTable] = {
             m: self._table() for m in (Mode.NGRAM_MOD, Mode.CASCADE) if m in self.modes
         }
+        self.served_costs: dict[Mode, ServedCostFit] = {}
         self.calibration: dict[Mode, Ema] = {}
         self.step_ms: dict[Mode, Ema] = {}
         self.pass_ms: dict[Mode, float] = {}
@@ -184,7 +178,7 @@ class Counterfactual:
             The pass, ms, or None when ``m`` is shorter than
             :data:`~fronde.evidence.measure.MIN_TOKENS`, has no decode time, or no pass.
         """
-        work = self._measured_work(m)
+        work = self._measured_work(m, mode)
         if m.tokens < MIN_TOKENS or m.decode_ms <= 0 or work <= 0:
             return None
         step = m.decode_ms / work
@@ -203,13 +197,23 @@ class Counterfactual:
         a, b = self.pass_ms.get(mode), self.pass_ms.get(served)
         return a / b if a and b else 1.0
 
-    def _measured_work(self, m: Measurement) -> float:
-        """A real generation's cost-weighted passes: tokens − accepted + c × drafted."""
-        return m.tokens - m.accepted + self.draft_cost * m.drafted
+    def cost(self, mode: Mode) -> float:
+        """A drafted token of ``mode``, in passes: its server's fit, its prior, else ``c``.
 
-    def _work(self, st: ShadowStats) -> float:
-        """Cost-weighted target passes: passes + c × drafted."""
-        return st.passes + self.draft_cost * st.drafted
+        :meth:`~fronde.evidence.served_cost.ServedCostFit.draft_cost` over the answers
+        ``mode`` served (:mod:`fronde.evidence.served_cost` says why it differs by mode).
+        """
+        fit = self.served_costs.get(mode) if self.fit_cost else None
+        fitted = fit.draft_cost() if fit is not None else None
+        return fitted if fitted is not None else self.prior_costs.get(mode, self.draft_cost)
+
+    def _measured_work(self, m: Measurement, mode: Mode) -> float:
+        """A real generation's cost-weighted passes: tokens − accepted + c(mode) × drafted."""
+        return m.tokens - m.accepted + self.cost(mode) * m.drafted
+
+    def _work(self, st: ShadowStats, mode: Mode) -> float:
+        """Cost-weighted target passes: passes + c(mode) × drafted."""
+        return st.passes + self.cost(mode) * st.drafted
 
     def _table_for(self, mode: Mode, served: Mode) -> NgramModTable:
         """``mode``'s mirror when its server answered, else a fork that leaves it as it was."""
@@ -274,11 +278,11 @@ class Counterfactual:
         """
         if served not in stats or m.tokens < MIN_TOKENS or m.decode_ms <= 0:
             return None
-        real_work = self._measured_work(m)
+        real_work = self._measured_work(m, served)
         if real_work <= 0:
             return None
         step_ms = m.decode_ms / real_work
-        own = self._work(stats[served])
+        own = self._work(stats[served], served)
         cal = self.calibration.setdefault(served, Ema(self.ema_alpha))
         replay_error = abs(step_ms * own * (cal.value or 1.0) / m.decode_ms - 1.0)
         if own > 0:
@@ -286,16 +290,22 @@ class Counterfactual:
         speed: dict[Mode, float] = {}
         for mode, st in stats.items():
             k = self.calibration[mode].value if mode in self.calibration else None
-            ms = step_ms * self.pass_ratio(mode, served) * (k or 1.0) * self._work(st)
+            ms = step_ms * self.pass_ratio(mode, served) * (k or 1.0) * self._work(st, mode)
             if ms > 0:
                 speed[mode] = m.tokens / (ms / 1000.0)
         self.step_ms.setdefault(served, Ema(self.ema_alpha)).update(step_ms)
+        self.served_costs.setdefault(served, ServedCostFit()).add(
+            m.tokens - m.accepted, m.drafted, m.decode_ms
+        )
         b = self._buckets.setdefault(bucket, _Bucket())
         base = speed.get(Mode.BASELINE)
         for mode, tok_s in speed.items():
             b.speed.setdefault(mode, Ema(self.ema_alpha)).update(tok_s)
             if base:
                 b.ratio.setdefault(mode, Ema(self.ema_alpha)).update(tok_s / base)
+        for x in speed:
+            for y in (y for y in speed if y is not x):
+                b.pairs.setdefault((x, y), PairedGain(self.ema_alpha)).update(speed[x], speed[y])
         b.samples += 1
         self._errors["replay"].append(replay_error)
         if predicted_tok_s is not None and m.decode_tok_s > 0:
@@ -324,6 +334,19 @@ class Counterfactual:
             return {}
         return {m: e.value for m, e in b.ratio.items() if e.value is not None}
 
+    def sure_gains(self, bucket: str, sigmas: float) -> dict[tuple[Mode, Mode], float]:
+        """(a, b) → the speed ratio a ÷ b that ``bucket``'s paired samples support.
+
+        ``sigmas`` standard errors below their weighted mean
+        (:meth:`~fronde.evidence.paired.PairedGain.lower`); empty until the bucket has
+        :data:`MIN_BUCKET_SAMPLES` requests, and with ``sigmas`` 0 (no such bar).
+        """
+        b = self._buckets.get(bucket)
+        if b is None or b.samples < MIN_BUCKET_SAMPLES or sigmas <= 0:
+            return {}
+        lows = {pair: g.lower(sigmas) for pair, g in b.pairs.items()}
+        return {pair: low for pair, low in lows.items() if low is not None}
+
     def errors(self) -> dict[str, float | None]:
         """Median absolute relative errors, None while unmeasured.
 
@@ -351,7 +374,6 @@ class Counterfactual:
 
     def snapshot(self) -> CounterfactualView:
         """JSON-ready state for ``/fronde/v1/router``."""
-        errs = self.errors()
         return {
             "band": self.band,
             "draft_cost": self.draft_cost,
@@ -360,9 +382,12 @@ class Counterfactual:
             "calibration": {str(m): e.value for m, e in self.calibration.items()},
             "step_ms": {str(m): e.value for m, e in self.step_ms.items()},
             "mirror_entries": {str(m): len(t) for m, t in self.mirrors.items()},
-            "median_error": errs,
+            "median_error": self.errors(),
             "errors_counted": {k: len(v) for k, v in self._errors.items()},
             "mode_errors": {str(m): v for m, v in self.mode_errors().items()},
+            "draft_cost_by_mode": {
+                str(m): self.cost(m) for m in self.modes if m is not Mode.BASELINE
+            },
             "buckets": {
                 key: {
                     "samples": b.samples,

@@ -6,7 +6,14 @@ Its policy, floor, load curves, counterfactual book, EMAs and cache.
 from __future__ import annotations
 
 from fronde.config import Settings
-from fronde.evidence.calibration import Floor, LoadCurves, curve_floor, resolve_floor, resolve_load
+from fronde.evidence.calibration import (
+    Floor,
+    LoadCurves,
+    curve_floor,
+    load_draft_costs,
+    resolve_floor,
+    resolve_load,
+)
 from fronde.evidence.counterfactual import Counterfactual
 from fronde.evidence.measure import Measurements
 from fronde.logging import get_logger
@@ -59,6 +66,7 @@ def build_router(
         predict=r.predict,
         predict_band=r.predict_band,
         predict_misses=r.predict_misses,
+        predict_sigmas=r.predict_sigmas,
         load_band=r.load_band,
         load_placement=r.load_placement,
     )
@@ -69,6 +77,8 @@ def build_router(
         ema_alpha=r.ema_alpha,
         band=r.predict_band,
         own_baseline_step=bool(settings.backend.plain_args),
+        fit_cost=r.fit_draft_cost,
+        prior_costs=load_draft_costs(settings) if r.fit_draft_cost else None,
     )
     log.info("router.floor", floor=str(start.mode), why=start.why, probe=r.probe)
     measurements = measurements if measurements is not None else measurements_from(settings)

@@ -35,8 +35,7 @@ from fronde.router.views import RouterViews
 from fronde.timings import Timings
 
 __all__ = ["Decision", "Router", "RouterEvents", "StateStore", "Status"]
-# Decision, Status, RouterEvents and StateStore live in decision.py and ports.py; they are
-# named here too, as the router's public face.
+# Defined in decision.py and ports.py, and named here too as the router's public face.
 
 log = get_logger(__name__)
 
@@ -190,6 +189,7 @@ class Router(RouterViews):
             active=set() if self.swap_residency else {m for m, n in self.in_flight.items() if n},
             speedups=speedups,
             errors=errors,
+            sure=book.sure_gains(bucket, self.policy.predict_sigmas) if book else None,
             in_flight=self.in_flight,
             arriving=self.arriving - 1 if arriving_self else self.arriving,
             curves=self.load_curves,

@@ -73,6 +73,8 @@ class RouterPolicy:
         predict_band: the floor is kept within this fraction of the best prediction.
         predict_misses: where a predicted mode must also clear the book's median miss
             on it (``router.predict_misses``: parallel, always, never).
+        predict_sigmas: a predicted mode must beat the floor by this many standard
+            errors of the bucket's paired samples (0: the point prediction alone).
     """
 
     probe_tokens: int = PROBE_TOKENS
@@ -87,6 +89,7 @@ class RouterPolicy:
     predict: bool = ROUTER_DEFAULTS.predict
     predict_band: float = ROUTER_DEFAULTS.predict_band
     predict_misses: PredictMisses = ROUTER_DEFAULTS.predict_misses
+    predict_sigmas: float = ROUTER_DEFAULTS.predict_sigmas
     load_band: float = ROUTER_DEFAULTS.load_band
     load_placement: Placement = ROUTER_DEFAULTS.load_placement
 
@@ -135,6 +138,8 @@ class Situation:
             mode for the request's bucket (rule 4½), or None.
         errors: the book's median error per mode on its own predictions, which a mode
             must also clear to leave the floor (``choose_predicted``), or None.
+        sure: (mode, floor) → the speed ratio the bucket's paired samples support
+            (``choose_predicted``), or None.
         in_flight: requests in flight per mode (for the ``measured`` rule).
         curves: the measured load curves (``measured`` rule); None acts as ``spread``.
         slots: requests one backend serves at once (llama-server ``-np``).
@@ -155,6 +160,7 @@ class Situation:
     active: Collection[Mode] = ()
     speedups: Mapping[Mode, float] | None = None
     errors: Mapping[Mode, float] | None = None
+    sure: Mapping[tuple[Mode, Mode], float] | None = None
     in_flight: Mapping[Mode, int] | None = None
     curves: LoadModel | None = None
     slots: int = 1

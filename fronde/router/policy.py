@@ -17,8 +17,11 @@ Order of rules (the first that applies wins):
    floor, whose server keeps the n-gram memory of every request it served. With
    parallel slots (a GPU) a mode must also beat the floor by the book's own median
    error on that mode's predictions, once it has a few
-   (:meth:`~fronde.evidence.counterfactual.Counterfactual.mode_errors`). The EDIT
-   class takes this rule before its own once its bucket has evidence, so its mode
+   (:meth:`~fronde.evidence.counterfactual.Counterfactual.mode_errors`). And it must
+   be faster than the floor at ``predict_sigmas`` standard errors below the mean of
+   the bucket's paired samples (:mod:`fronde.evidence.paired`): the requests of one
+   bucket differ more than the modes do, and a point prediction 3 % above the floor's
+   is noise. The EDIT class takes this rule before its own once its bucket has evidence, so its mode
    comes from what edits measured, not from the constant ``edit_mode``.
 5. **probe**: generate the first ``probe_tokens`` on the aggressive candidate and
    compare its decode tok/s with the floor's (its EMA for this class, or a floor
@@ -70,6 +73,7 @@ baseline cut aggregate throughput from 40 to 16.5 tok/s.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import replace
 
@@ -117,6 +121,7 @@ def choose_predicted(
     floor: Mode,
     band: float,
     errors: Mapping[Mode, float] | None = None,
+    sure: Mapping[tuple[Mode, Mode], float] | None = None,
 ) -> Mode | None:
     """The mode rule 4½ picks from predicted speed-ups over baseline, or None.
 
@@ -131,6 +136,10 @@ def choose_predicted(
             router passes it with parallel slots only): such a mode must be above the
             floor's × (1 + the larger of band and its error). None or empty: the band
             alone.
+        sure: (mode, floor) → the speed ratio the bucket's paired samples support
+            (:meth:`~fronde.evidence.counterfactual.Counterfactual.sure_gains`,
+            ``router.predict_sigmas`` standard errors below their mean): a mode with
+            such a figure must also have it above 1. None: no such bar.
 
     Returns:
         The best of the modes that clear their bar, else the floor; None when the floor
@@ -142,7 +151,12 @@ def choose_predicted(
         return None
     errs = errors or {}
     bar = {m: known[floor] * (1 + max(band, errs.get(m, 0.0))) for m in known}
-    cleared = [m for m in known if m is not floor and known[m] > bar[m]]
+    doubt = sure or {}
+    cleared = [
+        m
+        for m in known
+        if m is not floor and known[m] > bar[m] and doubt.get((m, floor), math.inf) > 1.0
+    ]
     return max(cleared, key=lambda m: known[m]) if cleared else floor
 
 
@@ -223,7 +237,7 @@ def _plan(cls: RequestClass, at: Situation) -> Plan:
         usable = [m for m in Mode if m in ready]
     floor = choose_floor(cls, usable, speed, policy)
     predicted = (
-        choose_predicted(at.speedups, usable, floor, policy.predict_band, at.errors)
+        choose_predicted(at.speedups, usable, floor, policy.predict_band, at.errors, at.sure)
         if at.speedups and policy.predict
         else None
     )

@@ -930,3 +930,4 @@ def test_a_verdict_saves_a_floor_only_from_two_fronde_modes_or_more(
     assert not (tmp_path / FLOORS_FILE).exists()
     assert "ngram-mod is the fastest" in saved(["base", "mod", "default"])
     assert (tmp_path / FLOORS_FILE).exists()
+    assert "none measured" in saved(["base", "mod"])  # the grid's samples carry no timings

@@ -15,7 +15,7 @@ from fronde.config_router import PredictMisses
 from fronde.evidence.bucket import bucket_of, self_overlap
 from fronde.evidence.counterfactual import MIN_BUCKET_SAMPLES, MIN_MODE_ERRORS, Counterfactual
 from fronde.evidence.measurement import Measurement
-from fronde.evidence.ngram_replay import NgramModTable, shadow_ngram_mod
+from fronde.evidence.ngram_replay import NgramModTable, ShadowStats, shadow_ngram_mod
 from fronde.modes import Mode, SpeculationSettings
 from fronde.request.hindsight import Hindsight
 from fronde.router.classify import RequestClass
@@ -227,6 +227,36 @@ def test_router_predict_misses_sets_where_the_books_misses_raise_the_bar() -> No
     assert chosen("always", 1) is Mode.BASELINE  # a CPU held to the book's misses
     assert chosen("never", 16) is not Mode.BASELINE  # a GPU on the band alone
     assert chosen("parallel", 16) is Mode.BASELINE
+
+
+def _noisy_book(simple_passes: tuple[int, int]) -> Counterfactual:
+    """A ``general|low`` bucket of 8 requests: ngram-mod takes 50 passes for 64 tokens
+    on each, ngram-simple ``simple_passes`` in turn (its point prediction the higher)."""
+    book = Counterfactual(SPEC, [Mode.BASELINE, Mode.NGRAM_SIMPLE, Mode.NGRAM_MOD])
+    for i in range(8):
+        stats = {
+            Mode.BASELINE: ShadowStats(64, 0, 0, 64),
+            Mode.NGRAM_MOD: ShadowStats(64, 14, 14, 50),
+            Mode.NGRAM_SIMPLE: ShadowStats(64, 30, 30, simple_passes[i % 2]),
+        }
+        book.observe("general|low", Mode.NGRAM_MOD, _measure(64, 1000.0, 14, 14), stats)
+    return book
+
+
+def test_a_mode_the_buckets_paired_samples_do_not_support_leaves_the_floor_alone() -> None:
+    ups = _noisy_book((75, 30)).speedups("general|low")
+    assert ups[Mode.NGRAM_SIMPLE] > ups[Mode.NGRAM_MOD] * 1.1  # the point prediction's pick
+
+    def chosen(sigmas: float, passes: tuple[int, int]) -> Mode:
+        policy = RouterPolicy(floor=Mode.NGRAM_MOD, predict_sigmas=sigmas)
+        router = Router(policy, counterfactual=_noisy_book(passes))
+        d = router.plan(RequestClass.GENERAL, "k", ALL)
+        assert d.plan.route is Route.PREDICTED
+        return d.plan.mode
+
+    assert chosen(0.0, (75, 30)) is Mode.NGRAM_SIMPLE  # the point prediction alone
+    assert chosen(1.0, (75, 30)) is Mode.NGRAM_MOD  # one request in two is slower
+    assert chosen(1.0, (40, 42)) is Mode.NGRAM_SIMPLE  # faster on every request
 
 
 def test_plan_routes_on_predictions_after_the_cache_and_before_the_probe() -> None:

@@ -20,6 +20,7 @@ from fronde.evidence.calibration import (
     FLOORS_FILE,
     Floor,
     calibration_key,
+    load_draft_costs,
     load_floor,
     resolve_floor,
     save_floor,
@@ -378,6 +379,16 @@ def test_resolve_floor_auto_takes_the_measured_floor_else_ngram_mod(
     r = build_router(settings)
     assert r.policy.floor is Mode.CASCADE
     assert r.snapshot(now=0.0)["policy"]["floor_why"] == floor.why
+    # The draft cost each mode's server paid, saved beside the floor, is the book's price.
+    rates = {Mode.CASCADE: 60.0, Mode.NGRAM_SIMPLE: 50.0}
+    save_floor(tmp_path, key, rates, "runs/v", {Mode.NGRAM_SIMPLE: 0.52})
+    assert load_draft_costs(settings) == {Mode.NGRAM_SIMPLE: 0.52}
+    book = build_router(settings).counterfactual
+    assert book is not None and book.cost(Mode.NGRAM_SIMPLE) == 0.52
+    assert book.cost(Mode.NGRAM_MOD) == settings.router.draft_cost  # not measured
+    fixed = settings.model_copy(update={"router": RouterSettings(fit_draft_cost=False)})
+    book = build_router(fixed).counterfactual
+    assert book is not None and book.cost(Mode.NGRAM_SIMPLE) == fixed.router.draft_cost
 
 
 def test_resolve_floor_named_mode_and_no_llama_server(tmp_path: Path) -> None:

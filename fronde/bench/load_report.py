@@ -9,6 +9,7 @@ Fronde's own time, and whether Fronde in front of the plain server gave its answ
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict
 from pathlib import Path
@@ -33,8 +34,15 @@ from fronde.errors import FrondeError
 from fronde.modes import Mode
 
 __all__ = [
-    "answer_lines", "own_time_lines", "quarantine_lines", "recorded_run", "report_load",
-    "run_about", "served_costs", "write_load_page",
+    "answer_lines",
+    "finite",
+    "own_time_lines",
+    "quarantine_lines",
+    "recorded_run",
+    "report_load",
+    "run_about",
+    "served_costs",
+    "write_load_page",
 ]  # fmt: skip
 
 SCHEDULE_HEAD = "## Draft length by load (`--draft-lengths`, saved with the load curves)"
@@ -97,7 +105,7 @@ def write_load_page(
         "about": list(about),
         "served_costs": {a: asdict(c) | {"draft_cost": c.draft_cost} for a, c in costs.items()},
     }
-    (out / "load.json").write_text(json.dumps(body, indent=1) + "\n")
+    (out / "load.json").write_text(json.dumps(finite(body), indent=1, allow_nan=False) + "\n")
     spread = dict(curves.spread)
     page = load_markdown(
         rows,
@@ -312,3 +320,14 @@ def answer_lines(samples: Sequence[dict[str, Any]]) -> list[str]:
             line += f"; differ: {shown}"
         lines.append(line)
     return lines
+
+
+def finite(value: Any) -> Any:
+    """``value`` with every NaN or infinite float as None: strict JSON has no NaN."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: finite(v) for k, v in cast(dict[Any, Any], value).items()}
+    if isinstance(value, list | tuple):
+        return [finite(v) for v in cast(Sequence[Any], value)]
+    return value

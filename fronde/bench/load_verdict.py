@@ -18,6 +18,7 @@ arm ÷ ``plain`` mixes the two.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from statistics import median
 from typing import Any
@@ -110,8 +111,10 @@ def verdict_lines(rows: Sequence[LoadRow]) -> list[str]:
     """Per router arm and c: ÷ the best static arm in tok/s and p99, and PASS or FAIL.
 
     PASS needs tok/s ≥ and p99 ≤ the best static arm's; a c without the router arm is
-    ``not run``. With two repetitions the held-out ratio is added, median [lowest,
-    highest], "not significant" when it falls on both sides of 1.
+    ``not run``, one where no answer of the router arm or that static arm ended in the
+    window (no latency to compare: a window too short for the machine) ``INVALID``. With
+    two repetitions the held-out ratio is added, median [lowest, highest], "not
+    significant" when it falls on both sides of 1.
     """
     out: list[str] = []
     names = [a for a in ROUTED if any(r.arm == a for r in rows)] or ["router"]
@@ -121,6 +124,10 @@ def verdict_lines(rows: Sequence[LoadRow]) -> list[str]:
             router = next((r for r in rows if r.arm == name and r.c == c), None)
             if best is None or router is None or router.tok_s <= 0:
                 out.append(f"c={c}: {name} not run")
+                continue
+            if math.isnan(router.p99_s) or math.isnan(best.p99_s):
+                what = f"no answer of {name} or {best.arm} ended in the window"
+                out.append(f"c={c}: {name} INVALID: {what}")
                 continue
             ratio = router.tok_s / best.tok_s
             tail = router.p99_s / best.p99_s if best.p99_s > 0 else float("nan")

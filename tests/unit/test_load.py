@@ -5,7 +5,9 @@ from __future__ import annotations
 import asyncio
 import gzip
 import json
+import math
 from collections.abc import Callable
+from dataclasses import replace
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -19,7 +21,7 @@ from fronde.bench.breakeven import served_cost
 from fronde.bench.load import SPREAD, bracketed, load_setup, spec_of
 from fronde.bench.load_mix import agent_mix
 from fronde.bench.load_page import arm_colours, load_markdown, load_plot
-from fronde.bench.load_report import report_load, served_costs
+from fronde.bench.load_report import finite, report_load, served_costs
 from fronde.bench.load_rows import load_rows, looping_items, steady_window
 from fronde.bench.load_verdict import (
     curves_from,
@@ -353,6 +355,11 @@ def test_old_records_count_aggregate_tokens_in_the_steady_window_and_list_loops_
     assert line.startswith("c=2: router 40 tok/s = 2.000× plain") and line.endswith("PASS")
     slower = [r for r in load_rows(samples, loops) if r.arm == "plain"]
     assert verdict_lines(slower) == ["c=2: router not run"]
+    # No answer of the router ended in the window: no latency, so no verdict either way.
+    unended = [replace(r, p99_s=math.nan) if r.arm == "router" else r for r in rows.values()]
+    assert verdict_lines(unended) == [
+        "c=2: router INVALID: no answer of router or plain ended in the window"
+    ]
     curves = curves_from(list(rows.values()), {Mode.BASELINE: "plain"}, "here")
     assert curves.points == {Mode.BASELINE: ((2, 20.0),)}
     page = load_markdown(list(rows.values()), loops, "t", {"plain": "p"}, curves)
@@ -900,3 +907,9 @@ def test_the_load_curves_best_mode_alone_becomes_the_floor_where_it_is_clearly_b
     assert build_router(named).policy.floor is Mode.CASCADE
     # One request at a time (the CPU's serialize rule) reads no curves: unchanged.
     assert build_router(settings).policy.floor is Mode.NGRAM_MOD
+
+
+def test_load_json_writes_a_missing_figure_as_null_not_nan() -> None:
+    body = {"p99_s": math.nan, "rows": [1.5, math.inf], "c": (2, -math.inf)}
+    text = json.dumps(finite(body), allow_nan=False)  # strict JSON: raises on a NaN left
+    assert json.loads(text) == {"p99_s": None, "rows": [1.5, None], "c": [2, None]}

@@ -16,10 +16,10 @@ from __future__ import annotations
 
 import json
 import subprocess
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar, cast
 
 import numpy as np
 
@@ -28,8 +28,11 @@ from fronde.serving import ServedCostFit
 
 __all__ = [
     "ServedCost", "VerifyCosts", "acceptance_rate", "break_even_alpha", "expected_tokens",
-    "measure_verify_costs", "served_cost", "speedup", "write_break_even_map",
+    "measure_verify_costs", "served_cost", "served_costs_by", "speedup",
+    "write_break_even_map",
 ]  # fmt: skip
+
+K = TypeVar("K")
 
 
 @dataclass(frozen=True)
@@ -159,6 +162,23 @@ def served_cost(timings: Sequence[dict[str, Any]], min_requests: int = 8) -> Ser
     if fitted is None:
         return None
     return ServedCost(fitted[0], fitted[1], fit.requests, fit.drafted)
+
+
+def served_costs_by(
+    samples: Iterable[dict[str, Any]], key: Callable[[dict[str, Any]], K | None]
+) -> dict[K, ServedCost]:
+    """:func:`served_cost` of each group of samples, grouped by ``key`` (None: left out).
+
+    A sample without a ``timings`` object is left out, and so is a group too small or
+    without drafts to fit.
+    """
+    groups: dict[K, list[dict[str, Any]]] = {}
+    for s in samples:
+        k, t = key(s), s.get("timings")
+        if k is not None and isinstance(t, dict):
+            groups.setdefault(k, []).append(cast(dict[str, Any], t))
+    fits = {k: served_cost(ts) for k, ts in groups.items()}
+    return {k: fit for k, fit in fits.items() if fit is not None}
 
 
 def expected_tokens(beta: np.ndarray | float, gamma: int) -> np.ndarray:

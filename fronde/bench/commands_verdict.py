@@ -7,7 +7,7 @@ sessions) on fresh servers for every arm, then the report, and the floor saved.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, cast
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -247,13 +247,10 @@ def save_verdict_floor(settings: Settings, store: Store, out: Path, console: Con
 
 def _served_costs(store: Store, forced: Mapping[str, Mode | None]) -> dict[Mode, float]:
     """Mode → the draft cost its forced arm's server paid over workload A (passes a token)."""
-    from fronde.bench.breakeven import served_cost
+    from fronde.bench.breakeven import served_costs_by
 
-    timings: dict[Mode, list[dict[str, Any]]] = {}
-    for s in store.samples():
-        mode = forced.get(str(s.get("arm")))
-        t = s.get("timings")
-        if mode is not None and s.get("workload") == "first-encounter" and isinstance(t, dict):
-            timings.setdefault(mode, []).append(cast(dict[str, Any], t))
-    fits = {m: served_cost(ts) for m, ts in timings.items()}
-    return {m: f.draft_cost for m, f in fits.items() if f is not None}
+    def mode(s: dict[str, Any]) -> Mode | None:
+        first = s.get("workload") == "first-encounter"
+        return forced.get(str(s.get("arm"))) if first else None
+
+    return {m: f.draft_cost for m, f in served_costs_by(store.samples(), mode).items()}

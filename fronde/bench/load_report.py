@@ -16,7 +16,7 @@ from pathlib import Path
 from statistics import median
 from typing import Any, cast
 
-from fronde.bench.breakeven import ServedCost, served_cost
+from fronde.bench.breakeven import ServedCost, served_costs_by
 from fronde.bench.load import PROXY, arm_about
 from fronde.bench.load_lengths import LengthTable, schedule_lines
 from fronde.bench.load_page import load_markdown, load_plot, rows_json, section
@@ -225,12 +225,12 @@ def served_costs(samples: Sequence[dict[str, Any]]) -> dict[str, ServedCost]:
     Fitted to its requests' ``timings`` (every repetition); arms that drafted nothing or
     served too few requests are left out.
     """
-    by_arm: dict[str, list[dict[str, Any]]] = {}
-    for s in samples:
-        if s.get("level") == "" and s.get("ok") and single(s["arm"]) and s.get("timings"):
-            by_arm.setdefault(s["arm"], []).append(s["timings"])
-    fits = {arm: served_cost(t) for arm, t in by_arm.items()}
-    return {arm: fit for arm, fit in fits.items() if fit is not None}
+
+    def arm(s: dict[str, Any]) -> str | None:
+        ok = s.get("level") == "" and s.get("ok") and single(s["arm"]) and s.get("timings")
+        return str(s["arm"]) if ok else None
+
+    return served_costs_by(samples, arm)
 
 
 def quarantine_lines(records: Sequence[dict[str, Any]]) -> list[str]:

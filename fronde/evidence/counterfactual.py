@@ -98,13 +98,14 @@ MIN_MODE_ERRORS = 5
 """
 
 
+_Pairs = dict[tuple[Mode, Mode], PairedGain]
+
+
 @dataclass
 class _Bucket:
     ratio: dict[Mode, Ema] = field(default_factory=dict[Mode, Ema])  # speed-up over baseline
     speed: dict[Mode, Ema] = field(default_factory=dict[Mode, Ema])  # decode tok/s
-    pairs: dict[tuple[Mode, Mode], PairedGain] = field(
-        default_factory=dict[tuple[Mode, Mode], PairedGain]
-    )  # ln(speed a ÷ speed b), per request
+    pairs: _Pairs = field(default_factory=_Pairs)  # ln(speed a ÷ speed b), one per pair
     samples: int = 0
 
 
@@ -198,10 +199,9 @@ class Counterfactual:
         return a / b if a and b else 1.0
 
     def cost(self, mode: Mode) -> float:
-        """A drafted token of ``mode``, in passes: its server's fit, its prior, else ``c``.
+        """A drafted token of ``mode``, in passes (:mod:`fronde.evidence.served_cost`).
 
-        :meth:`~fronde.evidence.served_cost.ServedCostFit.draft_cost` over the answers
-        ``mode`` served (:mod:`fronde.evidence.served_cost` says why it differs by mode).
+        Its server's fit over the answers ``mode`` served, else its prior, else ``c``.
         """
         fit = self.served_costs.get(mode) if self.fit_cost else None
         fitted = fit.draft_cost() if fit is not None else None
@@ -294,17 +294,16 @@ class Counterfactual:
             if ms > 0:
                 speed[mode] = m.tokens / (ms / 1000.0)
         self.step_ms.setdefault(served, Ema(self.ema_alpha)).update(step_ms)
-        self.served_costs.setdefault(served, ServedCostFit()).add(
-            m.tokens - m.accepted, m.drafted, m.decode_ms
-        )
+        paid = self.served_costs.setdefault(served, ServedCostFit())
+        paid.add(m.tokens - m.accepted, m.drafted, m.decode_ms)
         b = self._buckets.setdefault(bucket, _Bucket())
         base = speed.get(Mode.BASELINE)
         for mode, tok_s in speed.items():
             b.speed.setdefault(mode, Ema(self.ema_alpha)).update(tok_s)
             if base:
                 b.ratio.setdefault(mode, Ema(self.ema_alpha)).update(tok_s / base)
-        for x in speed:
-            for y in (y for y in speed if y is not x):
+        for i, x in enumerate(speed):  # one per pair: (y, x) is (x, y) read backwards
+            for y in list(speed)[i + 1 :]:
                 b.pairs.setdefault((x, y), PairedGain(self.ema_alpha)).update(speed[x], speed[y])
         b.samples += 1
         self._errors["replay"].append(replay_error)
@@ -344,7 +343,8 @@ class Counterfactual:
         b = self._buckets.get(bucket)
         if b is None or b.samples < MIN_BUCKET_SAMPLES or sigmas <= 0:
             return {}
-        lows = {pair: g.lower(sigmas) for pair, g in b.pairs.items()}
+        lows = {(x, y): g.lower(sigmas) for (x, y), g in b.pairs.items()}
+        lows |= {(y, x): g.lower(sigmas, reverse=True) for (x, y), g in b.pairs.items()}
         return {pair: low for pair, low in lows.items() if low is not None}
 
     def errors(self) -> dict[str, float | None]:

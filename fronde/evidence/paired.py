@@ -10,11 +10,12 @@ requests of one bucket differ more than the modes do. A mode whose point predict
 is 3 % above the floor's is then chosen on noise, and the floor's server loses the
 n-gram memory of that request.
 
-:class:`PairedGain` keeps, per ordered pair of modes, the exponentially weighted mean
-and variance of ``x = ln(speed_a ÷ speed_b)`` over the bucket's requests (the same
-weights as the book's EMA, so the mean is the log of the ratio the book predicts),
-and :meth:`PairedGain.lower` gives the gain ``a`` over ``b`` that the samples support
-at ``sigmas`` standard errors below the mean.
+:class:`PairedGain` keeps, per pair of modes, the exponentially weighted mean and
+variance of ``x = ln(speed_a ÷ speed_b)`` over the bucket's requests (the same weights
+as the book's EMA, so the mean is the log of the ratio the book predicts), and
+:meth:`PairedGain.lower` gives the gain of ``a`` over ``b``, or of ``b`` over ``a``
+(the same moments, the mean negated), that the samples support at ``sigmas`` standard
+errors below the mean.
 
 Formulas:
 
@@ -80,12 +81,13 @@ class PairedGain:
             return None
         return math.sqrt(self.var / (1.0 - self.s2) * self.s2)
 
-    def lower(self, sigmas: float) -> float | None:
+    def lower(self, sigmas: float, *, reverse: bool = False) -> float | None:
         """``speed_a ÷ speed_b`` at ``sigmas`` standard errors below the mean, or None.
 
-        ``exp(mean − sigmas × standard error)``; None with fewer than two samples.
+        ``exp(mean − sigmas × standard error)``; ``reverse``: ``speed_b ÷ speed_a``, the
+        mean negated. None with fewer than two samples.
         """
         se = self.standard_error()
         if self.mean is None or se is None:
             return None
-        return math.exp(self.mean - sigmas * se)
+        return math.exp((-self.mean if reverse else self.mean) - sigmas * se)

@@ -74,6 +74,11 @@ class ServerSettings(Section):
         description="on SIGTERM, in-flight requests get this long to finish, seconds",
     )
     stamps: bool = Field(default=False, description="debug: log each request's time stamps")
+    push: bool = Field(
+        default=True,
+        description="write a relayed stream to the client from the upstream's reads "
+        "(uvicorn with httptools; off: through ASGI send, a task a read)",
+    )
 
     @property
     def url(self) -> str:

@@ -26,7 +26,7 @@ from contextvars import ContextVar
 
 from fronde.logging import get_logger
 
-__all__ = ["Stamps", "begin", "stamp", "stamp_done"]
+__all__ = ["Stamps", "begin", "current_stamps", "stamp", "stamp_done"]
 
 log = get_logger(__name__)
 
@@ -56,6 +56,11 @@ class Stamps:
         ms = {k: round((t - self.t0) * 1000, 3) for k, (t, _) in self.marks.items()}
         cpu = {k: round((c - self.cpu0) * 1000, 3) for k, (_, c) in self.marks.items()}
         log.info("request.stamps", path=self.path, t0=self.t0, ms=ms, cpu_ms=cpu)
+
+
+def current_stamps() -> Stamps | None:
+    """This context's request's stamps (None when off): for a callback run outside it."""
+    return _current.get()
 
 
 def begin(path: str) -> Stamps:

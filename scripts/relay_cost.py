@@ -6,6 +6,8 @@ token is one upstream read and one downstream write):
 
 - ``fronde:DIR``: ``fronde serve --mode baseline`` run from the checkout DIR (its
   relayed-stream route: one mode, no probe), the fake as its llama-server;
+  ``fronde-iter:DIR`` the same with ``server.push`` off (each read sent through ASGI
+  ``send`` by the task it wakes, not written from the read's callback);
   ``fronde+held:DIR`` the same over a fake that sends the text held back for a stop
   string (``--fake-held-stop-text``, as patch 0009), so that ``--stop`` strings go upstream;
 - ``asgi``: the least an ASGI relay does (uvicorn with uvloop and httptools, one aiohttp
@@ -219,6 +221,7 @@ def start(arm: str, upstream: str, tps: float, work: Path) -> tuple[subprocess.P
         "FRONDE_LLAMA_SERVER": str(work / "llama-server"), "FRONDE_PROFILE": "cpu-gemma-270m",
         "FRONDE_LOG_LEVEL": "warning",
         "FRONDE_BACKEND__EXTRA_ARGS": json.dumps(fake_args),
+        "FRONDE_SERVER__PUSH": "false" if kind == "fronde-iter" else "true",
     }  # fmt: skip
     cmd = [sys.executable, "-m", "fronde", "serve", "--port", str(port), "--mode", "baseline"]
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)

@@ -22,9 +22,11 @@ from fastapi.middleware.cors import CORSMiddleware
 from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.types import Receive, Scope, Send
 
 from fronde import __version__
 from fronde.api.apis import COUNT_TOKENS_PATH, EMBEDDING_PATHS, agents
+from fronde.api.direct import keep_server_send
 from fronde.api.middleware import GateMiddleware
 from fronde.api.passthrough import NATIVE_GET, NATIVE_POST, native
 from fronde.api.routes import router
@@ -38,9 +40,20 @@ from fronde.logging import get_logger
 from fronde.modes import Mode
 from fronde.request.agent_apis import INFILL, MESSAGES, RESPONSES, error_body_for
 
-__all__ = ["build_pool", "create_app"]
+__all__ = ["FrondeApp", "build_pool", "create_app"]
 
 log = get_logger(__name__)
+
+
+class FrondeApp(FastAPI):
+    """FastAPI, keeping the server's own ``send`` in each scope (:mod:`fronde.api.direct`)."""
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """Serve one ASGI connection scope, as FastAPI does."""
+        if scope["type"] == "http":
+            keep_server_send(scope, send)
+        await super().__call__(scope, receive, send)
+
 
 OPEN_PATHS = frozenset({"/", "/health", "/health/live", "/ui"})
 """Paths answered without an API key: liveness probes, the start page and the live page
@@ -185,7 +198,7 @@ def create_app(
         async with runtime.running():
             yield
 
-    app = FastAPI(title="Fronde", version=__version__, lifespan=lifespan)
+    app = FrondeApp(title="Fronde", version=__version__, lifespan=lifespan)
     app.state.runtime = runtime
     _add_error_handlers(app)
     if settings.server.cors_origins:

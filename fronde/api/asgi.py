@@ -18,8 +18,10 @@ from starlette.background import BackgroundTask
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.types import Receive, Scope, Send
 
+from fronde.api.direct import direct_sink
 from fronde.logging import get_logger
 from fronde.request import Answer, Whole
+from fronde.request.push import PushRelay
 from fronde.stamps import stamp, stamp_done
 
 __all__ = [
@@ -166,11 +168,15 @@ class RelayResponse(StreamingResponse):
         content: Any,
         keepalive_s: float | None = None,
         watch: ClientWatch | None = None,
+        push: PushRelay | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(content, **kwargs)
         self.keepalive_s = keepalive_s
         self.watch = watch
+        self.push = push
+        self._scope: Scope = {}
+        self._pushed = 0  # the pushed pieces the keep-alive last saw
         self._sending = asyncio.Lock()
         self._last = 0.0
         self._started = False
@@ -187,15 +193,23 @@ class RelayResponse(StreamingResponse):
         stamp("head")
         loop = asyncio.get_running_loop()
         self._last = loop.time()
+        sink = None if self.push is None else direct_sink(self._scope)
+        if self.push is not None and sink is not None:
+            await self.push.run(sink)  # each piece written from the upstream's reads
+        else:
+            await self._iterate(send, loop)
+        self._drained = True
+        async with self._sending:
+            await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+    async def _iterate(self, send: Send, loop: asyncio.AbstractEventLoop) -> None:
+        """Send each piece of the body iterator as it comes."""
         async for chunk in self.body_iterator:
             body = chunk if isinstance(chunk, bytes | memoryview) else chunk.encode(self.charset)
             async with self._sending:
                 await send({"type": "http.response.body", "body": body, "more_body": True})
             self._last = loop.time()
             stamp_done("byte")
-        self._drained = True
-        async with self._sending:
-            await send({"type": "http.response.body", "body": b"", "more_body": False})
 
     def _wait(self, send: Send, interval_s: float) -> None:
         """Check again once ``interval_s`` may have passed since the last byte."""
@@ -206,6 +220,9 @@ class RelayResponse(StreamingResponse):
 
     def _due(self, send: Send, interval_s: float) -> None:
         loop = asyncio.get_running_loop()
+        if self.push is not None and self.push.sent != self._pushed:
+            self._pushed = self.push.sent  # pieces went out since the last look
+            self._last = loop.time()
         if not self._started or loop.time() - self._last < interval_s:
             self._wait(send, interval_s)
         else:
@@ -228,6 +245,7 @@ class RelayResponse(StreamingResponse):
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         """Stream the body until it ends or the client disconnects, whichever is first."""
+        self._scope = scope
         watch = ClientWatch(receive) if self.watch is None else self.watch
         try:
             with watch:
@@ -260,6 +278,7 @@ def render(answer: Answer, watch: ClientWatch | None = None) -> Response:
         answer.events,
         answer.keepalive_s,
         watch,
+        answer.push,
         media_type="text/event-stream",
         headers=answer.headers | SSE_HEADERS,
         background=BackgroundTask(answer.close),

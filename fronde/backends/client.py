@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import time
 from collections import Counter
-from collections.abc import AsyncGenerator, AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import TypeVar
 
@@ -22,6 +22,7 @@ from httpx_aiohttp import AiohttpTransport
 
 from fronde.backends.aiohttp_body import aiohttp_reader
 from fronde.backends.aiohttp_post import aiohttp_session, encode_json, post_stream
+from fronde.backends.body_tap import BodyTap
 from fronde.backends.slots import Pin, SlotPins
 from fronde.backends.upstream_errors import backend_error, send_once_retried, translate
 from fronde.config_sections import UpstreamSettings
@@ -99,6 +100,7 @@ class UpstreamStream:
         """Time spent learning the slot of a request the server placed first, ms."""
         self.slot = slot
         """The ``id_slot`` the request was sent with; None where the server placed it."""
+        self._tap: BodyTap | None = None
 
     def _broken(self, exc: Exception) -> BackendStreamError:
         name = type(exc).__name__
@@ -115,11 +117,35 @@ class UpstreamStream:
         """Close the answer now (idempotent): llama-server sees the client gone and stops.
 
         A body read to its end leaves its connection to the pool; one cut short closes it.
+        A tap on it is closed first.
         """
+        if self._tap is not None:
+            self._tap.close()
         if isinstance(self._resp, aiohttp.ClientResponse):
             self._resp.release()
         else:
             await self._resp.aclose()
+
+    @property
+    def tappable(self) -> bool:
+        """Whether :meth:`tap` can hand on this body (an aiohttp response)."""
+        return isinstance(self._resp, aiohttp.ClientResponse)
+
+    def tap(self, sink: Callable[[bytes], None]) -> BodyTap | None:
+        """Have the body handed to ``sink`` in each read's callback (:mod:`.body_tap`).
+
+        None where the answer came through httpx (another transport) or its body has
+        ended already: then read it with :meth:`raw` or :meth:`line_batches`.
+        :meth:`aclose` closes the tap.
+        """
+        resp = self._resp
+        if not isinstance(resp, aiohttp.ClientResponse):
+            return None
+        try:
+            self._tap = BodyTap(resp, self.url, sink)
+        except ValueError:
+            return None
+        return self._tap
 
     def lines(self) -> AsyncIterator[str]:
         """The body's lines, without their line endings.

@@ -44,10 +44,13 @@ from fronde.request.choices import ChoiceBook, OwnedStops, choice_index
 from fronde.stamps import stamp
 
 __all__ = [
+    "BODY_END_WAIT_S",
     "DONE_LINE",
     "EventRelay",
     "OwnedStops",
+    "plain_line",
     "relay_sse",
+    "relay_state",
     "sse_error_event",
 ]
 
@@ -194,6 +197,18 @@ class _Relay:
         return [line.encode() + b"\n"], False
 
 
+def relay_state(on_timings: Callable[[JSONObject], None] | None, include_usage: bool) -> _Relay:
+    """The state of one relayed stream with its stop strings upstream (a pushed one)."""
+    return _Relay(on_timings, include_usage, None)
+
+
+def plain_line(raw: bytes, relay: _Relay) -> bool:
+    """Whether ``raw`` is relayed as is: an event without usage or timings, a blank line."""
+    if not raw:
+        return not relay.dropped_null
+    return raw.startswith(b"data: {") and b'"usage"' not in raw and b'"timings"' not in raw
+
+
 async def relay_sse(
     upstream: UpstreamStream,
     mode: str,
@@ -240,14 +255,7 @@ async def relay_sse(
             out: list[bytes] = []
             over = False
             for raw in batch:
-                if stops is None and (
-                    (not raw and not relay.dropped_null)  # not the one a null event drops
-                    or (
-                        raw.startswith(b"data: {")
-                        and b'"usage"' not in raw
-                        and b'"timings"' not in raw
-                    )
-                ):
+                if stops is None and plain_line(raw, relay):
                     out.append(raw + b"\n")
                     continue
                 pieces, over = relay.line(raw.decode("utf-8", "replace"))

@@ -4,8 +4,12 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from fronde.json_types import JSON
+
+if TYPE_CHECKING:
+    from fronde.request.push import PushRelay
 
 __all__ = ["Answer", "Streamed", "Whole"]
 
@@ -37,12 +41,16 @@ class Streamed:
         keepalive_s: an SSE comment goes out after this many silent seconds (a long
             prefill or probe; proxies with an idle timeout would cut the stream); None:
             never.
+        push: the same answer written from the upstream's reads
+            (:mod:`fronde.request.push`), where the API layer can write to the client
+            at once; None: only ``events``. One of the two is used, never both.
     """
 
     events: AsyncIterator[bytes]
     headers: dict[str, str]
     close: Callable[[], Awaitable[None]]
     keepalive_s: float | None = None
+    push: PushRelay | None = None
 
 
 Answer = Whole | Streamed

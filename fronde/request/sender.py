@@ -34,6 +34,7 @@ from fronde.request.collect import answer_whole
 from fronde.request.hindsight import Hindsight, text_of
 from fronde.request.native import Kind, chunk, finish_reason, full_response, new_id, usage
 from fronde.request.predicted_outputs import FEEDS_POOL, feed_pool, prediction_text, with_counts
+from fronde.request.push import PushRelay, count_piece
 from fronde.request.relay import DONE_LINE, EventRelay, relay_sse, sse_error_event
 from fronde.request.reply import Answer, Streamed, Whole
 from fronde.request.splice import Splice
@@ -46,8 +47,6 @@ PATHS: dict[Kind, str] = {"chat": "/v1/chat/completions", "text": "/v1/completio
 """The OpenAI endpoint of each kind, on Fronde and on llama-server alike."""
 
 DONE_BYTES = DONE_LINE.encode()
-DONE_INSIDE = b"\n" + DONE_BYTES
-ERROR_PREFIX = b'\ndata: {"error"'
 
 
 def include_usage(body: JSONObject) -> bool:
@@ -147,12 +146,7 @@ class Sender:
         try:
             async for piece in source:
                 if events is None:
-                    # A piece may hold several events (one upstream read); a relay's own
-                    # error event comes alone and is not progress.
-                    n = piece.count(b"\ndata: {") + piece.startswith(b"data: {")
-                    if n and not piece.startswith(ERROR_PREFIX):
-                        adm.progress(n)
-                    if piece.startswith(DONE_BYTES) or DONE_INSIDE in piece:
+                    if count_piece(adm, piece):
                         outcome = "done"
                 elif events.ended:
                     outcome = "done"
@@ -184,12 +178,7 @@ class Sender:
         body = req.wire()
         sent = with_fields(body, fields, self._draft_length(decision, mode, url, body, headers))
         self._overhead(decision, headers)
-        prediction = prediction_text(body) if self.settings.router.feed_prediction else None
-        if prediction is not None and mode in FEEDS_POOL:
-            t0 = time.monotonic()
-            fed = await feed_pool(self.client, url, prediction, fields)
-            headers["x-fronde-prediction-feed-ms"] = f"{(time.monotonic() - t0) * 1000:.1f}"
-            headers["x-fronde-prediction-fed"] = "true" if fed else "false"
+        prediction = await self._fed(body, mode, url, headers)
 
         def on_timings(timings: JSONObject) -> None:
             self.router.record(decision, mode, Timings.parse(timings))
@@ -224,17 +213,19 @@ class Sender:
         relayed = relay_sse(
             upstream, str(mode), on_timings, include_usage=include_usage(body), stops=stops
         )
-        capture = self.hindsight.enabled
+        pieces: list[bytes] | None = [] if self.hindsight.enabled else None
+
+        def after() -> None:
+            if decision.status == "done":
+                self.hindsight.after(decision, mode, url, kind, body, pieces=pieces or [])
 
         async def events() -> AsyncIterator[bytes]:
-            pieces: list[bytes] = []
             try:
                 async for piece in self._tracked(adm, relayed):
-                    if capture:
+                    if pieces is not None:
                         pieces.append(piece)  # read after the stream, off its path
                     yield piece
-                if decision.status == "done":
-                    self.hindsight.after(decision, mode, url, kind, body, pieces=pieces)
+                after()
             finally:
                 # Also runs when the client disconnects (we are cancelled): the upstream
                 # connection closes and llama-server frees the slot. Shielded, since
@@ -246,7 +237,28 @@ class Sender:
             adm.close("cancelled")  # a no-op once the stream ended
             await stack.aclose()
 
-        return Streamed(events(), headers, close, self.settings.server.sse_keepalive_s)
+        push = None
+        if stops is None and upstream.tappable and self.settings.server.push:
+            usage = include_usage(body)
+            push = PushRelay(adm, upstream, str(mode), on_timings, include_usage=usage,
+                             capture=pieces, after=after, cleanup=stack.aclose)  # fmt: skip
+        return Streamed(events(), headers, close, self.settings.server.sse_keepalive_s, push)
+
+    async def _fed(
+        self, body: JSONObject, mode: Mode, url: str, headers: dict[str, str]
+    ) -> str | None:
+        """The request's Predicted Output, fed first into the pool of a mode that keeps one.
+
+        None without a ``prediction`` (or with the feed off). The feed's time and outcome go
+        in ``x-fronde-prediction-feed-ms`` and ``x-fronde-prediction-fed``.
+        """
+        prediction = prediction_text(body) if self.settings.router.feed_prediction else None
+        if prediction is not None and mode in FEEDS_POOL:
+            t0 = time.monotonic()
+            fed = await feed_pool(self.client, url, prediction, self.pool.fields(mode))
+            headers["x-fronde-prediction-feed-ms"] = f"{(time.monotonic() - t0) * 1000:.1f}"
+            headers["x-fronde-prediction-fed"] = "true" if fed else "false"
+        return prediction
 
     async def pass_api(
         self, adm: Admission, api: Api, req: ClientRequest, mode: Mode, headers: dict[str, str]

@@ -16,6 +16,8 @@ here, beside the two ends:
   strings taken for Fronde to apply, ``timings_per_token`` asked;
   :meth:`~fronde.request.relay.OwnedStops.take`);
 - ``hop``: through Fronde (the load benchmark's ``fr-plain`` arm);
+- ``hop-iter``: the same with ``server.push`` off: each upstream read sent on through
+  ASGI ``send`` by the task it wakes, as before streams were written from the read;
 - ``other`` (with ``--partner``): the benchmark's client on the partner's server alone;
 - ``race`` (with ``--partner``): both servers fresh, every request sent to both at once,
   the answer that ends first kept whole and the other request cancelled (its stream
@@ -74,7 +76,7 @@ from fronde.modes import Mode
 from fronde.request.relay import OwnedStops
 from fronde.runtime.local import profile_of
 
-VARIANTS = ("direct", "keepalive", "aiohttp", "fbody", "hop", "other", "race")
+VARIANTS = ("direct", "keepalive", "aiohttp", "fbody", "hop", "hop-iter", "other", "race")
 """The variants, in their first repetition's order (the module docstring says what each is)."""
 
 PAIRED = ("other", "race")
@@ -205,8 +207,10 @@ async def block(variant: str, rep: int, setup: Setup) -> list[dict[str, Any]]:
     probe = Arm(f"s-{mode}", "static", force=mode)
     if spec_of(static_argv(static, run)[1]) != spec_of(static_argv(probe, run)[1]):
         raise FrondeError(f"Fronde's {mode} backend does not run {setup.server}'s speculation")
+    if variant == "hop-iter":
+        env = (*env, ("FRONDE_SERVER__PUSH", "false"))
     hop = replace(PROXY, name=f"fr-{setup.server}", force=mode, env=env)
-    arms = [hop if variant == "hop" else static]
+    arms = [hop if variant in ("hop", "hop-iter") else static]
     if variant in PAIRED:
         if setup.partner is None:
             raise FrondeError(f"the {variant} variant needs --partner")

@@ -6,8 +6,9 @@ token is one upstream read and one downstream write):
 
 - ``fronde:DIR``: ``fronde serve --mode baseline`` run from the checkout DIR (its
   relayed-stream route: one mode, no probe), the fake as its llama-server;
-  ``fronde-iter:DIR`` the same with ``server.push`` off (each read sent through ASGI
-  ``send`` by the task it wakes, not written from the read's callback);
+  ``fronde-iter:DIR`` (and ``fronde-iter+held:DIR``) the same with ``server.push`` off
+  (each read sent through ASGI ``send`` by the task it wakes, not written from the read's
+  callback);
   ``fronde+held:DIR`` the same over a fake that sends the text held back for a stop
   string (``--fake-held-stop-text``, as patch 0009), so that ``--stop`` strings go upstream;
 - ``asgi``: the least an ASGI relay does (uvicorn with uvloop and httptools, one aiohttp
@@ -215,13 +216,13 @@ def start(arm: str, upstream: str, tps: float, work: Path) -> tuple[subprocess.P
     kind, _, where = arm.partition(":")
     src = Path(where).resolve()
     fake_args = ["--fake-tps", str(tps)]
-    fake_args += ["--fake-held-stop-text"] if kind == "fronde+held" else []
+    fake_args += ["--fake-held-stop-text"] if kind.endswith("+held") else []
     env = os.environ | {
         "PYTHONPATH": str(src), "FRONDE_MODELS_DIR": str(work), "FRONDE_CACHE_DIR": str(work),
         "FRONDE_LLAMA_SERVER": str(work / "llama-server"), "FRONDE_PROFILE": "cpu-gemma-270m",
         "FRONDE_LOG_LEVEL": "warning",
         "FRONDE_BACKEND__EXTRA_ARGS": json.dumps(fake_args),
-        "FRONDE_SERVER__PUSH": "false" if kind == "fronde-iter" else "true",
+        "FRONDE_SERVER__PUSH": "false" if kind.startswith("fronde-iter") else "true",
     }  # fmt: skip
     cmd = [sys.executable, "-m", "fronde", "serve", "--port", str(port), "--mode", "baseline"]
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -275,7 +276,7 @@ def fake_dir(work: Path) -> None:
 def main() -> None:
     """Parse the arguments, run the rounds, print one line per arm."""
     ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
-    arm_help = f"fronde:DIR, fronde+held:DIR, asgi, tcp, {', '.join(UP_ARMS)}"
+    arm_help = f"fronde[-iter][+held]:DIR, asgi, tcp, {', '.join(UP_ARMS)}"
     ap.add_argument("--arm", action="append", required=True, help=arm_help)
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--requests", type=int, default=20, help="requests of each length a round")

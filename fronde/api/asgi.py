@@ -153,13 +153,17 @@ class RelayResponse(StreamingResponse):
     without a byte (a long prefill or probe on a CPU; proxies with an idle timeout,
     nginx's 60 s, cut a silent stream). It wakes once an interval, not once an
     event: a relayed event costs a time stamp and an uncontended lock, and a task
-    is made only for a comment that goes out.
+    is made only for a comment that goes out. A pushed stream (``push``, written from the
+    upstream's reads, :mod:`fronde.request.push`) is timed by its count of pieces, read once
+    an interval: its comment comes after one to two intervals of silence.
 
     Args:
         content: the body's pieces, bytes.
         keepalive_s: the silence after which a comment goes out, s; None: never.
         watch: the request's watch (:func:`answered`), which this response stops when
             it ends; None: one of its own.
+        push: the answer as a pushed stream, used instead of ``content`` where the server
+            lets it be written at once (:func:`~fronde.api.direct.direct_sink`).
         **kwargs: as :class:`StreamingResponse`'s.
     """
 

@@ -10,6 +10,9 @@ headers, the first chunk with text and the end, the server's ``prompt_ms``; the 
 (k-th via Fronde minus k-th direct); Fronde's marks (ms since it saw the request; CPU ms) too.
 
     python scripts/ttft_split.py --n 40 [--prompts same] [--block 5 --gap-s 0]
+
+``--fronde-connection new`` opens a connection to Fronde for each request (the direct path
+keeps its own): what a client without keep-alive adds to the hop.
 """
 
 from __future__ import annotations
@@ -122,6 +125,12 @@ def main() -> None:
     p.add_argument("--max-tokens", type=int, default=16, help="answer budget [16]")
     p.add_argument("--gap-s", type=float, default=0.3, help="pause after each request [0.3]")
     p.add_argument("--block", type=int, default=1, help="requests to a path in a row [1]")
+    p.add_argument(
+        "--fronde-connection",
+        choices=["keep", "new"],
+        default="keep",
+        help="the client to Fronde keeps its connection, or opens one a request [keep]",
+    )
     args = p.parse_args()
     b: int = args.block
     log = os.path.join(tempfile.gettempdir(), f"ttft-split-{os.getpid()}.log")
@@ -129,6 +138,10 @@ def main() -> None:
     urls = {"direct": direct, "fronde": f"http://127.0.0.1:{PORT}"}
     runs: dict[str, list[Sample]] = {name: [] for name in PATHS}
     clients = {name: httpx.Client(timeout=120) for name in runs}
+    if args.fronde_connection == "new":
+        clients["fronde"] = httpx.Client(
+            timeout=120, limits=httpx.Limits(max_keepalive_connections=0)
+        )
     try:
         for i in range(-(-(WARMUP + args.n) // b) * b * 2):  # whole blocks
             name = PATHS[(i // b + i // (2 * b)) % 2]
@@ -141,7 +154,10 @@ def main() -> None:
     finally:
         proc.terminate()
         proc.wait(30)
-    print(f"{args.n} a path, {args.prompts} prompts, blocks of {args.block}, gap {args.gap_s} s")
+    print(
+        f"{args.n} a path, {args.prompts} prompts, blocks of {args.block}, gap {args.gap_s} s, "
+        f"connection to Fronde: {args.fronde_connection}"
+    )
     report(runs, log)
 
 

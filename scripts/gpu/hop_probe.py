@@ -15,9 +15,12 @@ here, beside the two ends:
 - ``fbody``: the benchmark's client with the body Fronde sends upstream (its ``stop``
   strings taken for Fronde to apply, ``timings_per_token`` asked;
   :meth:`~fronde.request.relay.OwnedStops.take`);
-- ``hop``: through Fronde (the load benchmark's ``fr-plain`` arm);
+- ``hop``: through Fronde (the load benchmark's ``fr-plain`` arm), with ``keepalive``'s client;
 - ``hop-iter``: the same with ``server.push`` off: each upstream read sent on through
   ASGI ``send`` by the task it wakes, as before streams were written from the read;
+- ``hop-new``: ``hop`` with ``direct``'s client, a new connection to Fronde per request, as
+  every ``hop`` block before 2026-12-07 10:00 UTC had it (a client connection per request
+  that an SDK keeping its connections never pays, charged to the hop);
 - ``other`` (with ``--partner``): the benchmark's client on the partner's server alone;
 - ``race`` (with ``--partner``): both servers fresh, every request sent to both at once,
   the answer that ends first kept whole and the other request cancelled (its stream
@@ -76,7 +79,9 @@ from fronde.modes import Mode
 from fronde.request.relay import OwnedStops
 from fronde.runtime.local import profile_of
 
-VARIANTS = ("direct", "keepalive", "aiohttp", "fbody", "hop", "hop-iter", "other", "race")
+VARIANTS = (
+    "direct", "keepalive", "aiohttp", "fbody", "hop", "hop-iter", "hop-new", "other", "race"
+)  # fmt: skip
 """The variants, in their first repetition's order (the module docstring says what each is)."""
 
 PAIRED = ("other", "race")
@@ -93,7 +98,7 @@ def _client(variant: str, c: int) -> httpx.AsyncClient:
     (:data:`~fronde.backends.client.KEEPALIVE_S`), not its retry of a connection
     llama-server closed: such a request fails here.
     """
-    if variant == "keepalive":
+    if variant in ("keepalive", "hop", "hop-iter"):
         return httpx.AsyncClient(timeout=TIMEOUT, limits=httpx.Limits(max_connections=c + 8))
     if variant == "aiohttp":
         limits = httpx.Limits(max_connections=c + 8, keepalive_expiry=KEEPALIVE_S)
@@ -210,7 +215,7 @@ async def block(variant: str, rep: int, setup: Setup) -> list[dict[str, Any]]:
     if variant == "hop-iter":
         env = (*env, ("FRONDE_SERVER__PUSH", "false"))
     hop = replace(PROXY, name=f"fr-{setup.server}", force=mode, env=env)
-    arms = [hop if variant in ("hop", "hop-iter") else static]
+    arms = [hop if variant.startswith("hop") else static]
     if variant in PAIRED:
         if setup.partner is None:
             raise FrondeError(f"the {variant} variant needs --partner")

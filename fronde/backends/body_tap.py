@@ -86,14 +86,13 @@ class BodyTap:
         self.sink = sink
         self.failed: BaseException | None = None
         self._paused = False
-        self._on = True
-        self._installed = True
+        self._installed = True  # the tap is the connection's protocol; sink gets the body
         transport.set_protocol(_TapProtocol(self))
         self.take()
 
     def take(self) -> None:
         """Hand on what the reader holds (nothing once :meth:`close` ran or it broke)."""
-        if not self._on:
+        if not self._installed:
             return
         try:
             data = self.reader.read_nowait()
@@ -147,7 +146,6 @@ class BodyTap:
 
     def close(self) -> None:
         """Give the connection its own protocol back (idempotent); ``sink`` gets no more."""
-        self._on = False
         if self._installed:
             self._installed = False
             self.resume()

@@ -33,7 +33,13 @@ from fronde.errors import (
 from fronde.json_types import JSON, JSONObject
 from fronde.stamps import stamp
 
-__all__ = ["TRANSPORT_ERRORS", "BackendClient", "UpstreamStream", "make_http_client"]
+__all__ = [
+    "TRANSPORT_ERRORS",
+    "BackendClient",
+    "UpstreamStream",
+    "make_http_client",
+    "split_lines",
+]
 
 TRANSPORT_ERRORS: tuple[type[Exception], ...] = (httpx.HTTPError, aiohttp.ClientError)
 """What reading a backend's body may raise: httpx's errors, and an aiohttp error that
@@ -71,6 +77,16 @@ def make_http_client(upstream: UpstreamSettings) -> httpx.AsyncClient:
         limits=limits,
         headers={"accept-encoding": "identity"},
     )
+
+
+def split_lines(tail: bytes, part: bytes) -> tuple[list[bytes], bytes]:
+    r"""``tail + part`` as (its complete lines, what follows the last ``\n``).
+
+    Lines lose their ``\n`` and a trailing ``\r``. No byte of a multi-byte UTF-8
+    character is ``\n``, so a character split across two reads stays whole.
+    """
+    *lines, rest = (tail + part).split(b"\n") if tail else part.split(b"\n")
+    return [ln[:-1] if ln.endswith(b"\r") else ln for ln in lines], rest
 
 
 class UpstreamStream:
@@ -178,10 +194,9 @@ class UpstreamStream:
         """
         tail = b""
         async for part in self.raw():
-            *lines, rest = (tail + part).split(b"\n") if tail else part.split(b"\n")
-            tail = rest
+            lines, tail = split_lines(tail, part)
             if lines:
-                yield [ln[:-1] if ln.endswith(b"\r") else ln for ln in lines]
+                yield lines
         if tail:
             yield [tail[:-1] if tail.endswith(b"\r") else tail]
 

@@ -24,19 +24,19 @@ from typing import Protocol
 import anyio
 
 from fronde.backends.body_tap import BodyTap
-from fronde.backends.client import UpstreamStream
+from fronde.backends.client import UpstreamStream, split_lines
 from fronde.errors import BackendStreamError
 from fronde.json_types import JSONObject
 from fronde.logging import get_logger
 from fronde.request.admission import Admission
-from fronde.request.relay import BODY_END_WAIT_S, plain_line, relay_state, sse_error_event
+from fronde.request.relay import BODY_END_WAIT_S, DONE_LINE, relay_state, sse_error_event
 from fronde.stamps import current_stamps
 
-__all__ = ["ClientSink", "PushRelay", "count_piece"]
+__all__ = ["DONE_BYTES", "ClientSink", "PushRelay", "count_piece"]
 
 log = get_logger(__name__)
 
-DONE_BYTES = b"data: [DONE]"
+DONE_BYTES = DONE_LINE.encode()
 DONE_INSIDE = b"\n" + DONE_BYTES
 ERROR_PREFIX = b'\ndata: {"error"'
 
@@ -118,28 +118,16 @@ class PushRelay:
     def feed(self, part: bytes) -> None:
         r"""One read of the upstream body: relay its complete lines, write them at once.
 
-        Lines split on ``\n`` as :meth:`UpstreamStream.line_batches` splits them; an
-        incomplete last line waits for the next read.
+        Lines split as :meth:`UpstreamStream.line_batches` splits them
+        (:func:`~fronde.backends.client.split_lines`); an incomplete last line waits for
+        the next read.
         """
         if self.over:
             return  # after [DONE]: the rest of the body is read, not relayed
-        lines = (self._tail + part).split(b"\n") if self._tail else part.split(b"\n")
-        self._tail = lines.pop()
+        lines, self._tail = split_lines(self._tail, part)
         if not lines:
             return
-        relay = self.relay
-        out: list[bytes] = []
-        for raw in lines:
-            if raw.endswith(b"\r"):
-                raw = raw[:-1]
-            if plain_line(raw, relay):
-                out.append(raw + b"\n")
-                continue
-            pieces, over = relay.line(raw.decode("utf-8", "replace"))
-            out += pieces
-            if over:
-                self.over = True
-                break
+        out, self.over = self.relay.lines(lines)
         if out:
             self._send(b"".join(out))
 

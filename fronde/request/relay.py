@@ -48,7 +48,6 @@ __all__ = [
     "DONE_LINE",
     "EventRelay",
     "OwnedStops",
-    "plain_line",
     "relay_sse",
     "relay_state",
     "sse_error_event",
@@ -171,6 +170,27 @@ class _Relay:
         self.last = event or self.last
         return line
 
+    def lines(self, batch: list[bytes]) -> tuple[list[bytes], bool]:
+        """The lines of one upstream read: (what to send the client, the stream is over).
+
+        With the stop strings upstream, an event without usage or timings and a blank
+        line (not one a ``data: null`` drops) go out as their bytes, unparsed; the rest
+        through :meth:`line`, up to the line that ends the stream.
+        """
+        out: list[bytes] = []
+        for raw in batch:
+            if self.stops is None and (
+                (raw.startswith(b"data: {") and b'"usage"' not in raw and b'"timings"' not in raw)
+                or (not raw and not self.dropped_null)
+            ):
+                out.append(raw + b"\n")
+                continue
+            pieces, over = self.line(raw.decode("utf-8", "replace"))
+            out += pieces
+            if over:
+                return out, True
+        return out, False
+
     def line(self, line: str) -> tuple[list[bytes], bool]:
         """One upstream line: (what to send the client, whether the stream is over)."""
         after_null, self.dropped_null = self.dropped_null, False
@@ -200,13 +220,6 @@ class _Relay:
 def relay_state(on_timings: Callable[[JSONObject], None] | None, include_usage: bool) -> _Relay:
     """The state of one relayed stream with its stop strings upstream (a pushed one)."""
     return _Relay(on_timings, include_usage, None)
-
-
-def plain_line(raw: bytes, relay: _Relay) -> bool:
-    """Whether ``raw`` is relayed as is: an event without usage or timings, a blank line."""
-    if not raw:
-        return not relay.dropped_null
-    return raw.startswith(b"data: {") and b'"usage"' not in raw and b'"timings"' not in raw
 
 
 async def relay_sse(
@@ -249,19 +262,8 @@ async def relay_sse(
     try:
         async for batch in batches:
             stamp("event")
-            # The events of one read leave in one piece (one write to the client). A
-            # plain content event, and the blank line after it, is forwarded as its
-            # bytes, unparsed and undecoded.
-            out: list[bytes] = []
-            over = False
-            for raw in batch:
-                if stops is None and plain_line(raw, relay):
-                    out.append(raw + b"\n")
-                    continue
-                pieces, over = relay.line(raw.decode("utf-8", "replace"))
-                out += pieces
-                if over:
-                    break
+            # The events of one read leave in one piece (one write to the client).
+            out, over = relay.lines(batch)
             if over and stops is not None:
                 # Fronde's stop string ended the answer while llama-server generates on:
                 # stop it before the client reads the end (the request then leaves the

@@ -34,8 +34,8 @@ from fronde.request.collect import answer_whole
 from fronde.request.hindsight import Hindsight, text_of
 from fronde.request.native import Kind, chunk, finish_reason, full_response, new_id, usage
 from fronde.request.predicted_outputs import FEEDS_POOL, feed_pool, prediction_text, with_counts
-from fronde.request.push import PushRelay, count_piece
-from fronde.request.relay import DONE_LINE, EventRelay, relay_sse, sse_error_event
+from fronde.request.push import DONE_BYTES, PushRelay, count_piece
+from fronde.request.relay import EventRelay, relay_sse, sse_error_event
 from fronde.request.reply import Answer, Streamed, Whole
 from fronde.request.splice import Splice
 from fronde.router.engine import Decision, Router, Status
@@ -45,8 +45,6 @@ __all__ = ["PATHS", "Sender", "include_usage"]
 
 PATHS: dict[Kind, str] = {"chat": "/v1/chat/completions", "text": "/v1/completions"}
 """The OpenAI endpoint of each kind, on Fronde and on llama-server alike."""
-
-DONE_BYTES = DONE_LINE.encode()
 
 
 def include_usage(body: JSONObject) -> bool:

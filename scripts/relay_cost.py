@@ -11,6 +11,10 @@ token is one upstream read and one downstream write):
   callback);
   ``fronde+held:DIR`` the same over a fake that sends the text held back for a stop
   string (``--fake-held-stop-text``, as patch 0009), so that ``--stop`` strings go upstream;
+  ``fronde-probe:DIR`` Fronde routing between baseline and ngram-mod on one fake
+  llama-server that takes per-request speculation (``--fake-per-request``), every
+  request probed (``router.probe`` always, the floor baseline, no prediction): the probe
+  route, its segments spliced into one stream;
 - ``asgi``: the least an ASGI relay does (uvicorn with uvloop and httptools, one aiohttp
   session, each upstream piece sent on as it comes): the floor of Fronde's stack;
 - ``tcp``: asyncio Protocols on uvloop passing bytes through (no HTTP parsing): the
@@ -43,12 +47,14 @@ import contextlib
 import json
 import os
 import shutil
+import signal
 import socket
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
+from collections import Counter
 from pathlib import Path
 
 import httpx
@@ -217,15 +223,28 @@ def start(arm: str, upstream: str, tps: float, work: Path) -> tuple[subprocess.P
     src = Path(where).resolve()
     fake_args = ["--fake-tps", str(tps)]
     fake_args += ["--fake-held-stop-text"] if kind.endswith("+held") else []
-    env = os.environ | {
+    mode = ["--mode", "baseline"]
+    probe: dict[str, str] = {}
+    if kind == "fronde-probe":
+        fake_args += ["--fake-per-request"]
+        mode = []
+        probe = {
+            "FRONDE_MODES": '["baseline", "ngram-mod"]', "FRONDE_ROUTER__PROBE": "always",
+            "FRONDE_ROUTER__FLOOR": "baseline", "FRONDE_ROUTER__PREDICT": "false",
+        }  # fmt: skip
+    env = os.environ | probe | {
         "PYTHONPATH": str(src), "FRONDE_MODELS_DIR": str(work), "FRONDE_CACHE_DIR": str(work),
         "FRONDE_LLAMA_SERVER": str(work / "llama-server"), "FRONDE_PROFILE": "cpu-gemma-270m",
         "FRONDE_LOG_LEVEL": "warning",
         "FRONDE_BACKEND__EXTRA_ARGS": json.dumps(fake_args),
-        "FRONDE_SERVER__PUSH": "false" if kind.startswith("fronde-iter") else "true",
     }  # fmt: skip
-    cmd = [sys.executable, "-m", "fronde", "serve", "--port", str(port), "--mode", "baseline"]
-    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    if kind.startswith("fronde-iter"):  # unset: the default (on), and a checkout without it
+        env["FRONDE_SERVER__PUSH"] = "false"
+    cmd = [sys.executable, "-m", "fronde", "serve", "--port", str(port), *mode]
+    # From DIR itself: ``python -m`` puts the working directory before PYTHONPATH.
+    proc = subprocess.Popen(
+        cmd, env=env, cwd=src, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
     wait_up(f"http://127.0.0.1:{port}/health", proc)
     return proc, f"http://127.0.0.1:{port}"
 
@@ -259,6 +278,68 @@ def stream_cpu(
     return cpu_s(pid) - c0, got
 
 
+def profile(pid: int, url: str, out: Path, n: int, tokens: int) -> None:
+    """Sample ``pid`` with py-spy (500 Hz, not stopping it) while ``n`` answers stream.
+
+    Writes py-spy's collapsed stacks (``--format raw``, idle samples left out) to ``out``
+    and the share of the samples each package's frames hold beside it (:func:`shares`).
+    """
+    exe = shutil.which("py-spy", path=Path(sys.executable).parent) or "py-spy"
+    spy = subprocess.Popen(
+        [exe, "record", "--pid", str(pid), "--rate", "500", "--nonblocking",
+         "--format", "raw", "--output", str(out)],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    time.sleep(1.0)  # py-spy attaches
+    stream_cpu(url, pid, n, tokens, 90_000)
+    spy.send_signal(signal.SIGINT)
+    spy.wait(timeout=60)
+    out.with_suffix(".shares.txt").write_text(shares(out.read_text()))
+
+
+PACKAGES = (
+    "fronde/request", "fronde/backends", "fronde/api", "fronde/router", "fronde/evidence",
+    "fronde", "uvicorn", "starlette", "fastapi", "aiohttp", "httpx_aiohttp", "httpx",
+    "httpcore", "structlog", "pydantic", "anyio", "asyncio", "uvloop",
+)  # fmt: skip
+"""The packages :func:`shares` tells apart, the more specific first."""
+
+
+def shares(raw: str) -> str:
+    """Each package's share of the samples, from py-spy's collapsed stacks.
+
+    A sample counts for a package where any frame of its stack is in it (*inclusive*)
+    and for the package of its innermost Python frame (*self*). Lines of ``frame;frame
+    count``; a frame names its file as ``function (path:line)``.
+    """
+    total = 0
+    incl: Counter[str] = Counter()
+    own: Counter[str] = Counter()
+    for line in raw.splitlines():
+        stack, _, count = line.rpartition(" ")
+        if not stack or not count.isdigit():
+            continue
+        k = int(count)
+        total += k
+        packs = [_package(frame) for frame in stack.split(";")]
+        for pack in set(packs):
+            incl[pack] += k
+        own[packs[-1]] += k
+    rows = [f"{total} samples; package: inclusive % / self %"]
+    for pack, _ in incl.most_common():
+        rows.append(f"{pack}: {100 * incl[pack] / total:.1f} / {100 * own[pack] / total:.1f}")
+    return "\n".join(rows) + "\n"
+
+
+def _package(frame: str) -> str:
+    """The package of one py-spy frame (``function (path:line)``), or ``other``."""
+    path = frame.rpartition("(")[2]
+    for pack in PACKAGES:
+        if f"/{pack}/" in path or path.startswith(f"{pack}/"):
+            return pack
+    return "other"
+
+
 def fake_dir(work: Path) -> None:
     """A models folder with the gemma profile and a sparse GGUF, and the fake as llama-server."""
     shutil.copy(ROOT / "models" / "cpu-gemma-270m.toml", work)
@@ -284,6 +365,10 @@ def main() -> None:
     ap.add_argument("--short", type=int, default=4, help="tokens of a short answer")
     ap.add_argument("--tps", type=float, default=400.0, help="the fake's decode speed")
     ap.add_argument("--stop", action="store_true", help="every request carries a stop string")
+    ap.add_argument(
+        "--profile", type=Path, default=None,
+        help="after the rounds, a py-spy profile of each fronde arm into this folder",
+    )  # fmt: skip
     args = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="relay-cost-"))
     fake_dir(work)
@@ -311,6 +396,11 @@ def main() -> None:
                 per_request[name].append((short_s - slope * short_n) / args.requests * 1000)
                 print(f"round {k}: {name}: {slope * 1000:.3f} ms a token, "
                       f"{per_request[name][-1]:.2f} ms a request", flush=True)  # fmt: skip
+        for name, (proc, url) in arms.items():
+            if args.profile is not None and name.startswith("fronde"):
+                args.profile.mkdir(parents=True, exist_ok=True)
+                slug = name.replace(":", "-").replace("/", "_").replace(".", "_")
+                profile(proc.pid, url, args.profile / f"{slug}.txt", 50, args.long)
     finally:
         for proc, _ in arms.values():
             proc.terminate()

@@ -53,6 +53,7 @@ import contextlib
 import gzip
 import json
 import math
+import statistics
 import sys
 import tempfile
 import time
@@ -108,16 +109,23 @@ def _client(variant: str, c: int) -> httpx.AsyncClient:
     return bench_http()
 
 
-def _body_of(variant: str) -> Callable[[dict[str, Any]], dict[str, Any]]:
+def _whole(body: dict[str, Any]) -> dict[str, Any]:
+    """``body`` asking for one whole answer instead of a stream (``--whole``)."""
+    out = {k: v for k, v in body.items() if k != "stream_options"}
+    return out | {"stream": False}
+
+
+def _body_of(variant: str, whole: bool = False) -> Callable[[dict[str, Any]], dict[str, Any]]:
     """How a variant changes the static arm's body.
 
     ``fbody``: Fronde's upstream body (a body with stops loses them and asks for
     ``timings_per_token``; one without stops, or with tools, is sent unchanged, as Fronde
-    sends it).
+    sends it). ``whole``: every variant's body asks for a whole answer (:func:`_whole`).
     """
+    end = _whole if whole else (lambda body: body)
     if variant == "fbody":
-        return lambda body: OwnedStops.take(body, chat="messages" in body)[0]
-    return lambda body: body
+        return lambda body: end(OwnedStops.take(body, chat="messages" in body)[0])
+    return end
 
 
 SERVERS = {"plain": Mode.BASELINE, "cascade": Mode.CASCADE, "default": Mode.NGRAM_MOD}
@@ -138,6 +146,8 @@ class Setup:
         skip: item ids left out (the load run's screened loops, ``--skip-from``).
         server: the static arm (:data:`SERVERS`).
         partner: the second static arm of ``other`` and ``race`` (:data:`SERVERS`).
+        whole: every request asks for a whole answer (``stream`` false): its time to
+            first token is then the time to the whole answer.
     """
 
     c: int
@@ -147,6 +157,7 @@ class Setup:
     skip: tuple[str, ...] = ()
     server: str = "plain"
     partner: str | None = None
+    whole: bool = False
 
 
 async def race(
@@ -223,7 +234,7 @@ async def block(variant: str, rep: int, setup: Setup) -> list[dict[str, Any]]:
         arms = [partner] if variant == "other" else [static, partner]
     form = profile_of(settings).prompt_form
     mix = agent_mix(setup.items, skip=setup.skip)
-    shape = _body_of(variant)
+    shape = _body_of(variant, setup.whole)
     out: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="hop-") as logs:
         async with contextlib.AsyncExitStack() as stack:
@@ -238,7 +249,8 @@ async def block(variant: str, rep: int, setup: Setup) -> list[dict[str, Any]]:
             t_start = time.perf_counter()
 
             async def one(order: int, body: dict[str, Any], item_id: str) -> None:
-                head = {"arm": variant, "rep": rep, "level": f"c{c}", "item": item_id}
+                level = f"c{c}-whole" if setup.whole else f"c{c}"
+                head = {"arm": variant, "rep": rep, "level": level, "item": item_id}
                 head |= {"order": order, "t0": round(time.perf_counter() - t_start, 4)}
                 try:
                     if len(targets) > 1:
@@ -264,6 +276,30 @@ async def block(variant: str, rep: int, setup: Setup) -> list[dict[str, Any]]:
 async def _one(http: httpx.AsyncClient, target: Target, form: str, body: dict[str, Any]) -> None:
     """A warm-up request."""
     await send(http, target.base_url, form, body, target.headers)
+
+
+def _ttft_delta(samples: list[dict[str, Any]], name: str, base_name: str, loops: set[str]) -> str:
+    """Median of the item-by-item differences in time to first token against the base, ms.
+
+    Each answered item of a ``name`` block less the same item's in the base's block of
+    the same repetition (c = 1 sends the items in the same order), looping items left out;
+    the interval is the lowest and highest repetition's own median. With ``--whole`` the
+    time to first token is the time to the whole answer.
+    """
+    first: dict[tuple[str, int, str], float] = {
+        (s["arm"], s["rep"], s["item"]): s["ttft_s"]
+        for s in samples
+        if s["ok"] and s.get("ttft_s") is not None and s["item"] not in loops
+    }
+    by_rep: dict[int, list[float]] = {}
+    for (arm, rep, item), t in first.items():
+        if arm == name and (base := first.get((base_name, rep, item))) is not None:
+            by_rep.setdefault(rep, []).append(1000 * (t - base))
+    if name == base_name or not by_rep:
+        return "–"
+    every = [d for ds in by_rep.values() for d in ds]
+    meds = [statistics.median(ds) for ds in by_rep.values()]
+    return f"{statistics.median(every):+.2f} [{min(meds):+.2f}, {max(meds):+.2f}]"
 
 
 def _paired(tok_s: dict[Any, float], base: dict[Any, float]) -> list[float]:
@@ -308,8 +344,8 @@ def table(files: list[list[dict[str, Any]]]) -> list[str]:
     base = rows[base_name].tok_s_reps if base_name in rows else {}
     lines = [
         "| variant | blocks | tok/s | [lo, hi] | srv tok/s | p50 s | ttft s "
-        f"| ÷ {base_name} | 95 % |",
-        "|---|---:|---:|---|---:|---:|---:|---:|---|",
+        f"| ÷ {base_name} | 95 % | ttft − {base_name}'s, ms [reps' lo, hi] |",
+        "|---|---:|---:|---|---:|---:|---:|---:|---|---|",
     ]
     for name in VARIANTS:
         r = rows.get(name)
@@ -321,7 +357,8 @@ def table(files: list[list[dict[str, Any]]]) -> list[str]:
         ci = f"[{lo:.2f}, {hi:.2f}]" if ratios and not math.isnan(lo) else "–"
         lines.append(
             f"| {name} | {r.reps} | {r.tok_s:.0f} | [{r.tok_s_lo:.0f}, {r.tok_s_hi:.0f}] | "
-            f"{r.server_tok_s} | {r.p50_s:.2f} | {r.ttft_s} | {paired} | {ci} |"
+            f"{r.server_tok_s} | {r.p50_s:.2f} | {r.ttft_s} | {paired} | {ci} | "
+            f"{_ttft_delta(samples, name, base_name, set(loops))} |"
         )
     if "race" in rows and "other" in rows and base:
         other = rows["other"].tok_s_reps
@@ -358,6 +395,7 @@ def main() -> int:
     ap.add_argument("--out", type=Path, help="a new file: each block's records, as measured")
     ap.add_argument("--report", type=Path, nargs="+", help="re-read these runs' records")
     ap.add_argument("--budget-s", type=float, default=400.0, help="start no block after this")
+    ap.add_argument("--whole", action="store_true", help="whole answers, not streams")
     args = ap.parse_args()
     if args.report:
         runs = [[json.loads(line) for line in _text(f).splitlines()] for f in args.report]
@@ -381,6 +419,7 @@ def main() -> int:
         skip,
         args.server,
         args.partner,
+        args.whole,
     )
     variants: list[str] = args.variant or [
         v for v in VARIANTS if args.partner is not None or v not in PAIRED

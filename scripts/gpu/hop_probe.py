@@ -122,10 +122,15 @@ def _body_of(variant: str, whole: bool = False) -> Callable[[dict[str, Any]], di
     ``timings_per_token``; one without stops, or with tools, is sent unchanged, as Fronde
     sends it). ``whole``: every variant's body asks for a whole answer (:func:`_whole`).
     """
-    end = _whole if whole else (lambda body: body)
+    end: Callable[[dict[str, Any]], dict[str, Any]] = _whole if whole else _same
     if variant == "fbody":
         return lambda body: end(OwnedStops.take(body, chat="messages" in body)[0])
     return end
+
+
+def _same(body: dict[str, Any]) -> dict[str, Any]:
+    """``body`` as it is."""
+    return body
 
 
 SERVERS = {"plain": Mode.BASELINE, "cascade": Mode.CASCADE, "default": Mode.NGRAM_MOD}

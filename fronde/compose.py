@@ -17,7 +17,8 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any
 
-from fronde.backends.client import BackendClient, make_http_client
+from fronde.backends.client import BackendClient
+from fronde.backends.connections import connections_per_server, make_http_client
 from fronde.backends.pool import BackendPool
 from fronde.backends.pool_plan import LOG_RUNS_KEPT, remote_plan, run_log_dir
 from fronde.backends.single import with_fields
@@ -387,7 +388,8 @@ def build_runtime(
         settings, measurements=measurements, cache=cache, store=store, events=metrics
     )
     late.router, late.swap = router, swap
-    client = BackendClient(make_http_client(settings.upstream))
+    per_server = connections_per_server(settings.backend.parallel)
+    client = BackendClient(make_http_client(settings.upstream, per_server))
     dispatcher = Dispatcher(settings, the_pool, client, router, swap)
     return Runtime(
         settings, the_pool, client, router, metrics, dispatcher, swap, store, on_fatal, on_ready

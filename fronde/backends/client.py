@@ -18,14 +18,13 @@ from typing import TypeVar
 import aiohttp
 import anyio
 import httpx
-from httpx_aiohttp import AiohttpTransport
 
 from fronde.backends.aiohttp_body import aiohttp_reader
 from fronde.backends.aiohttp_post import aiohttp_session, encode_json, post_stream
 from fronde.backends.body_tap import BodyTap
+from fronde.backends.connections import KEEPALIVE_S, make_http_client
 from fronde.backends.slots import Pin, SlotPins
 from fronde.backends.upstream_errors import backend_error, send_once_retried, translate
-from fronde.config_sections import UpstreamSettings
 from fronde.errors import (
     BackendConnectionError,
     BackendStreamError,
@@ -34,6 +33,7 @@ from fronde.json_types import JSON, JSONObject
 from fronde.stamps import stamp
 
 __all__ = [
+    "KEEPALIVE_S",
     "TRANSPORT_ERRORS",
     "BackendClient",
     "UpstreamStream",
@@ -46,37 +46,6 @@ TRANSPORT_ERRORS: tuple[type[Exception], ...] = (httpx.HTTPError, aiohttp.Client
 httpx-aiohttp 0.2 leaves unmapped (it maps only the common ones)."""
 
 _T = TypeVar("_T")
-
-KEEPALIVE_S = 2.0
-"""Idle pooled connections to a backend are dropped after this, seconds."""
-
-
-def make_http_client(upstream: UpstreamSettings) -> httpx.AsyncClient:
-    """Build the one pooled client Fronde uses for all backends.
-
-    Timeouts come from settings, never httpx's 5 s default; responses are not
-    gzip-negotiated (``accept-encoding: identity``) so SSE bytes flow unbuffered.
-    With ``upstream.client = "aiohttp"`` the bytes travel through aiohttp (the
-    ``httpx-aiohttp`` transport) instead of httpcore: the same httpx API, about
-    1 ms less per request on this CPU (``results/overhead-*``).
-    """
-    # llama-server (cpp-httplib) closes an idle keep-alive connection after 5 s
-    # (CPPHTTPLIB_KEEPALIVE_TIMEOUT_SECOND); drop ours well before that.
-    limits = httpx.Limits(
-        max_connections=512, max_keepalive_connections=64, keepalive_expiry=KEEPALIVE_S
-    )
-    transport = AiohttpTransport(limits=limits) if upstream.client == "aiohttp" else None
-    return httpx.AsyncClient(
-        transport=transport,
-        timeout=httpx.Timeout(
-            connect=upstream.connect_timeout_s,
-            read=upstream.read_timeout_s,
-            write=upstream.write_timeout_s,
-            pool=upstream.pool_timeout_s,
-        ),
-        limits=limits,
-        headers={"accept-encoding": "identity"},
-    )
 
 
 def split_lines(tail: bytes, part: bytes) -> tuple[list[bytes], bytes]:

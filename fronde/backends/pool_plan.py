@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from fronde.backends.connections import connections_per_server
 from fronde.backends.process import LaunchSpec
 from fronde.backends.single import STOCK_FILE, known_stock, mode_fields, single_args
 from fronde.config import Settings
@@ -76,6 +77,8 @@ def _common_args(settings: Settings, profile: Profile, target: Path) -> list[str
     b = settings.backend
     common = ["-m", str(target), "-c", str(b.ctx_size), "-t", str(b.threads)]
     common += ["-np", str(b.parallel)]
+    # A fixed HTTP thread for every connection Fronde may open to it (connections.py).
+    common += ["--threads-http", str(connections_per_server(b.parallel))]
     # --alias: responses carry the public model name, never the GGUF's path.
     common += ["--alias", settings.public_model, "--metrics", "--no-webui"]
     if profile.chat_template:

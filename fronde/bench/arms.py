@@ -251,10 +251,16 @@ async def started(
         await asyncio.to_thread(cm.__exit__, None, None, None)
 
 
+THREADS_HTTP = "--threads-http"
+"""llama-server's flag for its fixed HTTP threads."""
+
+
 def static_argv(arm: Arm, settings: Settings) -> tuple[Path, list[str]]:
     """The llama-server binary and argv a static ``arm`` starts under ``settings``.
 
-    ``backend.plain_args`` go to no arm that adds speculation flags.
+    ``backend.plain_args`` go to no arm that adds speculation flags, and none gets the
+    ``--threads-http`` Fronde gives the servers it starts
+    (:mod:`fronde.backends.connections`): a static arm is the server a user runs.
 
     Raises:
         FrondeError: llama-server is not installed, or the model is missing.
@@ -274,6 +280,8 @@ def static_argv(arm: Arm, settings: Settings) -> tuple[Path, list[str]]:
     if mode not in plan.specs:
         raise FrondeError(f"arm {arm.name}: {plan.left_out.get(mode, f'no {mode} backend')}")
     args = [a for a in plan.specs[mode].args if a not in arm.unflags]
+    if THREADS_HTTP in args:  # Fronde's own setting for its servers, not a user's
+        del args[args.index(THREADS_HTTP) : args.index(THREADS_HTTP) + 2]
     for flag, value in arm.sets:
         if flag in args:
             args[args.index(flag) + 1] = value

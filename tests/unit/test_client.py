@@ -110,6 +110,36 @@ async def raw_server(
         await server.wait_closed()
 
 
+@pytest.mark.parametrize(("per_server", "most"), [(2, 2), (None, 4)])
+async def test_aiohttp_opens_at_most_per_server_connections_to_a_server(
+    per_server: int | None, most: int
+) -> None:
+    # llama-server's HTTP threads each serve one connection (connections.py): Fronde
+    # must not open more to one server than it started that server with.
+    open_now: list[int] = [0]
+    most_open: list[int] = [0]
+
+    async def slow(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        open_now[0] += 1
+        most_open[0] = max(most_open[0], open_now[0])
+        await reader.readuntil(b"\r\n\r\n")
+        await asyncio.sleep(0.2)
+        body = b'{"ok": true}'
+        head = f"HTTP/1.1 200 OK\r\nconnection: close\r\ncontent-length: {len(body)}\r\n\r\n"
+        writer.write(head.encode() + body)
+        await writer.drain()
+        writer.close()
+        open_now[0] -= 1
+
+    upstream = UpstreamSettings(client="aiohttp")
+    c = BackendClient(make_http_client(upstream, per_server))
+    async with raw_server(slow) as url:
+        answers = await asyncio.gather(*(c.post_json(url, "/v1/completions", {}) for _ in range(4)))
+        await c.http.aclose()
+    assert answers == [{"ok": True}] * 4
+    assert most_open[0] == most
+
+
 async def test_aiohttp_silent_backend_is_a_timeout() -> None:
     async def silent(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         await reader.readuntil(b"\r\n\r\n")

@@ -663,6 +663,10 @@ def test_plain_args_reach_the_baseline_backend_and_the_plain_arm_only(
     assert "--backend-sampling" in static_argv(arms["plain"], settings)[1]
     for name in ("default", "cascade"):
         assert "--backend-sampling" not in static_argv(arms[name], settings)[1]
+    # Fronde's HTTP threads go to its own servers, never to a server a user would run.
+    assert all("--threads-http" in spec.args for spec in plan.specs.values())
+    for name in ("plain", "default", "cascade"):
+        assert "--threads-http" not in static_argv(arms[name], settings)[1]
 
 
 def _record_blocks(store: Store, samples: list[dict[str, Any]]) -> None:

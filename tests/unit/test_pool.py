@@ -53,6 +53,39 @@ def test_plan_leaves_out_draft_without_draft_model(tmp_path: Path) -> None:
     assert "--spec-type" not in plan.specs[Mode.BASELINE].args
 
 
+@pytest.mark.parametrize(("parallel", "threads"), [(1, 68), (32, 192)])
+def test_every_server_gets_a_fixed_http_thread_for_each_connection_fronde_opens(
+    tmp_path: Path, parallel: int, threads: int
+) -> None:
+    # b11434's default (max(np + 4, cores - 1)) let a burst of connections wait seconds
+    # for a thread (fronde/backends/connections.py); a user's own value comes later, and wins.
+    profile = load_profile(REPO_MODELS, "cpu-gemma-270m")
+    _sparse_gguf(tmp_path, profile.target.size or 1)
+    settings = load_settings(models_dir=tmp_path, cache_dir=tmp_path)
+    backend = settings.backend.model_copy(update={"parallel": parallel})
+    plan = plan_pool(
+        settings.model_copy(update={"backend": backend}),
+        profile,
+        Path("/bin/llama-server"),
+        tmp_path,
+    )
+    for spec in plan.specs.values():
+        assert spec.args[spec.args.index("--threads-http") + 1] == str(threads)
+    own = backend.model_copy(update={"extra_args": ["--threads-http", "500"]})
+    args = (
+        plan_pool(
+            settings.model_copy(update={"backend": own}),
+            profile,
+            Path("/bin/llama-server"),
+            tmp_path,
+        )
+        .specs[Mode.BASELINE]
+        .args
+    )
+    flags = [i for i, a in enumerate(args) if a == "--threads-http"]
+    assert [args[i + 1] for i in flags] == [str(threads), "500"]
+
+
 def test_a_builtin_template_name_turns_jinja_off(tmp_path: Path) -> None:
     profile = load_profile(REPO_MODELS, "cpu-gemma-270m").model_copy(
         update={"chat_template": "gemma"}

@@ -170,6 +170,8 @@ case "${1:?step}" in
     # load step's ngram-mod settings, so that `default` and `cascade` are Fronde's modes.
     # HOP_PARTNER (a second server) adds the `other` and `race` variants: both servers
     # at once, each request to both, the first answer kept.
+    # HOP_TAG names the records file apart (two runs in one call: HOP_TAG=-whole with
+    # `--whole` in HOP_VARIANTS asks every variant for whole answers).
     profile=${PROFILE:-cpu-gemma-270m}
     server=${HOP_SERVER:-plain}
     clients=${HOP_CLIENTS:-32}
@@ -180,7 +182,7 @@ case "${1:?step}" in
       FRONDE_SPECULATION__NGRAM_MOD_N_MIN=48 FRONDE_SPECULATION__NGRAM_MOD_N_MAX=64 \
       python3 scripts/gpu/hop_probe.py --clients "$clients" --slots "${HOP_SLOTS:-32}" \
       --reps "${HOP_REPS:-4}" --server "$server" ${HOP_PARTNER:+--partner "$HOP_PARTNER"} ${HOP_VARIANTS:-} \
-      --budget-s "${HOP_BUDGET_S:-400}" --out "$OUT/hop-$profile-$server${HOP_PARTNER:+-$HOP_PARTNER}-c$clients.jsonl" \
+      --budget-s "${HOP_BUDGET_S:-400}" --out "$OUT/hop-$profile-$server${HOP_PARTNER:+-$HOP_PARTNER}-c$clients${HOP_TAG:-}.jsonl" \
       2>&1 | grep -v "\[info"
     ;;
   burst-hop)

@@ -212,15 +212,22 @@ class BackendClient:
         return body, pin
 
     async def _settle(self, base_url: str, path: str, body: JSONObject) -> float:
-        """Before pinning beside a request the server placed itself, learn its slot; ms spent.
+        """Before pinning, learn a loose request's slot, or wait for one let go; ms spent.
 
-        Again after each lookup: that request may have ended, and another begun, meanwhile.
+        The slot of a request the server placed itself (:meth:`SlotPins.settle`), or a
+        slot let go while Fronde holds them all (:meth:`SlotPins.wait_free`). Again after
+        each wait: that request may have ended, and another begun, meanwhile. A wait for a
+        free slot that times out sends the request without ``id_slot``.
         """
-        if not self.pins.unsettled(base_url, path, body):
+        pins = self.pins
+        if not pins.unsettled(base_url, path, body) and not pins.full(base_url, path, body):
             return 0.0
         t0 = time.monotonic()
-        while self.pins.unsettled(base_url, path, body):
-            await self.pins.settle(base_url, lambda: self.get_json(base_url, "/slots"))
+        while True:
+            if pins.unsettled(base_url, path, body):
+                await pins.settle(base_url, lambda: self.get_json(base_url, "/slots"))
+            elif not pins.full(base_url, path, body) or not await pins.wait_free(base_url):
+                break
         return (time.monotonic() - t0) * 1000
 
     def _unpin(self, base_url: str, pin: Pin | None) -> None:

@@ -31,6 +31,11 @@ came (b11434 sends them when it has given the request a slot); a whole answer's 
 come with its end, so for one Fronde reads ``/slots`` every :data:`WATCH_S` until a slot
 it does not hold shows busy (the loose request placed) or the loose request ends.
 
+A generation that finds every slot held waits in Fronde for one let go
+(:meth:`SlotPins.wait_free`, at most :data:`FREE_WAIT_S`) and takes it, rather than going
+without ``id_slot`` to the server's queue, where it could take the slot that a pinned
+request just sent was on its way to.
+
 A probed answer's segments on one server run on one slot (:meth:`SlotPins.keep`): the
 probe's, whose KV cache holds the prompt and the tokens so far, so a continuation there
 prefills only what is new (``cache_prompt``); the slot stays held between the segments.
@@ -54,7 +59,15 @@ import structlog
 
 from fronde.json_types import JSON, JSONObject, json_int
 
-__all__ = ["GENERATION_PATHS", "LOOKUP_S", "SETTLE_WAIT_S", "WATCH_S", "Pin", "SlotPins"]
+__all__ = [
+    "FREE_WAIT_S",
+    "GENERATION_PATHS",
+    "LOOKUP_S",
+    "SETTLE_WAIT_S",
+    "WATCH_S",
+    "Pin",
+    "SlotPins",
+]
 
 log = structlog.get_logger(__name__)
 
@@ -69,6 +82,13 @@ WATCH_S = 0.005
 """Seconds between two ``GET /slots`` while :meth:`SlotPins.settle` waits for a loose
 whole answer to show on a slot: b11434 gives a queued request a slot at its main loop's
 next turn, so the first or second read shows it."""
+
+FREE_WAIT_S = 30.0
+"""Longest a generation waits for a slot to be let go while Fronde holds every slot of its
+server, s (:meth:`SlotPins.wait_free`); then it goes without ``id_slot`` and the server
+queues it. Sent without ``id_slot`` at once, such a request raced the pinned ones Fronde
+had just sent: on the 2-core CPU (SmolLM2, 8 slots, 16 requests at once) one took the slot
+a pinned request was on its way to, and that request waited a whole answer more."""
 
 LOOKUP_S = 0.5
 """The longest :meth:`SlotPins.settle` waits for ``GET /slots``, s: b11434 posts it to
@@ -154,6 +174,7 @@ class SlotPins:
         self._kept: dict[str, Counter[int]] = {}  # slots kept between a splice's segments
         self._loose: dict[str, Pin] = {}  # the loose generation in flight, per backend
         self._blind: set[str] = set()  # backends whose GET /slots failed: never loose
+        self._freed: dict[str, asyncio.Event] = {}  # set when a slot is let go
 
     def count_with(self, count: Callable[[str], int]) -> None:
         """Pin on the backends for which ``count(base_url)`` (their ``-np``) is above 1."""
@@ -167,7 +188,8 @@ class SlotPins:
 
         None (the server picks) for a path that takes no slot, a backend with one
         slot or none pinned, a body that names its own ``id_slot``, or every slot
-        held (the server queues the request until one frees).
+        held (the server queues the request until one frees; the client first waits for one
+        let go, :meth:`wait_free`, up to :data:`FREE_WAIT_S`).
         """
         n = self._pinnable(base_url, path, body)
         return self._take(base_url, n) if n else None
@@ -291,6 +313,31 @@ class SlotPins:
                 await asyncio.wait_for(pin.sent.wait(), WATCH_S)
         return set()
 
+    def full(self, base_url: str, path: str, body: JSONObject) -> bool:
+        """Whether a request to ``path`` would be pinned on ``base_url`` and every slot is held."""
+        n = self._pinnable(base_url, path, body)
+        held = self.held(base_url)
+        return bool(n) and all(i in held for i in range(n))
+
+    async def wait_free(self, base_url: str, most_s: float = FREE_WAIT_S) -> bool:
+        """Wait until a slot of ``base_url`` is let go; False after ``most_s`` seconds without.
+
+        Every waiter wakes at each slot let go and checks :meth:`full` again (the first
+        to run takes it, with no await before its :meth:`begin`).
+        """
+        freed = self._freed.setdefault(base_url, asyncio.Event())
+        try:
+            await asyncio.wait_for(freed.wait(), most_s)
+        except TimeoutError:
+            return False
+        return True
+
+    def _let_go(self, base_url: str) -> None:
+        """Wake the requests waiting for a slot of ``base_url`` (:meth:`wait_free`)."""
+        freed = self._freed.pop(base_url, None)
+        if freed is not None:
+            freed.set()
+
     def end(self, base_url: str, pin: Pin | None) -> None:
         """The request of ``pin`` (from :meth:`begin`; None is a no-op) has ended."""
         if pin is None:
@@ -302,11 +349,13 @@ class SlotPins:
         if self._loose.get(base_url) is pin:
             del self._loose[base_url]
         self._taken.get(base_url, set()).difference_update(pin.found)
+        self._let_go(base_url)
 
     def give(self, base_url: str, slot: int | None) -> None:
         """Release ``slot`` (from :meth:`take`; None is a no-op)."""
         if slot is not None:
             self._taken.get(base_url, set()).discard(slot)
+            self._let_go(base_url)
 
     def keep(self, base_url: str, slot: int) -> None:
         """Hold ``slot`` of ``base_url`` for requests that name it themselves (``id_slot``).
@@ -324,6 +373,7 @@ class SlotPins:
             kept[slot] -= 1
             if not kept[slot]:
                 del kept[slot]
+                self._let_go(base_url)
 
     def held(self, base_url: str) -> frozenset[int]:
         """The slot ids held on ``base_url`` now: taken by a request, or kept."""

@@ -159,6 +159,47 @@ async def test_requests_arriving_together_share_one_lookup() -> None:
     assert sorted(b["id_slot"] for b in bodies if "id_slot" in b) == [12, 13, 14]
 
 
+async def test_with_every_slot_held_a_request_waits_for_one_let_go_and_takes_it() -> None:
+    # Sent without id_slot at once, it could take the slot a pinned request was on its
+    # way to (SlotPins.FREE_WAIT_S); it waits for a slot Fronde lets go instead.
+    c, bodies = recording_client(busy=(1,))
+    c.pins = pins_of(2)
+    order: list[str] = []
+
+    async def third() -> None:
+        async with c.stream("http://b", CHAT, {"stream": True}):
+            order.append("third sent")
+
+    async with c.stream("http://b", CHAT, {"stream": True}) as first:  # loose: on 1
+        # The second, pinned beside the first, ends inside the task group: the third waits.
+        async with (
+            anyio.create_task_group() as tg,
+            c.stream("http://b", CHAT, {"stream": True}),
+        ):
+            assert c.pins.full("http://b", CHAT, {})
+            tg.start_soon(third)
+            await anyio.sleep(0.05)
+            assert order == []  # still waiting: both slots held
+            order.append("second ends")
+        assert order == ["second ends", "third sent"]
+        [_ async for _ in first.lines()]
+    sent = [b for b in bodies if b.get("stream")]
+    assert "id_slot" not in sent[0]
+    assert sent[1]["id_slot"] == sent[2]["id_slot"] == 0  # the slot let go, pinned again
+    assert c.pins.held("http://b") == frozenset()
+
+
+async def test_a_wait_for_a_free_slot_gives_up_after_its_time() -> None:
+    pins = pins_of(2)
+    assert pins.take("http://b", CHAT, {}) == 0
+    assert pins.take("http://b", CHAT, {}) == 1
+    assert pins.full("http://b", CHAT, {})
+    assert not pins.full("http://b", "/tokenize", {})  # takes no slot
+    assert not await pins.wait_free("http://b", most_s=0.01)
+    pins.give("http://b", 0)
+    assert not pins.full("http://b", CHAT, {})
+
+
 async def test_a_failed_lookup_pins_as_before() -> None:
     c, bodies = recording_client(slots_status=501)  # llama-server started with --no-slots
     async with (

@@ -167,7 +167,7 @@ class UpstreamStream:
             if lines:
                 yield lines
         if tail:
-            yield [tail[:-1] if tail.endswith(b"\r") else tail]
+            yield split_lines(tail, b"\n")[0]  # a last line without its newline
 
     def raw(self) -> AsyncIterator[bytes]:
         """The body's bytes as they arrive (from aiohttp's reader where there is one).

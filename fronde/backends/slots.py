@@ -113,6 +113,11 @@ def _unpinned(_url: str) -> int:
     return 0
 
 
+def _free(held: frozenset[int], n: int) -> list[int]:
+    """The ids of a server's ``n`` slots that ``held`` leaves free."""
+    return [i for i in range(n) if i not in held]
+
+
 def _processing(slots: JSON) -> set[int]:
     """The ids of the slots ``GET /slots`` shows processing (a list of ``{"id", "is_processing"}``).
 
@@ -196,15 +201,14 @@ class SlotPins:
 
     def _take(self, base_url: str, n: int) -> int | None:
         """:meth:`take` on a backend of ``n`` slots, the request known to be pinnable."""
-        taken = self._taken.setdefault(base_url, set())
         held = self.held(base_url)
-        free = [i for i in range(n) if i not in held]
+        free = _free(held, n)
         if not free:
             return None
         # Runs of consecutive held ids after taking i: one fewer where i joins two, the
         # same where it extends one, one more where it stands alone.
         slot = max(free, key=lambda i: ((i - 1 in held) + (i + 1 in held), -i))
-        taken.add(slot)
+        self._taken.setdefault(base_url, set()).add(slot)
         return slot
 
     def _pinnable(self, base_url: str, path: str, body: JSONObject) -> int:
@@ -316,8 +320,7 @@ class SlotPins:
     def full(self, base_url: str, path: str, body: JSONObject) -> bool:
         """Whether a request to ``path`` would be pinned on ``base_url`` and every slot is held."""
         n = self._pinnable(base_url, path, body)
-        held = self.held(base_url)
-        return bool(n) and all(i in held for i in range(n))
+        return bool(n) and not _free(self.held(base_url), n)
 
     async def wait_free(self, base_url: str, most_s: float = FREE_WAIT_S) -> bool:
         """Wait until a slot of ``base_url`` is let go; False after ``most_s`` seconds without.

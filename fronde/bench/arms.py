@@ -281,7 +281,8 @@ def static_argv(arm: Arm, settings: Settings) -> tuple[Path, list[str]]:
         raise FrondeError(f"arm {arm.name}: {plan.left_out.get(mode, f'no {mode} backend')}")
     args = [a for a in plan.specs[mode].args if a not in arm.unflags]
     if THREADS_HTTP in args:  # Fronde's own setting for its servers, not a user's
-        del args[args.index(THREADS_HTTP) : args.index(THREADS_HTTP) + 2]
+        at = args.index(THREADS_HTTP)
+        del args[at : at + 2]
     for flag, value in arm.sets:
         if flag in args:
             args[args.index(flag) + 1] = value

@@ -11,6 +11,8 @@ token is one upstream read and one downstream write):
   callback);
   ``fronde+held:DIR`` the same over a fake that sends the text held back for a stop
   string (``--fake-held-stop-text``, as patch 0009), so that ``--stop`` strings go upstream;
+  ``fronde+whole:DIR`` over a fake that also says it stops a whole answer for a gone client
+  (``--fake-whole-stops``, as patch 0010), so that ``--whole`` answers go upstream whole;
   ``fronde-probe:DIR`` Fronde routing between baseline and ngram-mod on one fake
   llama-server that takes per-request speculation (``--fake-per-request``), every
   request probed (``router.probe`` always, the floor baseline, no prediction): the probe
@@ -38,6 +40,10 @@ each arm's difference from the first, paired by round.
     python scripts/relay_cost.py --arm fronde:. --arm fronde:/tmp/old --arm asgi --arm tcp
     python scripts/relay_cost.py --arm asgi --arm wake --arm driven --arm direct --arm tcp
     python scripts/relay_cost.py --arm fronde:. --arm fronde+held:. --arm asgi --stop
+    python scripts/relay_cost.py --arm fronde+held:. --arm fronde+whole:. --whole
+
+With ``--whole`` every request is non-streamed, and a token is one the answer's ``usage``
+counts (the floors relay streams only).
 """
 
 from __future__ import annotations
@@ -222,7 +228,8 @@ def start(arm: str, upstream: str, tps: float, work: Path) -> tuple[subprocess.P
     kind, _, where = arm.partition(":")
     src = Path(where).resolve()
     fake_args = ["--fake-tps", str(tps)]
-    fake_args += ["--fake-held-stop-text"] if kind.endswith("+held") else []
+    fake_args += ["--fake-held-stop-text"] if kind.endswith(("+held", "+whole")) else []
+    fake_args += ["--fake-whole-stops"] if kind.endswith("+whole") else []
     mode = ["--mode", "baseline"]
     probe: dict[str, str] = {}
     if kind == "fronde-probe":
@@ -255,11 +262,12 @@ budget while Fronde matches the string against each event (it owns a stream's st
 
 
 def stream_cpu(
-    url: str, pid: int, n: int, tokens: int, first: int, stop: bool = False
+    url: str, pid: int, n: int, tokens: int, first: int, stop: bool = False, whole: bool = False
 ) -> tuple[float, int]:
     """Stream ``n`` completions of ``tokens`` through ``url``: (CPU s of ``pid``, text events).
 
-    With ``stop``, each request carries :data:`NEVER_STOP`.
+    With ``stop``, each request carries :data:`NEVER_STOP`; with ``whole`` each is
+    non-streamed, and the tokens its ``usage`` counts stand for the text events.
     """
     got = 0
     c0 = cpu_s(pid)
@@ -267,9 +275,13 @@ def stream_cpu(
         for i in range(first, first + n):
             body: dict[str, object] = {"model": "x"}
             body["prompt"] = f"def power_{i}(x): return x to the {i}th power now"
-            body |= {"max_tokens": tokens, "stream": True}
+            body |= {"max_tokens": tokens, "stream": not whole}
             if stop:
                 body["stop"] = [NEVER_STOP]
+            if whole:
+                answer = http.post(f"{url}/v1/completions", json=body).json()
+                got += int(answer["usage"]["completion_tokens"])
+                continue
             with http.stream("POST", f"{url}/v1/completions", json=body) as r:
                 for line in r.iter_lines():
                     if line.startswith("data: {") and '"text":"' in line.replace(" ", ""):
@@ -357,7 +369,7 @@ def fake_dir(work: Path) -> None:
 def main() -> None:
     """Parse the arguments, run the rounds, print one line per arm."""
     ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
-    arm_help = f"fronde[-iter][+held]:DIR, asgi, tcp, {', '.join(UP_ARMS)}"
+    arm_help = f"fronde[-iter][+held|+whole]:DIR, asgi, tcp, {', '.join(UP_ARMS)}"
     ap.add_argument("--arm", action="append", required=True, help=arm_help)
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--requests", type=int, default=20, help="requests of each length a round")
@@ -365,6 +377,7 @@ def main() -> None:
     ap.add_argument("--short", type=int, default=4, help="tokens of a short answer")
     ap.add_argument("--tps", type=float, default=400.0, help="the fake's decode speed")
     ap.add_argument("--stop", action="store_true", help="every request carries a stop string")
+    ap.add_argument("--whole", action="store_true", help="every request is non-streamed")
     ap.add_argument(
         "--profile", type=Path, default=None,
         help="after the rounds, a py-spy profile of each fronde arm into this folder",
@@ -387,9 +400,10 @@ def main() -> None:
             for name, (proc, url) in arms.items():
                 first = k * 1000
                 pid = proc.pid
-                long_s, long_n = stream_cpu(url, pid, args.requests, args.long, first, args.stop)
+                shape = {"stop": args.stop, "whole": args.whole}
+                long_s, long_n = stream_cpu(url, pid, args.requests, args.long, first, **shape)
                 short_s, short_n = stream_cpu(
-                    url, pid, args.requests, args.short, first + 500, args.stop
+                    url, pid, args.requests, args.short, first + 500, **shape
                 )
                 slope = (long_s - short_s) / max(long_n - short_n, 1)
                 per_token[name].append(slope * 1000)

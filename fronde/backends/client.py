@@ -9,6 +9,7 @@ dispatcher and the API deal in Fronde errors only.
 
 from __future__ import annotations
 
+import json
 import time
 from collections import Counter
 from collections.abc import AsyncGenerator, AsyncIterator, Callable
@@ -169,6 +170,30 @@ class UpstreamStream:
         if tail:
             yield split_lines(tail, b"\n")[0]  # a last line without its newline
 
+    async def json_object(self) -> JSONObject:
+        """The whole body, decoded: a non-streamed answer.
+
+        Raises:
+            BackendStreamError: the body broke.
+            BackendConnectionError: it is not a JSON object.
+        """
+        resp = self._resp
+        try:
+            content = await (
+                resp.read() if isinstance(resp, aiohttp.ClientResponse) else resp.aread()
+            )
+        except TRANSPORT_ERRORS as exc:
+            raise self._broken(exc) from exc
+        try:
+            data: JSON = json.loads(content)
+        except ValueError as exc:
+            raise BackendConnectionError(
+                f"backend {self.url} sent a body that is not JSON"
+            ) from exc
+        if not isinstance(data, dict):
+            raise BackendConnectionError(f"backend {self.url} sent JSON that is not an object")
+        return data
+
     def raw(self) -> AsyncIterator[bytes]:
         """The body's bytes as they arrive (from aiohttp's reader where there is one).
 
@@ -304,9 +329,12 @@ class BackendClient:
 
     @asynccontextmanager
     async def stream(
-        self, base_url: str, path: str, body: JSONObject
+        self, base_url: str, path: str, body: JSONObject, *, whole: bool = False
     ) -> AsyncGenerator[UpstreamStream]:
         """POST ``body`` (``"stream": true``) and yield the answer with its body still unread.
+
+        ``whole``: ``body`` asks for one JSON answer (``"stream": false``), whose
+        headers come with its end; read it with :meth:`UpstreamStream.json_object`.
 
         On a backend with pinned slots, a generation to an idle server goes without
         ``id_slot`` (the server places it as it would alone) and the next ones beside it
@@ -325,7 +353,7 @@ class BackendClient:
         """
         url = base_url + path
         settle_ms = await self._settle(base_url, path, body)
-        body, pin = self._pin(base_url, path, body, early=True)
+        body, pin = self._pin(base_url, path, body, early=not whole)
         session = aiohttp_session(self.http)
         resp: httpx.Response | aiohttp.ClientResponse
         try:

@@ -1,12 +1,14 @@
 """What a llama-server says of itself in ``GET /props``: read once per base URL, kept.
 
-Fronde reads four facts there, each of a backend's binary, flags or model:
+Fronde reads five facts there, each of a backend's binary, flags or model:
 
 ==========================  ===============================================  ==============
 fact                        where in ``/props``                              read by
 ==========================  ===============================================  ==============
 per-request speculation     ``speculative_per_request`` (Fronde's patches)   the start check
 held stop text in streams   ``stream_sends_held_stop_text`` (patch 0009)     the relay's stops
+a gone client's whole       ``whole_answer_stops_for_gone_client``           whole answers
+answer cancelled            (patch 0010)
 the server's speculators    ``default_generation_settings.params              remote hosts
                             ["speculative.types"]`` (patch 0004)
 tools in the chat template  ``chat_template_caps.supports_tools``            ``tool_choice``
@@ -43,6 +45,7 @@ __all__ = [
     "HELD_STOP_FLAG",
     "PER_REQUEST_FLAG",
     "PROPS_TIMEOUT_S",
+    "WHOLE_STOPS_FLAG",
     "Props",
     "PropsCache",
     "read_props",
@@ -53,6 +56,9 @@ PER_REQUEST_FLAG = "speculative_per_request"
 
 HELD_STOP_FLAG = "stream_sends_held_stop_text"
 """Top-level key of ``GET /props`` on a llama-server with patch 0009 (true when present)."""
+
+WHOLE_STOPS_FLAG = "whole_answer_stops_for_gone_client"
+"""Top-level key of ``GET /props`` on a llama-server with patch 0010 (true when present)."""
 
 PROPS_TIMEOUT_S = 10.0
 """The longest one ``GET /props`` of :class:`PropsCache` may take, s (it answers at once
@@ -69,6 +75,9 @@ class Props:
             asks the server to act on them).
         held_stop_text: ``stream_sends_held_stop_text`` is true (patch 0009: a stream that
             ends at its budget sends the text held back for a partial stop match).
+        whole_stops: ``whole_answer_stops_for_gone_client`` is true (patch 0010: a
+            non-streamed request whose client has gone is cancelled within a second
+            under any load).
         spec_types: the ``--spec-type`` names the server runs (patch 0004; empty: no
             speculation); None where ``/props`` does not show them (a stock build).
         supports_tools: ``chat_template_caps.supports_tools``; None where absent.
@@ -76,6 +85,7 @@ class Props:
 
     per_request_speculation: bool = False
     held_stop_text: bool = False
+    whole_stops: bool = False
     spec_types: frozenset[str] | None = None
     supports_tools: bool | None = None
 
@@ -92,6 +102,7 @@ class Props:
         return cls(
             per_request_speculation=data.get(PER_REQUEST_FLAG) is True,
             held_stop_text=data.get(HELD_STOP_FLAG) is True,
+            whole_stops=data.get(WHOLE_STOPS_FLAG) is True,
             # b11434 writes the list comma-joined, "none" without speculation.
             spec_types=None
             if not isinstance(shown, str)

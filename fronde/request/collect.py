@@ -1,14 +1,26 @@
-"""A non-streamed answer, assembled from the backend's stream.
+"""A non-streamed answer: asked whole where the server stops it for a gone client, else assembled.
 
-Fronde asks llama-server for a stream even when the client wants one JSON answer,
-because llama-server b11434 stops a *streamed* task the moment its connection closes
-and keeps generating a non-streamed one to the end (measured on gemma: a 400-token
-answer whose client left after 1.5 s still held the slot 4 s later; a stream freed
-it in 0.07 s). So a client that leaves frees its slot on every route, and the stop
-strings, usage and timings come through the same relay as a stream's
-(:func:`~fronde.request.relay.relay_sse`): the stop strings by the stream's own rule
-(:func:`~fronde.request.choices.take_stops`), so on a server with patch 0009 they stay
-upstream and no event is matched in Python.
+llama-server b11434 stops a *streamed* task the moment its connection closes, but a
+non-streamed one only when no other task's result has come for a second
+(``server_response::recv_with_timeout`` restarts its wait at every wake, so
+``server_response_reader::next`` never polls the connection while other slots decode;
+measured on gemma: a 400-token answer whose client left after 1.5 s still held the slot
+4 s later; a stream freed it in 0.07 s). So on a stock server Fronde asks for a stream
+even when the client wants one JSON answer: a client that leaves frees its slot on every
+route, and the stop strings, usage and timings come through the same relay as a
+stream's (:func:`~fronde.request.relay.relay_sse`): the stop strings by the stream's own
+rule (:func:`~fronde.request.choices.take_stops`), so on a server with patch 0009 they
+stay upstream and no event is matched in Python.
+
+On a server with Fronde's patch 0010 (``/props`` says
+``whole_answer_stops_for_gone_client``: the wait polls the connection once a second under
+any load) a request for one choice is sent as the client sent it, ``"stream": false``,
+and llama-server's own answer is passed on (:func:`answer_whole`): the server then skips
+a stream's work per token (a partial result, its JSON, a write) and Fronde parses one
+body instead of an event a token. It is the answer that server gives a client alone; the
+assembled one differs from it only where llama-server's two paths differ (a
+``"logprobs": null`` the stream's chunks carry; the log-probabilities of a token held
+back for a stop string).
 
 :func:`collect` folds the relayed chunks into OpenAI's non-streamed shape: the
 ``content`` (and ``reasoning_content``) pieces joined, tool-call deltas merged by
@@ -24,6 +36,7 @@ completion chunk object" and "The chat completion object".
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
@@ -35,6 +48,7 @@ from fronde.errors import BackendConnectionError
 from fronde.json_types import JSON, JSONObject
 from fronde.request.choices import choice_index, take_stops
 from fronde.request.native import Kind
+from fronde.request.prompts import prompt_count
 from fronde.request.relay import DONE_LINE, relay_sse
 
 __all__ = ["answer_whole", "collect"]
@@ -255,7 +269,7 @@ async def answer_whole(
     *,
     held: HeldStopText,
 ) -> dict[str, Any]:
-    """One non-streamed OpenAI answer from ``url + path``, asked for as a stream.
+    """One non-streamed OpenAI answer from ``url + path`` (see the module docstring).
 
     Args:
         client: the backend client.
@@ -264,9 +278,10 @@ async def answer_whole(
         body: the client's (non-streamed) request body.
         mode: the backend's mode, for errors and logs.
         on_timings: called with llama-server's ``timings`` (for the router).
-        held: whether a server's streams send the text held back for a stop string:
-            the stop strings stay upstream there, as a relayed stream's do
-            (:func:`~fronde.request.choices.take_stops`).
+        held: the server's ``/props`` facts: whether it stops a whole answer for a
+            gone client (then the answer is asked whole), and whether its streams send
+            the text held back for a stop string (the stop strings stay upstream there,
+            as a relayed stream's do: :func:`~fronde.request.choices.take_stops`).
 
     Returns:
         The answer, as llama-server's non-streamed endpoint shapes it.
@@ -276,8 +291,46 @@ async def answer_whole(
             reached the client).
     """
     kind: Kind = "chat" if path.endswith("/chat/completions") else "text"
+    if await _asked_whole(held, url, kind, body):
+        return await _whole(client, url, path, body, on_timings)
     upstream, stops = await take_stops(body, chat=kind == "chat", url=url, held=held)
     sent: JSONObject = {**upstream, "stream": True, "stream_options": {"include_usage": True}}
     async with client.stream(url, path, sent) as resp:
         relayed = relay_sse(resp, mode, on_timings, include_usage=True, stops=stops)
         return await collect(relayed, kind)
+
+
+async def _asked_whole(held: HeldStopText, url: str, kind: Kind, body: JSONObject) -> bool:
+    """Whether ``body`` goes to ``url`` as one non-streamed request.
+
+    Where the server stops a whole answer for a gone client (patch 0010) and the request
+    asks one choice: llama-server joins several prompts' answers into one object with
+    the first prompt's usage, where the assembled answer sums them.
+    """
+    if body.get("n", 1) != 1 or (kind == "text" and prompt_count(body.get("prompt")) != 1):
+        return False
+    props = await held.props.get(url)
+    return props is not None and props.whole_stops
+
+
+async def _whole(
+    client: BackendClient,
+    url: str,
+    path: str,
+    body: JSONObject,
+    on_timings: Callable[[JSONObject], None] | None,
+) -> dict[str, Any]:
+    """llama-server's own non-streamed answer to ``body``; its ``timings`` to ``on_timings``.
+
+    Raises:
+        BackendError: the backend refused the request or failed.
+    """
+    sent: JSONObject = {k: v for k, v in body.items() if k != "stream_options"}
+    sent["stream"] = False
+    async with client.stream(url, path, sent, whole=True) as resp:
+        data = await resp.json_object()
+    timings = data.get("timings")
+    if on_timings is not None and isinstance(timings, dict):
+        with contextlib.suppress(ValueError, KeyError, TypeError):  # as the relay's report
+            on_timings(timings)
+    return data

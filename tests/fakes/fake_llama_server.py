@@ -49,6 +49,9 @@ rest is ignored) plus knobs in the manner of llama-swap's ``cmd/fake-model``:
   ignored (a binary whose word its behaviour belies).
 - ``--fake-held-stop-text``: as patch 0009, a stream that ends at its budget sends the text
   held back for a partial stop match, and ``/props`` says ``stream_sends_held_stop_text``.
+- ``--fake-whole-stops``: ``/props`` says ``whole_answer_stops_for_gone_client`` (patch
+  0010). A non-streamed answer stops for a gone client either way here, as b11434's does
+  when no other slot decodes.
 - ``--fake-slot N``: the slot a native ``/completion`` without ``id_slot`` runs on, and each
   slot keeps the ids of its last request as its cache: ``prompt_n`` counts only the ids
   past the cached prefix (``cache_prompt``); without it ``prompt_n`` is 10 and the slot 0.
@@ -199,6 +202,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--fake-props-only", action="store_true")
     p.add_argument("--fake-slot", type=int, default=None)
     p.add_argument("--fake-held-stop-text", action="store_true")
+    p.add_argument("--fake-whole-stops", action="store_true")
     p.add_argument("--version", action="store_true")
     args, _unknown = p.parse_known_args(argv)
     return args
@@ -732,6 +736,8 @@ def build_app(args: argparse.Namespace) -> FastAPI:
             shown = ",".join(configured) or "none"
         if args.fake_held_stop_text:
             props["stream_sends_held_stop_text"] = True
+        if args.fake_whole_stops:
+            props["whole_answer_stops_for_gone_client"] = True
         props["default_generation_settings"] = {"params": {"speculative.types": shown}}
         return JSONResponse(props)
 

@@ -75,9 +75,9 @@ def test_a_stream_ending_at_its_budget_in_a_partial_stop_keeps_its_tail(base: st
 
 
 def test_a_whole_answer_leaves_the_stop_upstream_and_equals_the_stream(base: str) -> None:
-    """Fronde's whole answer (asked for as a stream, ``answer_whole``) whose budget ends
-    in a partial stop match: on the patched server its ``stop`` goes upstream, and the
-    answer is the stream's text, tail included."""
+    """Fronde's whole answer (``answer_whole``: asked whole where patch 0010 is, else as
+    a stream) whose budget ends in a partial stop match: on the patched server its
+    ``stop`` goes upstream, and the answer is the stream's text, tail included."""
     free, _ = complete(base, stream=False)
     stop = [free[-3:] + "\u2603never"]
     streamed = complete(base, stream=True, stop=stop)

@@ -139,6 +139,7 @@ class PushRelay:
             # The backend has finished: out of the load before the client reads the
             # end and comes back (Admission.release); the rest of the body gets a while.
             self.adm.close("done")
+            self.upstream.release_slot()  # and its slot, free on the server already
             if self._deadline is not None:
                 loop = asyncio.get_running_loop()
                 self._deadline.reschedule(loop.time() + BODY_END_WAIT_S)

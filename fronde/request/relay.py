@@ -269,6 +269,8 @@ async def relay_sse(
                 # stop it before the client reads the end (the request then leaves the
                 # load, Sender._tracked).
                 await upstream.aclose()
+            elif over:
+                upstream.release_slot()  # llama-server has freed it: before the client's next
             if out:
                 yield b"".join(out)
             if over:

@@ -22,6 +22,7 @@ from fronde.errors import (
     BackendStreamError,
     BackendTimeoutError,
 )
+from fronde.request.relay import relay_sse
 
 pytestmark = pytest.mark.anyio
 
@@ -315,3 +316,44 @@ async def test_a_stream_goes_to_the_aiohttp_session_and_a_stale_connection_is_re
     assert body == '{"prompt":"é","n":1}'.encode()  # as httpx's json= encodes it
     assert b"content-type: application/json" in head.lower()
     assert b"accept-encoding: identity" in head.lower()
+
+
+# --- the slot let go at the answer's end ---------------------------------------------------
+
+
+async def test_a_slot_let_go_at_done_is_not_let_go_again_when_the_body_closes() -> None:
+    """The relay lets a request's slot go at its ``[DONE]``; the next request takes that
+    slot before the first body closes, and the close does not take it from that request."""
+    base = "http://b"
+    c, _ = client_with(httpx.Response(200, content=b"data: [DONE]\n\n"))
+    c.pins.count_with(lambda _url: 4)
+    c.pins.keep(base, 0)  # a held slot: the next requests are pinned beside it, not loose
+    async with c.stream(base, "/v1/completions", {}) as first:
+        assert first.slot == 1 and c.pins.held(base) == {0, 1}
+        first.release_slot()
+        assert c.pins.held(base) == {0}
+        async with c.stream(base, "/v1/completions", {}) as second:
+            assert second.slot == 1
+            first.release_slot()  # again: nothing
+            assert c.pins.held(base) == {0, 1}
+        assert c.pins.held(base) == {0}
+    assert c.pins.held(base) == {0}  # the first one's close: nothing more
+
+
+async def test_the_relay_lets_the_slot_go_before_the_client_reads_done() -> None:
+    """``relay_sse`` lets the slot go as it hands on the piece with ``[DONE]``."""
+
+    base = "http://b"
+    body = b'data: {"choices":[{"index":0,"text":"a"}]}\n\ndata: [DONE]\n\n'
+    c, _ = client_with(httpx.Response(200, stream=httpx.ByteStream(body)))
+    c.pins.count_with(lambda _url: 4)
+    c.pins.keep(base, 0)
+    seen: list[bytes] = []
+    async with c.stream(base, "/v1/completions", {}) as upstream:
+        async for piece in relay_sse(upstream, "baseline"):
+            seen.append(piece)
+            if b"[DONE]" in piece:
+                assert c.pins.held(base) == {0}  # let go before the client has it
+            else:
+                assert c.pins.held(base) == {0, 1}
+    assert any(b"[DONE]" in p for p in seen)

@@ -62,6 +62,24 @@ def complete(url: str, stream: bool, stop: list[str] | None = None) -> tuple[str
     return text, finish
 
 
+def fronde_whole(base: str, body: JSONObject) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """Fronde's whole answer to ``body`` from ``base`` (``answer_whole``), and each body it
+    sent upstream."""
+    sent: list[dict[str, Any]] = []
+
+    async def seen(request: httpx.Request) -> None:
+        if request.method == "POST":
+            sent.append(json.loads(request.content))
+
+    async def whole() -> dict[str, Any]:
+        async with httpx.AsyncClient(timeout=60, event_hooks={"request": [seen]}) as http:
+            client = BackendClient(http)
+            held = HeldStopText(PropsCache(client))
+            return await answer_whole(client, base, "/v1/completions", body, "baseline", held=held)
+
+    return asyncio.run(whole()), sent
+
+
 def test_a_stream_ending_at_its_budget_in_a_partial_stop_keeps_its_tail(base: str) -> None:
     """The answer's last characters start the stop string when the budget ends: the
     stream sends them, as the whole answer keeps them (b11434's stream dropped them)."""
@@ -84,19 +102,7 @@ def test_a_whole_answer_leaves_the_stop_upstream_and_equals_the_stream(base: str
     assert streamed == (free, "length")
     body: JSONObject = {"prompt": PROMPT, "max_tokens": BUDGET, "temperature": 0}
     body |= {"cache_prompt": False, "stop": [stop[0]]}
-    sent: list[dict[str, Any]] = []
-
-    async def seen(request: httpx.Request) -> None:  # each body Fronde sends upstream
-        if request.method == "POST":
-            sent.append(json.loads(request.content))
-
-    async def whole() -> dict[str, Any]:
-        async with httpx.AsyncClient(timeout=60, event_hooks={"request": [seen]}) as http:
-            client = BackendClient(http)
-            held = HeldStopText(PropsCache(client))
-            return await answer_whole(client, base, "/v1/completions", body, "baseline", held=held)
-
-    data = asyncio.run(whole())
+    data, sent = fronde_whole(base, body)
     choice: dict[str, Any] = data["choices"][0]
     assert (choice["text"], choice["finish_reason"]) == streamed
     assert [b.get("stop") for b in sent] == [stop]  # llama-server matched it, not Fronde

@@ -10,8 +10,6 @@ last token (docs/llama-patches.md, "A whole answer stops for a gone client").
 
 from __future__ import annotations
 
-import asyncio
-import json
 import threading
 import time
 from collections.abc import Iterator
@@ -20,13 +18,11 @@ from typing import Any
 import httpx
 import pytest
 
-from fronde.backends.client import BackendClient
-from fronde.backends.held_stop import HeldStopText
-from fronde.backends.props import WHOLE_STOPS_FLAG, PropsCache
+from fronde.backends.props import WHOLE_STOPS_FLAG
 from fronde.modes import Mode
-from fronde.request.collect import answer_whole
 
 from .conftest import SMOLLM2, patched_server
+from .test_held_stop_real import fronde_whole
 from .test_per_request_spec_real import server_argv
 
 pytestmark = pytest.mark.integration
@@ -92,19 +88,7 @@ def test_fronde_asks_one_non_streamed_request_and_passes_the_servers_answer_on(
     body: dict[str, Any] = {"prompt": "The three primary colours are", "max_tokens": 12}
     body |= {"temperature": 0, "cache_prompt": False}
     own: dict[str, Any] = httpx.post(base + "/v1/completions", json=body, timeout=60).json()
-    sent: list[dict[str, Any]] = []
-
-    async def seen(request: httpx.Request) -> None:
-        if request.method == "POST":
-            sent.append(json.loads(request.content))
-
-    async def whole() -> dict[str, Any]:
-        async with httpx.AsyncClient(timeout=60, event_hooks={"request": [seen]}) as http:
-            client = BackendClient(http)
-            held = HeldStopText(PropsCache(client))
-            return await answer_whole(client, base, "/v1/completions", body, "baseline", held=held)
-
-    data = asyncio.run(whole())
+    data, sent = fronde_whole(base, body)
     assert [b.get("stream") for b in sent] == [False]
     assert data["choices"][0]["text"] == own["choices"][0]["text"]
     assert data["choices"][0]["finish_reason"] == own["choices"][0]["finish_reason"]

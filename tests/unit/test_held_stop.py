@@ -21,18 +21,21 @@ from .test_contract import MODES
 from .test_correctness import WORDS, both
 
 
-def _streamed_bodies(records: list[Path]) -> list[dict[str, Any]]:
-    """The streamed completion bodies the fake backends received."""
+def generation_bodies(records: list[Path]) -> list[dict[str, Any]]:
+    """The completion bodies the fake backends received (``--fake-record``), in order."""
     out: list[dict[str, Any]] = []
     for path in records:
         if path.exists():
             for line in path.read_text().splitlines():
                 body: Any = json.loads(line)["body"]
                 if isinstance(body, dict) and "max_tokens" in body:
-                    sent = cast("dict[str, Any]", body)
-                    if sent.get("stream"):
-                        out.append(sent)
+                    out.append(cast("dict[str, Any]", body))
     return out
+
+
+def _streamed_bodies(records: list[Path]) -> list[dict[str, Any]]:
+    """The streamed completion bodies the fake backends received."""
+    return [b for b in generation_bodies(records) if b.get("stream")]
 
 
 @pytest.mark.parametrize("held", [True, False], ids=["patched", "stock"])

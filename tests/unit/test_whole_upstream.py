@@ -3,10 +3,9 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 import httpx
 import pytest
@@ -15,18 +14,7 @@ from fronde.modes import Mode
 
 from .test_contract import MODES, chat, real_serve
 from .test_correctness import WORDS, freed_within, leave_after
-
-
-def _generations(records: list[Path]) -> list[dict[str, Any]]:
-    """The completion bodies the fake backends received, in order."""
-    out: list[dict[str, Any]] = []
-    for path in records:
-        if path.exists():
-            for line in path.read_text().splitlines():
-                body: Any = json.loads(line)["body"]
-                if isinstance(body, dict) and "max_tokens" in body:
-                    out.append(cast("dict[str, Any]", body))
-    return out
+from .test_held_stop import generation_bodies
 
 
 def _served(serve: Any, tmp_path: Path, whole: bool) -> tuple[Any, list[Path]]:
@@ -64,7 +52,7 @@ def test_a_whole_answer_goes_whole_only_to_a_server_that_stops_it_for_a_gone_cli
         r = c.post(path, json=body)
         assert r.status_code == 200, r.text
         answers.append(r.json())
-        (one,) = _generations(records)
+        (one,) = generation_bodies(records)
         sent.append(one)
     assert _text(answers[0]) == _text(answers[1]) == ("alpha beta gamma ", "length")
     assert answers[0]["usage"]["completion_tokens"] == answers[1]["usage"]["completion_tokens"]
@@ -102,7 +90,7 @@ def test_several_choices_stay_streamed_upstream(
     c, records = _served(serve, tmp_path, whole=True)
     r = c.post("/v1/completions", json=body)
     if r.status_code == 200:
-        assert all(b["stream"] is True for b in _generations(records))
+        assert all(b["stream"] is True for b in generation_bodies(records))
     else:  # a field Fronde refuses is refused on either server
         assert r.status_code == 400, r.text
 

@@ -183,8 +183,7 @@ class Sender:
             self.router.settle_whole_probe(decision, mode)
 
         if not req.stream:
-            # Cancellable: whole where the server stops it for a gone client, else
-            # streamed upstream (fronde.request.collect).
+            # Cancellable either way (whole or streamed upstream: fronde.request.collect).
             with adm.generating(mode):
                 data = await answer_whole(
                     self.client, url, PATHS[kind], sent, str(mode), on_timings, held=self.held_stop

@@ -3,12 +3,12 @@
 The route most requests take, a stream relayed from one mode's server with its stop
 strings left upstream, needs nothing awaited between an upstream read and the write to
 the client. Here each read of the body (:class:`~fronde.backends.body_tap.BodyTap`) goes
-through the relay's rules (:class:`~fronde.request.relay.EventRelay`'s sibling
-``_Relay``: the same normalized stream as :func:`~fronde.request.relay.relay_sse`
-yields), is counted as progress, and is written to the client's transport in the same
-callback (:class:`ClientSink`, which the API layer gives where the server lets it). One
-task awaits the end, once a request; it wakes for nothing else unless the client's
-buffer fills (the upstream read is then paused until it drains).
+through the relay's rules (``fronde.request.relay._Relay``: the same normalized stream
+as :func:`~fronde.request.relay.relay_sse` yields), is counted as progress, and is
+written to the client's transport in the same callback (:class:`ClientSink`, which the
+API layer gives where the server lets it). One task awaits the end, once a request; it
+wakes for nothing else unless the client's buffer fills (the upstream read is then paused
+until it drains).
 
 Where either end has no such access (another HTTP client or server, stop strings
 matched by Fronde), the answer is iterated as before: :class:`PushRelay` is only ever

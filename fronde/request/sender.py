@@ -31,11 +31,12 @@ from fronde.request.admission import Admission
 from fronde.request.agent_apis import Api
 from fronde.request.choices import take_stops
 from fronde.request.collect import answer_whole
+from fronde.request.event_relay import EventRelay
 from fronde.request.hindsight import Hindsight, text_of
 from fronde.request.native import Kind, chunk, finish_reason, full_response, new_id, usage
 from fronde.request.predicted_outputs import FEEDS_POOL, feed_pool, prediction_text, with_counts
 from fronde.request.push import DONE_BYTES, PushRelay, count_piece
-from fronde.request.relay import EventRelay, relay_sse, sse_error_event
+from fronde.request.relay import relay_sse, sse_error_event
 from fronde.request.reply import Answer, Streamed, Whole
 from fronde.request.splice import Splice
 from fronde.router.engine import Decision, Router, Status

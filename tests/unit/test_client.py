@@ -22,6 +22,8 @@ from fronde.errors import (
     BackendStreamError,
     BackendTimeoutError,
 )
+from fronde.request.agent_apis import MESSAGES
+from fronde.request.event_relay import EventRelay
 from fronde.request.relay import relay_sse
 
 pytestmark = pytest.mark.anyio
@@ -357,3 +359,22 @@ async def test_the_relay_lets_the_slot_go_before_the_client_reads_done() -> None
             else:
                 assert c.pins.held(base) == {0, 1}
     assert any(b"[DONE]" in p for p in seen)
+
+
+async def test_another_apis_relay_lets_the_slot_go_with_its_final_event() -> None:
+    """A Messages stream: the slot is let go as the piece with ``message_stop`` goes on."""
+    base = "http://b"
+    body = (
+        b'event: content_block_delta\ndata: {"type":"content_block_delta","index":0,'
+        b'"delta":{"type":"text_delta","text":"a"}}\n\n'
+    )
+    end = b'event: message_stop\ndata: {"type":"message_stop"}\n\n'
+    c, _ = client_with(httpx.Response(200, stream=httpx.ByteStream(body + end)))
+    c.pins.count_with(lambda _url: 4)
+    c.pins.keep(base, 0)
+    held: list[frozenset[int]] = []
+    async with c.stream(base, "/v1/messages", {}) as upstream:
+        async for _piece in EventRelay(MESSAGES, "baseline").relay(upstream):
+            held.append(c.pins.held(base))
+        assert upstream.slot == 1
+    assert held[-1] == {0}  # let go before the client has the final event

@@ -21,9 +21,13 @@ import httpx
 from fronde.backends.aiohttp_post import aiohttp_session, encode_json, post_stream
 from fronde.backends.connections import KEEPALIVE_S, make_http_client
 from fronde.backends.slots import Pin, SlotPins
-from fronde.backends.upstream import TRANSPORT_ERRORS, UpstreamStream, split_lines
+from fronde.backends.upstream import (
+    TRANSPORT_ERRORS,
+    UpstreamStream,
+    json_object_of,
+    split_lines,
+)
 from fronde.backends.upstream_errors import backend_error, send_once_retried, translate
-from fronde.errors import BackendConnectionError
 from fronde.json_types import JSON, JSONObject
 from fronde.stamps import stamp
 
@@ -148,13 +152,7 @@ class BackendClient:
         stamp(f"called {path}")
         if resp.status_code >= 400:
             raise backend_error(resp.content, resp.status_code)
-        try:
-            data: JSON = resp.json()
-        except ValueError as exc:
-            raise BackendConnectionError(f"backend {url} sent a body that is not JSON") from exc
-        if not isinstance(data, dict):
-            raise BackendConnectionError(f"backend {url} sent JSON that is not an object")
-        return data
+        return json_object_of(resp.content, url)
 
     @asynccontextmanager
     async def stream(

@@ -21,13 +21,16 @@ reads as False.
 
 from __future__ import annotations
 
-from fronde.backends.props import HELD_STOP_FLAG, PropsCache
+from fronde.backends.props import HELD_STOP_FLAG, WHOLE_STOPS_FLAG, PropsCache
 
-__all__ = ["HELD_STOP_FLAG", "HeldStopText"]
+__all__ = ["HELD_STOP_FLAG", "WHOLE_STOPS_FLAG", "HeldStopText"]
 
 
 class HeldStopText:
-    """Per backend URL, whether its streams send the text held back for a stop string.
+    """Per backend URL, two facts of its answers that Fronde's relay acts on.
+
+    Whether its streams send the text held back for a stop string (patch 0009), and
+    whether it stops a whole answer for a gone client (patch 0010: Fronde asks it whole).
 
     Args:
         props: the pool's ``/props`` cache.
@@ -43,3 +46,11 @@ class HeldStopText:
         """
         props = await self.props.get(base_url)
         return props is not None and props.held_stop_text
+
+    async def whole_stops(self, base_url: str) -> bool:
+        """Whether the llama-server at ``base_url`` says :data:`WHOLE_STOPS_FLAG`.
+
+        Never raises: a failed ``GET /props`` reads as False and is asked again later.
+        """
+        props = await self.props.get(base_url)
+        return props is not None and props.whole_stops

@@ -20,7 +20,7 @@ from fronde.backends.body_tap import BodyTap
 from fronde.errors import BackendConnectionError, BackendStreamError
 from fronde.json_types import JSON, JSONObject
 
-__all__ = ["TRANSPORT_ERRORS", "UpstreamStream", "split_lines"]
+__all__ = ["TRANSPORT_ERRORS", "UpstreamStream", "json_object_of", "split_lines"]
 
 TRANSPORT_ERRORS: tuple[type[Exception], ...] = (httpx.HTTPError, aiohttp.ClientError)
 """What reading a backend's body may raise: httpx's errors, and an aiohttp error that
@@ -37,6 +37,21 @@ def split_lines(tail: bytes, part: bytes) -> tuple[list[bytes], bytes]:
     """
     *lines, rest = (tail + part).split(b"\n") if tail else part.split(b"\n")
     return [ln[:-1] if ln.endswith(b"\r") else ln for ln in lines], rest
+
+
+def json_object_of(content: bytes, url: str) -> JSONObject:
+    """A backend's whole answer ``content`` from ``url``, decoded.
+
+    Raises:
+        BackendConnectionError: it is not JSON, or not a JSON object.
+    """
+    try:
+        data: JSON = json.loads(content)
+    except ValueError as exc:
+        raise BackendConnectionError(f"backend {url} sent a body that is not JSON") from exc
+    if not isinstance(data, dict):
+        raise BackendConnectionError(f"backend {url} sent JSON that is not an object")
+    return data
 
 
 class UpstreamStream:
@@ -182,15 +197,7 @@ class UpstreamStream:
             )
         except TRANSPORT_ERRORS as exc:
             raise self._broken(exc) from exc
-        try:
-            data: JSON = json.loads(content)
-        except ValueError as exc:
-            raise BackendConnectionError(
-                f"backend {self.url} sent a body that is not JSON"
-            ) from exc
-        if not isinstance(data, dict):
-            raise BackendConnectionError(f"backend {self.url} sent JSON that is not an object")
-        return data
+        return json_object_of(content, self.url)
 
     def raw(self) -> AsyncIterator[bytes]:
         """The body's bytes as they arrive (from aiohttp's reader where there is one).

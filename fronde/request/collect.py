@@ -304,13 +304,13 @@ async def _asked_whole(held: HeldStopText, url: str, kind: Kind, body: JSONObjec
     """Whether ``body`` goes to ``url`` as one non-streamed request.
 
     Where the server stops a whole answer for a gone client (patch 0010) and the request
-    asks one choice: llama-server joins several prompts' answers into one object with
-    the first prompt's usage, where the assembled answer sums them.
+    asks one choice (``n`` > 1 is refused before; a text completion of several prompts is
+    not): llama-server joins several prompts' answers into one object with the first
+    prompt's usage, where the assembled answer sums them.
     """
-    if body.get("n", 1) != 1 or (kind == "text" and prompt_count(body.get("prompt")) != 1):
+    if kind == "text" and prompt_count(body.get("prompt")) != 1:
         return False
-    props = await held.props.get(url)
-    return props is not None and props.whole_stops
+    return await held.whole_stops(url)
 
 
 async def _whole(

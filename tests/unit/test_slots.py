@@ -13,7 +13,7 @@ import pytest
 from fronde.backends.client import BackendClient
 from fronde.backends.pool import BackendPool, PoolPlan
 from fronde.backends.process import LaunchSpec
-from fronde.backends.slots import SlotPins
+from fronde.backends.slots import SlotPins, next_slot
 from fronde.errors import BackendHTTPError
 from fronde.json_types import JSON, JSONObject
 from fronde.modes import Mode
@@ -68,6 +68,16 @@ def test_a_slot_next_to_the_held_ones_is_taken_before_a_lower_one() -> None:
     assert pins.take("http://b", CHAT, {}) == 1
     # held {1, 2}: 0 and 3 both extend the run; the lower one
     assert pins.take("http://b", CHAT, {}) == 0
+
+
+def test_a_gap_inside_the_held_ids_is_filled_before_a_run_is_extended_outward() -> None:
+    """The walk-down of the 2026-12-07 H100 run: 21 and 22 free between two runs."""
+    held = frozenset({18, 19, 20, 23, 24, 25})
+    assert next_slot(held, 32) == 21  # 17 extends a run as well, but leaves the gap open
+    assert next_slot(held | {21}, 32) == 22  # joins the two runs
+    assert next_slot(frozenset(range(18, 26)), 32) == 17  # no gap: the lower edge
+    assert next_slot(frozenset(), 32) == 0
+    assert next_slot(frozenset(range(4)), 4) is None
 
 
 def test_nothing_is_pinned_where_it_should_not_be() -> None:

@@ -103,6 +103,10 @@ def main() -> None:
     parser.add_argument("--replay", action="store_true", help="each rule again, beside")
     parser.add_argument("--slots", type=int, default=32, help="the servers' slots (--replay)")
     parser.add_argument("--warm-up", action="store_true", help="from the block's start")
+    parser.add_argument(
+        "--span", type=float, nargs=2, default=None, metavar=("FROM", "TO"),
+        help="only these seconds of each block (its window: without)",
+    )  # fmt: skip
     args = parser.parse_args()
     blocks: defaultdict[tuple[str, str, int], list[dict[str, Any]]] = defaultdict(list)
     windows: dict[tuple[str, str, int], tuple[float, float]] = {}
@@ -117,6 +121,8 @@ def main() -> None:
             blocks[key].append(r)
             start, end = r.get("win") or (0.0, 1e9)
             windows[key] = (0.0 if args.warm_up else float(start), float(end))
+            if args.span is not None:
+                windows[key] = (args.span[0], args.span[1])
     rules = {"recorded": None} | (
         {"edge-first": edge_first, "next_slot": next_slot} if args.replay else {}
     )

@@ -146,7 +146,7 @@ def next_slot(held: frozenset[int], n: int) -> int | None:
     later request can close the gap; a run extended outward leaves it open), then the
     lowest; 0 when none is held. Extending outward, the lowest first, the busy ids of
     gemma at 8 agents walked down one slot at a time from where the server had put the
-    first request (slot 26 of 32, H100) and were split 19–46 % of the first 6 s against
+    first request (slot 26 of 32, H100) and were split 18–46 % of the first 6 s against
     1–2 % after (``results/load-gpu-h100-cpu-gemma-270m-20261207-agent-fresh-done/``).
     """
     free = _free(held, n)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import shutil
 import tempfile
 from collections.abc import AsyncGenerator, Generator, Sequence
 from dataclasses import dataclass, field, replace
@@ -249,6 +250,18 @@ async def started(
         yield Target(serve.base_url, {"x-fronde-mode": str(arm.force)} if arm.force else {})
     finally:
         await asyncio.to_thread(cm.__exit__, None, None, None)
+        await asyncio.to_thread(_keep_log, serve.log, log_dir)
+
+
+def _keep_log(log: Path, log_dir: Path) -> None:
+    """Move a Fronde arm's log beside its block's llama-server logs, as ``fronde-serve.log``.
+
+    ``server.stamps`` lines, when on, are read from there (``scripts/gpu/stamps_of.py``);
+    a log that cannot be moved stays where it was.
+    """
+    with contextlib.suppress(OSError):
+        log_dir.mkdir(parents=True, exist_ok=True)
+        shutil.move(log, log_dir / "fronde-serve.log")
 
 
 THREADS_HTTP = "--threads-http"

@@ -288,6 +288,11 @@ case "${1:?step}" in
       FRONDE_SPECULATION__NGRAM_MOD_N_MAX=64 FRONDE_ROUTER__DRAFT_COST=${LOAD_DRAFT_COST:-$draft_cost} \
       FRONDE_MODES=${LOAD_MODES:-'["baseline", "ngram-simple", "ngram-mod", "cascade"]'} \
       FRONDE_BACKEND__EXTRA_ARGS=${LOAD_EXTRA:-'[]'} FRONDE_BACKEND__PLAIN_ARGS=${LOAD_PLAIN:-'[]'}
+    # LOAD_STAMPS: Fronde's arms log each request's time stamps (server.stamps), and
+    # scripts/gpu/stamps_of.py collects them into stamps.jsonl once the load has run.
+    if [ -n "${LOAD_STAMPS:-}" ]; then
+      export FRONDE_SERVER__STAMPS=true FRONDE_LOG_LEVEL=info
+    fi
     plan=()
     [ -n "${LOAD_WORKLOAD:-}" ] && plan+=(--workload "$workload")
     [ -n "${LOAD_HISTORY:-}" ] && plan+=(--history "$history")
@@ -302,6 +307,7 @@ case "${1:?step}" in
       ${LOAD_ARGS:-} >> "$out/console.log" 2>&1 || status=$?
     [ "$status" = 0 ] || echo "bench load exited with $status"
     grep -v "^requests" "$out/console.log" | tail -30
+    if [ -n "${LOAD_STAMPS:-}" ]; then python3 scripts/gpu/stamps_of.py "$out"; fi
     if [ "$status" = 0 ] && [ -n "${LOAD_CHECK:-}" ]; then
       # The outside client (scripts/load_check.py) on the same arms, fresh servers each
       # (arm, c), until this call's end (LOAD_CALL_S, 585 s of the call's 600); a call

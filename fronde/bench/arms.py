@@ -254,14 +254,17 @@ async def started(
 
 
 def _keep_log(log: Path, log_dir: Path) -> None:
-    """Move a Fronde arm's log beside its block's llama-server logs, as ``fronde-serve.log``.
+    """Copy a Fronde arm's log beside its block's llama-server logs, as ``fronde-serve.log``.
 
-    ``server.stamps`` lines, when on, are read from there (``scripts/gpu/stamps_of.py``);
-    a log that cannot be moved stays where it was.
+    ``server.stamps`` lines, when on, are read from there (``scripts/gpu/stamps_of.py``).
+    Only a regular file is copied (a log given as ``/dev/null`` is not), and never moved:
+    the arm's own file stays where ``running_serve`` put it. A copy that fails is skipped.
     """
+    if not log.is_file():
+        return
     with contextlib.suppress(OSError):
         log_dir.mkdir(parents=True, exist_ok=True)
-        shutil.move(log, log_dir / "fronde-serve.log")
+        shutil.copyfile(log, log_dir / "fronde-serve.log")
 
 
 THREADS_HTTP = "--threads-http"

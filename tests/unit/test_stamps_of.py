@@ -53,6 +53,9 @@ def test_a_fronde_arms_log_is_kept_in_its_blocks_log_folder(tmp_path: Path) -> N
     log.write_text(_line({"sent": 0.4}) + "\n")
     block = tmp_path / "logs" / "agent-mix-fr-plain-0-c8"
     _keep_log(log, block)
-    assert not log.exists()
+    assert log.exists()  # copied, never moved
     assert "request.stamps" in (block / "fronde-serve.log").read_text()
-    _keep_log(log, block)  # gone already: nothing to move, no error
+    null = Path("/dev/null")
+    _keep_log(null, tmp_path / "logs" / "other")  # a test harness's stand-in: left alone
+    assert null.is_char_device() and not (tmp_path / "logs" / "other").exists()
+    _keep_log(tmp_path / "gone.log", block)  # no such file: no error

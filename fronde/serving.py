@@ -26,6 +26,7 @@ re-exported here is one they keep for the outside.
 from __future__ import annotations
 
 from fronde.backends.pool import plan_pool
+from fronde.backends.pool_plan import NO_CACHE_IDLE_SLOTS
 from fronde.backends.process import (
     LaunchSpec,
     LlamaServerProcess,
@@ -52,6 +53,7 @@ from fronde.evidence.served_cost import ServedCostFit
 
 __all__ = [
     "FLOORS_FILE",
+    "NO_CACHE_IDLE_SLOTS",
     "DraftSchedule",
     "LaunchSpec",
     "LlamaServerProcess",

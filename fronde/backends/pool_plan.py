@@ -27,6 +27,7 @@ from fronde.runtime.models import Profile, chat_template_file, model_path
 
 __all__ = [
     "LOG_RUNS_KEPT",
+    "NO_CACHE_IDLE_SLOTS",
     "PlanTopology",
     "PoolPlan",
     "plan_pool",
@@ -38,6 +39,19 @@ PlanTopology = Literal["single", "per-mode", "auto"]
 """``single``: the shared spec runs; ``per-mode``: the per-mode specs run; ``auto``: the
 shared spec is tried first and the per-mode specs run where the binary does not honour
 the per-request fields."""
+
+NO_CACHE_IDLE_SLOTS = "--no-cache-idle-slots"
+"""llama-server's flag (b11434 ``common/arg.cpp``) that stops it saving every idle slot
+to its prompt cache at each new task. On (its default), ``process_single_task`` calls
+``prompt_save`` for every idle slot after launching a task
+(``tools/server/server-context.cpp``, ``cache_idle_slots``): each one sizes its slot's
+KV state and compares its tokens with every cached prompt, and one not cached yet is
+copied to host memory, all before the step that starts the new task, with every slot
+waiting. In the H100 logs of ``results/load-gpu-h100-cpu-gemma-270m-20261207-agent-fresh-gap``
+(gemma, 32 slots) a task's start waited 0.3-0.4 ms on the pinned server, whose 8 clients
+used 9 slots, and 5-8 ms (medians) under Fronde, whose requests had used all 32: 0.5-1.2
+ms with 0-3 idle slots holding a prompt, 6-8 ms with 24-31. Off, a slot's state is
+still saved when a request is about to overwrite it (``get_available_slot``)."""
 
 LOG_RUNS_KEPT = 10
 """How many per-run backend log folders are kept under ``<cache>/logs``."""
@@ -79,6 +93,8 @@ def _common_args(settings: Settings, profile: Profile, target: Path) -> list[str
     common += ["-np", str(b.parallel)]
     # A fixed HTTP thread for every connection Fronde may open to it (connections.py).
     common += ["--threads-http", str(connections_per_server(b.parallel))]
+    if not b.cache_idle_slots:
+        common.append(NO_CACHE_IDLE_SLOTS)
     # --alias: responses carry the public model name, never the GGUF's path.
     common += ["--alias", settings.public_model, "--metrics", "--no-webui"]
     if profile.chat_template:

@@ -59,10 +59,10 @@ ArmOpt = Annotated[
     typer.Option(
         "--arm",
         help="arms to run, NAME or NAME@1,8,32 for its own c (repeatable): plain, "
-        "pinned, plain-nobs or plain-bs, default, cascade, plain2, s-simple, fr-plain, "
+        "pinned, pinned-cis, plain-nobs or plain-bs, default, cascade, plain2, s-simple, fr-plain, "
         "router, router-b, router-t (one server per mode), single-b, single-nh, fr-sbase (one "
         "server for every mode: a patched build); a router arm brings the calibration "
-        "arms of its modes (s-mod, ...) [default: all but plain-nobs, plain-bs "
+        "arms of its modes (s-mod, ...) [default: all but pinned-cis, plain-nobs, plain-bs "
         "and those of one server for every mode]",
     ),
 ]

@@ -25,11 +25,12 @@ from fronde.bench.workloads import Form
 from fronde.config import Settings
 from fronde.errors import FrondeError
 from fronde.modes import Mode
+from fronde.serving import NO_CACHE_IDLE_SLOTS
 
 __all__ = [
-    "BACKEND_SAMPLING", "CLIENTS", "CONTROLS", "PINNED", "PROXY", "ROUTED", "ROUTERS",
-    "SINGLE", "SINGLE_NH", "SINGLE_PLAIN", "SPREAD", "LoadSetup", "arm_about", "load_setup",
-    "spec_of",
+    "BACKEND_SAMPLING", "CLIENTS", "CONTROLS", "PINNED", "PINNED_CIS", "PROXY", "ROUTED",
+    "ROUTERS", "SINGLE", "SINGLE_NH", "SINGLE_PLAIN", "SPREAD", "LoadSetup", "arm_about",
+    "load_setup", "spec_of",
 ]  # fmt: skip
 
 CLIENTS: tuple[int, ...] = (1, 2, 4, 8, 16, 32)
@@ -103,6 +104,17 @@ PINNED = Arm(
 (docs/slot-placement.md; b11434 picks the least recently used idle slot). On an H100 it
 read 1.89–2.14× plain at c = 8 on the agent mix."""
 
+PINNED_CIS = Arm(
+    "pinned-cis",
+    "static",
+    pin=True,
+    unflags=(NO_CACHE_IDLE_SLOTS,),
+    about="`pinned` with llama-server's own `--cache-idle-slots` (every idle slot saved to "
+    "the prompt cache at each new task; Fronde's servers and the other arms turn it off)",
+)
+"""``pinned ÷ pinned-cis`` is what ``backend.cache_idle_slots = false`` gives a server whose
+clients pin their slots (:data:`~fronde.backends.pool_plan.NO_CACHE_IDLE_SLOTS`)."""
+
 PLAIN_NOBS = Arm(
     "plain-nobs",
     "static",
@@ -118,7 +130,7 @@ PLAIN_BS = Arm(
 """The plain arm without (``plain-nobs``) or with (``plain-bs``) :data:`BACKEND_SAMPLING`,
 whichever ``backend.plain_args`` do not already give it."""
 
-CONTROLS = frozenset({SPREAD.name, PROXY.name, PINNED.name, SINGLE_PLAIN.name})
+CONTROLS = frozenset({SPREAD.name, PROXY.name, PINNED.name, PINNED_CIS.name, SINGLE_PLAIN.name})
 """Arms that are no single server a user runs unchanged: not the verdict's best static arm."""
 
 SHORT = {
@@ -141,7 +153,7 @@ def _router_about(placement: str) -> str:
 
 def arm_about(name: str) -> str:
     """What the load arm ``name`` is, as the page's legend says it (else the name itself)."""
-    known = {a.name: a.about for a in (*ARMS, SPREAD, PROXY, PINNED, SINGLE_PLAIN)}
+    known = {a.name: a.about for a in (*ARMS, SPREAD, PROXY, PINNED, PINNED_CIS, SINGLE_PLAIN)}
     known |= {r: _router_about(p) for p, r in ROUTERS.items()}
     known[SINGLE] = _router_about("best") + ", one llama-server for every mode"
     known[SINGLE_NH] = known[SINGLE] + ", no hindsight (router.hindsight false)"
@@ -363,7 +375,7 @@ def load_setup(
     routers = _router_arms(env)
     variant = PLAIN_NOBS if BACKEND_SAMPLING in static_argv(static[0], run)[1] else PLAIN_BS
     proxies = [replace(PROXY, env=(*env, PER_MODE)), replace(SINGLE_PLAIN, env=(*env, ONE_SERVER))]
-    every = [*static, PINNED, variant, *proxies, *routers.values()]
+    every = [*static, PINNED, PINNED_CIS, variant, *proxies, *routers.values()]
     if arms is None:  # the default arms
         named = [ROUTERS[p] for p in placements]
         chosen = [a.name for a in static] + [PINNED.name] * bool(timed)

@@ -325,7 +325,15 @@ case "${1:?step}" in
           || echo "outside check cut short: call the same command again"
       fi
     fi
-    tar czf "$OUT/$name.tgz" --exclude=logs --exclude=outside-logs -C /root/fronde-results "$name"
+    # LOAD_KEEP_LOGS: the blocks' llama-server and Fronde logs come back too (the slot
+    # each request was given and when, prompt_cache updates): a diagnostic run's.
+    # Fronde's own llama-servers log under its cache (the last 10 runs), not the block's.
+    keep=(--exclude=logs)
+    if [ -n "${LOAD_KEEP_LOGS:-}" ]; then
+      keep=()
+      mkdir -p "$out/logs" && cp -r "$FRONDE_CACHE_DIR/logs" "$out/logs/fronde-backends" || true
+    fi
+    tar czf "$OUT/$name.tgz" "${keep[@]}" --exclude=outside-logs -C /root/fronde-results "$name"
     ;;
   topology)
     # One llama-server for every mode, one per mode, one per mode with one resident:

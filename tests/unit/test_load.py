@@ -669,6 +669,33 @@ def test_plain_args_reach_the_baseline_backend_and_the_plain_arm_only(
         assert "--threads-http" not in static_argv(arms[name], settings)[1]
 
 
+def test_every_server_saves_idle_slots_lazily_but_pinned_cis(
+    fake_gemma: Callable[[int], Settings], tmp_path: Path
+) -> None:
+    from fronde.backends.pool import plan_pool
+    from fronde.backends.pool_plan import NO_CACHE_IDLE_SLOTS
+    from fronde.bench.arms import ARMS, static_argv
+    from fronde.bench.load import PINNED, PINNED_CIS
+    from fronde.runtime.local import profile_of
+
+    settings = fake_gemma(400)
+    plan = plan_pool(settings, profile_of(settings), tmp_path / "llama-server", tmp_path)
+    assert all(NO_CACHE_IDLE_SLOTS in spec.args for spec in plan.specs.values())
+    assert plan.single is not None and NO_CACHE_IDLE_SLOTS in plan.single.args
+    arms = {a.name: a for a in (*ARMS, PINNED)}
+    for name in ("plain", "default", "cascade", "pinned"):
+        assert NO_CACHE_IDLE_SLOTS in static_argv(arms[name], settings)[1]
+    # pinned-cis is pinned with llama-server's default: the flag's own effect.
+    cis = static_argv(PINNED_CIS, settings)[1]
+    assert NO_CACHE_IDLE_SLOTS not in cis
+    assert cis == [a for a in static_argv(PINNED, settings)[1] if a != NO_CACHE_IDLE_SLOTS]
+    # backend.cache_idle_slots = true leaves llama-server's default (a binary without it).
+    backend = settings.backend.model_copy(update={"cache_idle_slots": True})
+    on = settings.model_copy(update={"backend": backend})
+    plan = plan_pool(on, profile_of(on), tmp_path / "llama-server", tmp_path)
+    assert not any(NO_CACHE_IDLE_SLOTS in spec.args for spec in plan.specs.values())
+
+
 def _record_blocks(store: Store, samples: list[dict[str, Any]]) -> None:
     """Append ``samples`` to ``store`` as the benchmark does: samples, then their block."""
     keys = dict.fromkeys((s["arm"], s["level"], s["rep"]) for s in samples)

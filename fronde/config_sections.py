@@ -148,7 +148,8 @@ class BackendSettings(Section):
         "a slot's state is still saved when a request is about to overwrite it. On an H100 "
         "(gemma, 32 slots) a start waited 6-8 ms with 24-31 idle slots holding a prompt, "
         "0.3 ms with none (fronde/backends/pool_plan.py); turn it on for a llama-server "
-        "that does not know the flag",
+        "that does not know the flag, or with --kv-unified in extra_args (there it also "
+        "clears the idle slots' cells)",
     )
     start_timeout_s: float = Field(
         default=180.0, gt=0, le=3600, description="deadline for /health to answer 200, seconds"

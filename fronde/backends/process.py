@@ -47,6 +47,7 @@ __all__ = [
     "die_with_parent",
     "free_port",
     "log_tail",
+    "start_hint",
 ]
 
 log = get_logger(__name__)
@@ -110,6 +111,23 @@ def log_tail(path: Path, lines: int = 8, max_bytes: int = 8192) -> str:
     except OSError:
         return ""
     return " | ".join(ln.strip() for ln in text.splitlines()[-lines:] if ln.strip())
+
+
+UNKNOWN_FLAG_SETTINGS = {"--no-cache-idle-slots": "backend.cache_idle_slots = true"}
+"""Flags Fronde adds to every llama-server that an older build may not know, and the setting
+that leaves each out."""
+
+
+def start_hint(tail: str) -> str:
+    """What to change when a llama-server stopped at a flag it does not know ("" otherwise).
+
+    ``tail``: the end of its log (:func:`log_tail`); llama.cpp's argument parser prints
+    ``error: invalid argument: FLAG`` (``common/arg.cpp``).
+    """
+    for flag, setting in UNKNOWN_FLAG_SETTINGS.items():
+        if f"invalid argument: {flag}" in tail:
+            return f"; this llama-server does not know {flag}: set {setting}"
+    return ""
 
 
 def die_with_parent() -> None:  # pragma: no cover - runs in the child before exec
@@ -234,9 +252,10 @@ class LlamaServerProcess:
         async with httpx.AsyncClient(timeout=2.0) as http:
             while True:
                 if self._proc.returncode is not None:
+                    tail = log_tail(self.spec.log_path)
                     raise BackendStartError(
                         f"llama-server ({self.mode}) exited with status {self._proc.returncode} "
-                        f"while loading: {log_tail(self.spec.log_path)}"
+                        f"while loading: {tail}{start_hint(tail)}"
                     )
                 with contextlib.suppress(httpx.TransportError):
                     resp = await http.get(f"{self.url}/health")

@@ -51,6 +51,28 @@ async def test_early_exit_fails_fast_with_log_tail(fake_binary: Path, tmp_path: 
     assert proc.state is BackendState.FAILED
 
 
+async def test_a_flag_the_binary_does_not_know_names_the_setting(tmp_path: Path) -> None:
+    # llama.cpp's parser on an unknown flag: one line on stderr, status 1 (common/arg.cpp).
+    binary = tmp_path / "old-llama-server"
+    binary.write_text(
+        '#!/bin/sh\necho "error: invalid argument: --no-cache-idle-slots" >&2\nexit 1\n'
+    )
+    binary.chmod(0o755)
+    spec = LaunchSpec(Mode.BASELINE, binary, ["--no-cache-idle-slots"], tmp_path / "b.log")
+    proc = LlamaServerProcess(spec, start_timeout_s=20.0, stop_grace_s=1.0)
+    with pytest.raises(BackendStartError, match=r"set backend\.cache_idle_slots = true"):
+        await proc.start()
+
+
+def test_a_start_hint_only_for_a_flag_fronde_adds() -> None:
+    from fronde.backends.pool_plan import NO_CACHE_IDLE_SLOTS
+    from fronde.backends.process import UNKNOWN_FLAG_SETTINGS, start_hint
+
+    assert NO_CACHE_IDLE_SLOTS in UNKNOWN_FLAG_SETTINGS
+    assert start_hint("error: invalid argument: --no-such-flag") == ""
+    assert start_hint("model loaded | listening") == ""
+
+
 async def test_health_deadline_kills_the_child(fake_binary: Path, tmp_path: Path) -> None:
     proc = make(fake_binary, tmp_path, "--fake-load-s", "600", timeout=2.0)
     with pytest.raises(BackendStartError, match="not healthy after"):

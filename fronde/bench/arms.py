@@ -27,9 +27,18 @@ from fronde.errors import FrondeError
 from fronde.modes import Mode
 from fronde.runtime.install import find_llama_binary
 from fronde.runtime.local import profile_of
-from fronde.serving import LaunchSpec, LlamaServerProcess, plan_pool
+from fronde.serving import NO_CACHE_IDLE_SLOTS, LaunchSpec, LlamaServerProcess, plan_pool
 
-__all__ = ["ARMS", "NO_HINDSIGHT", "Arm", "Target", "arms_named", "started", "static_argv"]
+__all__ = [
+    "ARMS",
+    "NO_HINDSIGHT",
+    "PINNED_CIS",
+    "Arm",
+    "Target",
+    "arms_named",
+    "started",
+    "static_argv",
+]
 
 
 @dataclass(frozen=True)
@@ -79,6 +88,18 @@ class Arm:
         """Whether the router could serve a request this way (a forced Fronde mode)."""
         return self.kind == "fronde" and self.force is not None
 
+
+PINNED_CIS = Arm(
+    "pinned-cis",
+    "static",
+    pin=True,
+    unflags=(NO_CACHE_IDLE_SLOTS,),
+    about="`pinned` with llama-server's own `--cache-idle-slots` (every idle slot saved to "
+    "the prompt cache at each new task; Fronde's servers and the other arms turn it off)",
+)
+"""``pinned ÷ pinned-cis`` (``pinned``: :data:`fronde.bench.load.PINNED`) is what
+``backend.cache_idle_slots = false`` gives a server whose clients pin their slots
+(:data:`~fronde.backends.pool_plan.NO_CACHE_IDLE_SLOTS`)."""
 
 NO_HINDSIGHT = ("FRONDE_ROUTER__HINDSIGHT", "false")
 """The environment pair that turns ``router.hindsight`` off: no answer feeds the book."""

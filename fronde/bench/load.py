@@ -16,7 +16,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Literal
 
-from fronde.bench.arms import ARMS, NO_HINDSIGHT, Arm, static_argv
+from fronde.bench.arms import ARMS, NO_HINDSIGHT, PINNED_CIS, Arm, static_argv
 from fronde.bench.load_lengths import LengthArms, length_arms
 from fronde.bench.load_mix import WorkloadName, load_mix
 from fronde.bench.passes import Timed
@@ -25,7 +25,6 @@ from fronde.bench.workloads import Form
 from fronde.config import Settings
 from fronde.errors import FrondeError
 from fronde.modes import Mode
-from fronde.serving import NO_CACHE_IDLE_SLOTS
 
 __all__ = [
     "BACKEND_SAMPLING", "CLIENTS", "CONTROLS", "PINNED", "PINNED_CIS", "PROXY", "ROUTED",
@@ -103,17 +102,6 @@ PINNED = Arm(
 """The plain server with client k on slot k: the placement a server could make itself
 (docs/slot-placement.md; b11434 picks the least recently used idle slot). On an H100 it
 read 1.89–2.14× plain at c = 8 on the agent mix."""
-
-PINNED_CIS = Arm(
-    "pinned-cis",
-    "static",
-    pin=True,
-    unflags=(NO_CACHE_IDLE_SLOTS,),
-    about="`pinned` with llama-server's own `--cache-idle-slots` (every idle slot saved to "
-    "the prompt cache at each new task; Fronde's servers and the other arms turn it off)",
-)
-"""``pinned ÷ pinned-cis`` is what ``backend.cache_idle_slots = false`` gives a server whose
-clients pin their slots (:data:`~fronde.backends.pool_plan.NO_CACHE_IDLE_SLOTS`)."""
 
 PLAIN_NOBS = Arm(
     "plain-nobs",

@@ -69,15 +69,16 @@ def test_replayed_answers_match_their_server_and_route_later_ones(tmp_path: Path
 def test_a_baseline_with_flags_of_its_own_gets_its_pass_timed_before_routing(
     tmp_path: Path,
 ) -> None:
-    # --no-cache-idle-slots: a flag for the baseline backend only (backend.plain_args),
-    # harmless on a CPU; Fronde then times one pass of each backend on real timings.
+    # --slot-prompt-similarity at its default: a flag for the baseline backend only
+    # (backend.plain_args) that changes nothing; Fronde then times one pass of each backend
+    # on real timings.
     serve = start_serve(
         tmp_path,
         "--mode",
         "baseline",
         "--mode",
         "ngram-mod",
-        env={"FRONDE_BACKEND__PLAIN_ARGS": '["--no-cache-idle-slots"]'},
+        env={"FRONDE_BACKEND__PLAIN_ARGS": '["--slot-prompt-similarity", "0.1"]'},
     )
     try:
         with httpx.Client(base_url=serve.base_url, timeout=120) as http:
@@ -89,7 +90,7 @@ def test_a_baseline_with_flags_of_its_own_gets_its_pass_timed_before_routing(
             assert set(steps) == {"baseline", "ngram-mod"}, serve.log.read_text()[-2000:]
             # gemma-3-270m on a CPU: a pass takes milliseconds to tens of them, not seconds.
             assert all(0.5 < v < 1000 for v in steps.values()), steps
-            # The flag changes nothing on a CPU: the two passes agree within noise. A
+            # The flag changes nothing: the two passes agree within noise. A
             # timed text the server had just seen was drafted from ngram-mod's memory
             # and read 2.5× longer (52.6 against 21.4 ms) before the two prompts.
             assert 0.5 < steps["ngram-mod"] / steps["baseline"] < 2.0, steps
@@ -99,7 +100,9 @@ def test_a_baseline_with_flags_of_its_own_gets_its_pass_timed_before_routing(
                 for mode, b in backends.items()
                 if b.get("pid")
             }
-            assert b"--no-cache-idle-slots" in argv["baseline"]
-            assert b"--no-cache-idle-slots" not in argv["ngram-mod"]
+            assert b"--slot-prompt-similarity" in argv["baseline"]
+            assert b"--slot-prompt-similarity" not in argv["ngram-mod"]
+            # Fronde's own flag goes to every server it starts.
+            assert all(b"--no-cache-idle-slots" in a for a in argv.values())
     finally:
         serve.stop()

@@ -147,7 +147,7 @@ class BackendSettings(Section):
         "the task (b11434's default). Off (Fronde's default) passes --no-cache-idle-slots: "
         "a slot's state is still saved when a request is about to overwrite it. On an H100 "
         "(gemma, 32 slots) a start waited 6-8 ms with 24-31 idle slots holding a prompt, "
-        "0.3 ms with none (fronde/backends/pool_plan.py); turn it on for a llama-server "
+        "0.3 ms with none (fronde/backends/process.py); turn it on for a llama-server "
         "that does not know the flag, or with --kv-unified in extra_args (there it also "
         "clears the idle slots' cells)",
     )

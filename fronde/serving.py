@@ -26,8 +26,8 @@ re-exported here is one they keep for the outside.
 from __future__ import annotations
 
 from fronde.backends.pool import plan_pool
-from fronde.backends.pool_plan import NO_CACHE_IDLE_SLOTS
 from fronde.backends.process import (
+    NO_CACHE_IDLE_SLOTS,
     LaunchSpec,
     LlamaServerProcess,
     die_with_parent,

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from fronde.backends.connections import connections_per_server
-from fronde.backends.process import LaunchSpec
+from fronde.backends.process import NO_CACHE_IDLE_SLOTS, LaunchSpec
 from fronde.backends.single import STOCK_FILE, known_stock, mode_fields, single_args
 from fronde.config import Settings
 from fronde.errors import ModelError
@@ -39,19 +39,6 @@ PlanTopology = Literal["single", "per-mode", "auto"]
 """``single``: the shared spec runs; ``per-mode``: the per-mode specs run; ``auto``: the
 shared spec is tried first and the per-mode specs run where the binary does not honour
 the per-request fields."""
-
-NO_CACHE_IDLE_SLOTS = "--no-cache-idle-slots"
-"""llama-server's flag (b11434 ``common/arg.cpp``) that stops it saving every idle slot
-to its prompt cache at each new task. On (its default), ``process_single_task`` calls
-``prompt_save`` for every idle slot after launching a task
-(``tools/server/server-context.cpp``, ``cache_idle_slots``): each one sizes its slot's
-KV state and compares its tokens with every cached prompt, and one not cached yet is
-copied to host memory, all before the step that starts the new task, with every slot
-waiting. In the H100 logs of ``results/load-gpu-h100-cpu-gemma-270m-20261207-agent-fresh-gap``
-(gemma, 32 slots) a task's start waited 0.3-0.4 ms on the pinned server, whose 8 clients
-used 9 slots, and 5-8 ms (medians) under Fronde, whose requests had used all 32: 0.5-1.2
-ms with 0-3 idle slots holding a prompt, 6-8 ms with 24-31. Off, a slot's state is
-still saved when a request is about to overwrite it (``get_available_slot``)."""
 
 LOG_RUNS_KEPT = 10
 """How many per-run backend log folders are kept under ``<cache>/logs``."""

@@ -41,6 +41,8 @@ from fronde.logging import get_logger
 from fronde.modes import Mode
 
 __all__ = [
+    "NO_CACHE_IDLE_SLOTS",
+    "UNKNOWN_FLAG_SETTINGS",
     "BackendState",
     "LaunchSpec",
     "LlamaServerProcess",
@@ -113,7 +115,20 @@ def log_tail(path: Path, lines: int = 8, max_bytes: int = 8192) -> str:
     return " | ".join(ln.strip() for ln in text.splitlines()[-lines:] if ln.strip())
 
 
-UNKNOWN_FLAG_SETTINGS = {"--no-cache-idle-slots": "backend.cache_idle_slots = true"}
+NO_CACHE_IDLE_SLOTS = "--no-cache-idle-slots"
+"""llama-server's flag (b11434 ``common/arg.cpp``) that stops it saving every idle slot
+to its prompt cache at each new task. On (its default), ``process_single_task`` calls
+``prompt_save`` for every idle slot after launching a task
+(``tools/server/server-context.cpp``, ``cache_idle_slots``): each one sizes its slot's
+KV state and compares its tokens with every cached prompt, and one not cached yet is
+copied to host memory, all before the step that starts the new task, with every slot
+waiting. In the H100 logs of ``results/load-gpu-h100-cpu-gemma-270m-20261207-agent-fresh-gap``
+(gemma, 32 slots) a task's start waited 0.3-0.4 ms on the pinned server, whose 8 clients
+used 9 slots, and 5-8 ms (medians) under Fronde, whose requests had used all 32: 0.5-1.2
+ms with 0-3 idle slots holding a prompt, 6-8 ms with 24-31. Off, a slot's state is
+still saved when a request is about to overwrite it (``get_available_slot``)."""
+
+UNKNOWN_FLAG_SETTINGS = {NO_CACHE_IDLE_SLOTS: "backend.cache_idle_slots = true"}
 """Flags Fronde adds to every llama-server that an older build may not know, and the setting
 that leaves each out."""
 

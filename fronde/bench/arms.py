@@ -99,7 +99,7 @@ PINNED_CIS = Arm(
 )
 """``pinned ÷ pinned-cis`` (``pinned``: :data:`fronde.bench.load.PINNED`) is what
 ``backend.cache_idle_slots = false`` gives a server whose clients pin their slots
-(:data:`~fronde.backends.pool_plan.NO_CACHE_IDLE_SLOTS`)."""
+(:data:`~fronde.backends.process.NO_CACHE_IDLE_SLOTS`)."""
 
 NO_HINDSIGHT = ("FRONDE_ROUTER__HINDSIGHT", "false")
 """The environment pair that turns ``router.hindsight`` off: no answer feeds the book."""

@@ -1,0 +1,164 @@
+"""The server's own decode rate reached straight and through Fronde, by llama-server's ``-t``.
+
+A streamed answer through Fronde costs its process some CPU a token; on a host where
+llama-server's decode threads hold every core, that CPU is taken from them. This probe
+asks how much of it shows in the server's own decode rate
+(``timings.predicted_per_second``, tok/s), and whether leaving a core free
+(``backend.threads``) removes it.
+
+For each block and each ``--threads`` value in turn (rotated block by block), it starts
+``fronde serve --mode baseline`` with ``FRONDE_BACKEND__THREADS`` set (other ``FRONDE_*``
+settings pass through; the profile defaults to SmolLM2), then runs ``--rounds`` rounds,
+each ``--n`` streamed chats one at a time straight to Fronde's llama-server and ``--n``
+through Fronde (which path goes first alternates), distinct prompts, greedy, 64 tokens.
+Per round it keeps each path's median decode rate; it prints each round and, per thread
+count, the median of the rounds' ratios (through Fronde ÷ straight) with the lowest and
+highest round. ``--out`` writes one JSON line a round.
+
+    python scripts/server_decode.py --threads 2 --threads 1 --blocks 2 --rounds 4
+
+Raises SystemExit with a message when Fronde does not come up within 300 s.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Generator
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+ROOT = Path(__file__).resolve().parent.parent
+READY_S = 300.0
+
+
+@contextlib.contextmanager
+def fronde(port: int, threads: int, log: Path) -> Generator[tuple[str, str, int], None, None]:
+    """Run ``fronde serve --mode baseline``; yield (Fronde URL, its server's URL, its pid)."""
+    env = os.environ | {
+        "FRONDE_BACKEND__THREADS": str(threads),
+        "FRONDE_LOG_LEVEL": os.environ.get("FRONDE_LOG_LEVEL", "warning"),
+    }
+    env.setdefault("FRONDE_PROFILE", "cpu-smollm2-135m")
+    argv = [sys.executable, "-m", "fronde", "serve", "--port", str(port), "--mode", "baseline"]
+    with log.open("a") as out:
+        proc = subprocess.Popen(argv, env=env, cwd=ROOT, stdout=out, stderr=out)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        yield url, _wait_ready(url, proc), proc.pid
+    finally:
+        proc.send_signal(signal.SIGINT)
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+
+
+def _wait_ready(url: str, proc: subprocess.Popen[bytes]) -> str:
+    deadline = time.monotonic() + READY_S
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise SystemExit(f"fronde serve exited with {proc.returncode}; see its log")
+        with contextlib.suppress(httpx.HTTPError, ValueError):
+            backends: dict[str, Any] = httpx.get(url + "/health", timeout=2).json()["backends"]
+            if backends and all(b["state"] == "ready" for b in backends.values()):
+                return str(next(iter(backends.values()))["url"])
+        time.sleep(0.5)
+    raise SystemExit(f"fronde serve at {url} not ready in {READY_S:.0f} s")
+
+
+def decode_rate(base: str, k: int, headers: dict[str, str]) -> float | None:
+    """One streamed chat's decode rate by its server's timings, tok/s (None without)."""
+    body = {
+        "messages": [{"role": "user", "content": f"Item {k}: a short paragraph on {k}."}],
+        "stream": True,
+        "max_tokens": 64,
+        "temperature": 0,
+        "stream_options": {"include_usage": True},
+    }
+    rate: float | None = None
+    with httpx.stream(
+        "POST", base + "/v1/chat/completions", json=body, headers=headers, timeout=120
+    ) as r:
+        for line in r.iter_lines():
+            if line.startswith("data: {") and '"timings"' in line:
+                event: dict[str, Any] = json.loads(line[6:])
+                timings: dict[str, Any] = event.get("timings") or {}
+                if "predicted_per_second" in timings:
+                    rate = float(timings["predicted_per_second"])
+    return rate
+
+
+def one_round(url: str, backend: str, n: int, first: str, k0: int) -> dict[str, float]:
+    """Each path's median decode rate over ``n`` answers, ``first`` path first."""
+    paths: dict[str, tuple[str, dict[str, str]]] = {
+        "direct": (backend, {}),
+        "fronde": (url, {"x-fronde-mode": "baseline"}),
+    }
+    order = [first, *(p for p in paths if p != first)]
+    out: dict[str, float] = {}
+    for i, path in enumerate(order):
+        base, headers = paths[path]
+        rates = [decode_rate(base, k0 + i * n + j, headers) for j in range(n)]
+        out[path] = statistics.median(r for r in rates if r is not None)
+    return out
+
+
+def summary(rows: list[dict[str, Any]]) -> list[str]:
+    """Per thread count: the median of the rounds' ratios, [lowest, highest], and rates."""
+    lines: list[str] = []
+    for t in sorted({r["threads"] for r in rows}, reverse=True):
+        mine = [r for r in rows if r["threads"] == t]
+        ratio = [r["fronde"] / r["direct"] for r in mine]
+        lines.append(
+            f"-t {t}: through Fronde ÷ straight {statistics.median(ratio):.3f} "
+            f"[{min(ratio):.3f}, {max(ratio):.3f}] over {len(mine)} rounds; decode tok/s "
+            f"straight {statistics.median(r['direct'] for r in mine):.1f}, "
+            f"through Fronde {statistics.median(r['fronde'] for r in mine):.1f}"
+        )
+    return lines
+
+
+def main() -> None:
+    """Parse the options, run the blocks, print the rounds and the summary."""
+    ap = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
+    ap.add_argument("--threads", type=int, action="append", required=True)
+    ap.add_argument("--blocks", type=int, default=2)
+    ap.add_argument("--rounds", type=int, default=4)
+    ap.add_argument("--n", type=int, default=12)
+    ap.add_argument("--port", type=int, default=18651)
+    ap.add_argument("--out", type=Path, default=None)
+    ap.add_argument("--log", type=Path, default=Path(tempfile.gettempdir()) / "server_decode.log")
+    args = ap.parse_args()
+    rows: list[dict[str, Any]] = []
+    k = 0
+    for block in range(args.blocks):
+        shift = block % len(args.threads)
+        for t in args.threads[shift:] + args.threads[:shift]:
+            with fronde(args.port, t, args.log) as (url, backend, _pid):
+                one_round(url, backend, 2, "direct", 10_000 + k)  # warm both paths
+                for r in range(args.rounds):
+                    first = "direct" if (r + block) % 2 == 0 else "fronde"
+                    row = {"block": block, "threads": t, "round": r, "first": first}
+                    row |= one_round(url, backend, args.n, first, k)
+                    k += 2 * args.n
+                    rows.append(row)
+                    print(json.dumps(row), flush=True)
+                    if args.out:
+                        with args.out.open("a") as f:
+                            f.write(json.dumps(row) + "\n")
+    print("\n".join(summary(rows)))
+
+
+if __name__ == "__main__":
+    main()

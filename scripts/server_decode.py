@@ -11,8 +11,10 @@ For each block and each ``--threads`` value in turn (rotated block by block), it
 settings pass through; the profile defaults to SmolLM2), then runs ``--rounds`` rounds,
 each ``--n`` streamed chats one at a time straight to Fronde's llama-server and ``--n``
 through Fronde (which path goes first alternates), distinct prompts, greedy, 64 tokens.
-Per round it keeps each path's median decode rate; it prints each round and, per thread
-count, the median of the rounds' ratios (through Fronde ÷ straight) with the lowest and
+Each path keeps one connection. Per round it keeps each path's median decode rate and
+median first token − prefill (the client's time to the first text less the server's
+``prompt_ms``); it prints each round and, per thread count, the median of the rounds' ratios
+(through Fronde ÷ straight) and of their first-token differences, with the lowest and
 highest round. ``--out`` writes one JSON line a round.
 
     python scripts/server_decode.py --threads 2 --threads 1 --blocks 2 --rounds 4
@@ -34,12 +36,19 @@ import tempfile
 import time
 from collections.abc import Generator
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import httpx
 
 ROOT = Path(__file__).resolve().parent.parent
 READY_S = 300.0
+
+
+class Answer(NamedTuple):
+    """One answer: the server's decode rate (tok/s) and first token − prefill (ms)."""
+
+    rate: float
+    outside_ms: float
 
 
 @contextlib.contextmanager
@@ -77,8 +86,12 @@ def _wait_ready(url: str, proc: subprocess.Popen[bytes]) -> str:
     raise SystemExit(f"fronde serve at {url} not ready in {READY_S:.0f} s")
 
 
-def decode_rate(base: str, k: int, headers: dict[str, str]) -> float | None:
-    """One streamed chat's decode rate by its server's timings, tok/s (None without)."""
+def answer(client: httpx.Client, base: str, k: int, headers: dict[str, str]) -> Answer | None:
+    """One streamed chat: its server's decode rate (tok/s) and first token − prefill (ms).
+
+    The second is the client's time to the first text event less the server's own
+    ``prompt_ms``: what the path adds outside the prefill. None without timings.
+    """
     body = {
         "messages": [{"role": "user", "content": f"Item {k}: a short paragraph on {k}."}],
         "stream": True,
@@ -86,21 +99,28 @@ def decode_rate(base: str, k: int, headers: dict[str, str]) -> float | None:
         "temperature": 0,
         "stream_options": {"include_usage": True},
     }
-    rate: float | None = None
-    with httpx.stream(
-        "POST", base + "/v1/chat/completions", json=body, headers=headers, timeout=120
-    ) as r:
+    t0 = time.perf_counter()
+    first: float | None = None
+    timings: dict[str, Any] = {}
+    with client.stream("POST", base + "/v1/chat/completions", json=body, headers=headers) as r:
         for line in r.iter_lines():
+            if first is None and '"content":"' in line.replace(": ", ":"):
+                first = time.perf_counter()
             if line.startswith("data: {") and '"timings"' in line:
                 event: dict[str, Any] = json.loads(line[6:])
-                timings: dict[str, Any] = event.get("timings") or {}
-                if "predicted_per_second" in timings:
-                    rate = float(timings["predicted_per_second"])
-    return rate
+                timings = event.get("timings") or timings
+    if first is None or "predicted_per_second" not in timings:
+        return None
+    outside = (first - t0) * 1000 - float(timings.get("prompt_ms", 0.0))
+    return Answer(float(timings["predicted_per_second"]), outside)
 
 
 def one_round(url: str, backend: str, n: int, first: str, k0: int) -> dict[str, float]:
-    """Each path's median decode rate over ``n`` answers, ``first`` path first."""
+    """Each path's median decode rate and first token − prefill over ``n`` answers.
+
+    Keys ``direct``, ``fronde`` (tok/s) and ``direct_out_ms``, ``fronde_out_ms``; each path
+    keeps one connection (an SDK's keep-alive), ``first`` path first.
+    """
     paths: dict[str, tuple[str, dict[str, str]]] = {
         "direct": (backend, {}),
         "fronde": (url, {"x-fronde-mode": "baseline"}),
@@ -109,8 +129,11 @@ def one_round(url: str, backend: str, n: int, first: str, k0: int) -> dict[str, 
     out: dict[str, float] = {}
     for i, path in enumerate(order):
         base, headers = paths[path]
-        rates = [decode_rate(base, k0 + i * n + j, headers) for j in range(n)]
-        out[path] = statistics.median(r for r in rates if r is not None)
+        with httpx.Client(timeout=120) as client:
+            got = [answer(client, base, k0 + i * n + j, headers) for j in range(n)]
+        done = [a for a in got if a is not None]
+        out[path] = statistics.median(a.rate for a in done)
+        out[f"{path}_out_ms"] = statistics.median(a.outside_ms for a in done)
     return out
 
 
@@ -126,6 +149,12 @@ def summary(rows: list[dict[str, Any]]) -> list[str]:
             f"straight {statistics.median(r['direct'] for r in mine):.1f}, "
             f"through Fronde {statistics.median(r['fronde'] for r in mine):.1f}"
         )
+        extra = [r["fronde_out_ms"] - r["direct_out_ms"] for r in mine if "fronde_out_ms" in r]
+        if extra:
+            lines.append(
+                f"      first token − prefill, through Fronde − straight: "
+                f"{statistics.median(extra):+.2f} ms [{min(extra):+.2f}, {max(extra):+.2f}]"
+            )
     return lines
 
 

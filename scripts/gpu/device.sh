@@ -11,6 +11,7 @@
 #   probe-kinds    the same per request kind (streamed or not, chat or /completion), threads
 #   hop            what each part of Fronde's hop does to a server (scripts/gpu/hop_probe.py)
 #   batched        llama-batched-bench: one model's decode tok/s against parallel sequences
+#   decode         the server's decode rate through Fronde and straight by -t (scripts/server_decode.py)
 #   burst-hop      what Fronde adds to a burst's first tokens, fake servers (scripts/burst_hop.py)
 #   topology       memory, start time and a mode-changing workload of each topology, every
 #                  model carried (scripts/topology_cost.py; TOPO_SLOTS, TOPO_CTX, TOPO_ROUNDS)
@@ -184,6 +185,19 @@ case "${1:?step}" in
       --reps "${HOP_REPS:-4}" --server "$server" ${HOP_PARTNER:+--partner "$HOP_PARTNER"} ${HOP_VARIANTS:-} \
       --budget-s "${HOP_BUDGET_S:-400}" --out "$OUT/hop-$profile-$server${HOP_PARTNER:+-$HOP_PARTNER}-c$clients${HOP_TAG:-}.jsonl" \
       2>&1 | grep -v "\[info"
+    ;;
+  decode)
+    # The server's own decode rate and first token − prefill through Fronde ÷ straight, one
+    # request at a time, by llama-server's -t (scripts/server_decode.py): DECODE_THREADS
+    # (default "8 2 1"), blocks rotated; 32 slots of 2,048 tokens, as the load runs have.
+    profile=${PROFILE:-cpu-gemma-270m}
+    threads=()
+    for t in ${DECODE_THREADS:-8 2 1}; do threads+=(--threads "$t"); done
+    FRONDE_PROFILE=$profile FRONDE_BACKEND__PLAIN_ARGS=${LOAD_PLAIN:-'[]'} \
+      FRONDE_BACKEND__EXTRA_ARGS=${LOAD_EXTRA:-'[]'} FRONDE_BACKEND__PARALLEL=32 \
+      FRONDE_BACKEND__CTX_SIZE=65536 python3 scripts/server_decode.py "${threads[@]}" \
+      --blocks "${DECODE_BLOCKS:-2}" --rounds "${DECODE_ROUNDS:-4}" --n "${DECODE_N:-24}" \
+      --out "$OUT/decode-$profile${DECODE_TAG:-}.jsonl"
     ;;
   burst-hop)
     # The host's CPU alone: fake llama-servers, no model, no build, no GPU work; only the

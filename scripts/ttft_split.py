@@ -12,7 +12,9 @@ headers, the first chunk with text and the end, the server's ``prompt_ms``; the 
     python scripts/ttft_split.py --n 40 [--prompts same] [--block 5 --gap-s 0]
 
 ``--fronde-connection new`` opens a connection to Fronde for each request (the direct path
-keeps its own): what a client without keep-alive adds to the hop.
+keeps its own): what a client without keep-alive adds to the hop. ``--context-kb N`` puts N KB
+of source text before every question, the same each time: the server finds it cached, as it
+finds an agent's conversation, while Fronde parses and scans all of it.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ import sys
 import tempfile
 import time
 from dataclasses import dataclass
+from pathlib import Path
 
 import httpx
 
@@ -117,12 +120,29 @@ def report(runs: dict[str, list[Sample]], log: str) -> None:
         print(f"  {k:20} {spread(v):>26} {spread(cpu[k]) if k[:6] != 'client' else '':>26}")
 
 
+def context_text(kb: int) -> str:
+    """``kb`` KB of this repository's Python source, then a blank line ("" for 0)."""
+    if kb <= 0:
+        return ""
+    source = (
+        Path(__file__).resolve().parent.parent / "fronde" / "request" / "relay.py"
+    ).read_text()
+    return (source * (kb * 1024 // len(source) + 1))[: kb * 1024] + "\n\n"
+
+
 def main() -> None:
     """Parse the arguments, send the requests, print the split."""
     p = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     p.add_argument("--n", type=int, default=40, help="requests each way [40]")
     p.add_argument("--prompts", choices=["distinct", "same"], default="distinct")
     p.add_argument("--max-tokens", type=int, default=16, help="answer budget [16]")
+    p.add_argument(
+        "--context-kb",
+        type=int,
+        default=0,
+        help="KB of source text before each question, the same every request (a cached "
+        "prefix, as an agent's conversation is), so that parsing and scanning it shows [0]",
+    )
     p.add_argument("--gap-s", type=float, default=0.3, help="pause after each request [0.3]")
     p.add_argument("--block", type=int, default=1, help="requests to a path in a row [1]")
     p.add_argument(
@@ -137,6 +157,7 @@ def main() -> None:
     proc, direct = start(PORT, log)
     urls = {"direct": direct, "fronde": f"http://127.0.0.1:{PORT}"}
     runs: dict[str, list[Sample]] = {name: [] for name in PATHS}
+    context = context_text(args.context_kb)
     clients = {name: httpx.Client(timeout=120) for name in runs}
     if args.fronde_connection == "new":
         clients["fronde"] = httpx.Client(
@@ -147,7 +168,9 @@ def main() -> None:
             name = PATHS[(i // b + i // (2 * b)) % 2]
             k = i // (2 * b) * b + i % b  # this path's k-th
             tag = "" if args.prompts == "same" else f"Request {2 * k + (name == 'fronde')}. "
-            s = one(clients[name], urls[name], f"{tag}Name three colours.", args.max_tokens)
+            s = one(
+                clients[name], urls[name], f"{context}{tag}Name three colours.", args.max_tokens
+            )
             (runs[name] if WARMUP <= k < WARMUP + args.n else []).append(s)
             time.sleep(args.gap_s)
         time.sleep(1.0)  # the last stamps line is written

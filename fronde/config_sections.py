@@ -8,6 +8,8 @@ the router's (:mod:`fronde.config_router`).
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable
+from pathlib import Path
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr
@@ -20,12 +22,40 @@ __all__ = [
     "SwapSettings",
     "Topology",
     "UpstreamSettings",
+    "physical_cores",
 ]
 
 
+SYSFS_CPU = Path("/sys/devices/system/cpu")
+"""Where Linux describes each CPU's topology (``cpuN/topology/thread_siblings``)."""
+
+
+def physical_cores(root: Path = SYSFS_CPU, cpus: Iterable[int] | None = None) -> int | None:
+    """How many physical cores the CPUs ``cpus`` (default: this process's) belong to.
+
+    Counted as llama.cpp b11434 counts them for its default ``-t``
+    (``common_cpu_get_num_physical_cores``, ``common/common.cpp``): one core per distinct
+    ``thread_siblings`` mask, so the two hardware threads of a core count once; unlike
+    llama.cpp, only the CPUs this process may run on (a container's share). None where
+    sysfs does not say (not Linux, or a CPU without its topology file).
+    """
+    if cpus is None:
+        cpus = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else ()
+    masks: set[str] = set()
+    for cpu in cpus:
+        try:
+            masks.add((root / f"cpu{cpu}" / "topology" / "thread_siblings").read_text().strip())
+        except OSError:
+            return None
+    return len(masks) or None
+
+
 def _default_threads() -> int:
-    # llama.cpp decodes fastest with one thread per physical core; 2 cores here.
-    return max(1, min(os.cpu_count() or 1, 8))
+    # One thread per physical core, llama.cpp's own default. One per hardware thread would
+    # hold every CPU, and where llama-server's threads do, Fronde's own CPU costs the
+    # server 2-3 % of its decode rate (2 cores, results/server-decode-cpu-smollm2-20261207/).
+    # At most 8.
+    return max(1, min(physical_cores() or os.cpu_count() or 1, 8))
 
 
 class Section(BaseModel):
@@ -112,7 +142,10 @@ class BackendSettings(Section):
         default=4096, ge=256, le=1_048_576, description="-c: context size in tokens"
     )
     threads: int = Field(
-        default_factory=_default_threads, ge=1, le=256, description="-t: decode threads"
+        default_factory=_default_threads,
+        ge=1,
+        le=256,
+        description="-t: decode threads (default: the physical cores, at most 8)",
     )
     parallel: int = Field(default=1, ge=1, le=64, description="-np: slots (concurrent requests)")
     n_gpu_layers: int | None = Field(

@@ -40,7 +40,9 @@ from typing import Any, NamedTuple
 
 import httpx
 
-ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from ttft_split import start
+
 READY_S = 300.0
 
 
@@ -52,38 +54,27 @@ class Answer(NamedTuple):
 
 
 @contextlib.contextmanager
-def fronde(port: int, threads: int, log: Path) -> Generator[tuple[str, str, int], None, None]:
-    """Run ``fronde serve --mode baseline``; yield (Fronde URL, its server's URL, its pid)."""
-    env = os.environ | {
+def fronde(port: int, threads: int, log: Path) -> Generator[tuple[str, str], None, None]:
+    """Run ``fronde serve --mode baseline`` at ``-t threads``; yield its URL and its server's.
+
+    Started by ``ttft_split.start`` (a sibling script) without its stamps, so that Fronde
+    does no more than a user's: the profile defaults to SmolLM2, the log level to warning.
+    """
+    env = {
         "FRONDE_BACKEND__THREADS": str(threads),
+        "FRONDE_SERVER__STAMPS": "false",
         "FRONDE_LOG_LEVEL": os.environ.get("FRONDE_LOG_LEVEL", "warning"),
+        "FRONDE_PROFILE": os.environ.get("FRONDE_PROFILE", "cpu-smollm2-135m"),
     }
-    env.setdefault("FRONDE_PROFILE", "cpu-smollm2-135m")
-    argv = [sys.executable, "-m", "fronde", "serve", "--port", str(port), "--mode", "baseline"]
-    with log.open("a") as out:
-        proc = subprocess.Popen(argv, env=env, cwd=ROOT, stdout=out, stderr=out)
-    url = f"http://127.0.0.1:{port}"
+    proc, backend = start(port, str(log), env, ready_s=READY_S)
     try:
-        yield url, _wait_ready(url, proc), proc.pid
+        yield f"http://127.0.0.1:{port}", backend
     finally:
         proc.send_signal(signal.SIGINT)
         try:
             proc.wait(timeout=30)
         except subprocess.TimeoutExpired:
             proc.kill()
-
-
-def _wait_ready(url: str, proc: subprocess.Popen[bytes]) -> str:
-    deadline = time.monotonic() + READY_S
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise SystemExit(f"fronde serve exited with {proc.returncode}; see its log")
-        with contextlib.suppress(httpx.HTTPError, ValueError):
-            backends: dict[str, Any] = httpx.get(url + "/health", timeout=2).json()["backends"]
-            if backends and all(b["state"] == "ready" for b in backends.values()):
-                return str(next(iter(backends.values()))["url"])
-        time.sleep(0.5)
-    raise SystemExit(f"fronde serve at {url} not ready in {READY_S:.0f} s")
 
 
 def answer(client: httpx.Client, base: str, k: int, headers: dict[str, str]) -> Answer | None:
@@ -174,7 +165,7 @@ def main() -> None:
     for block in range(args.blocks):
         shift = block % len(args.threads)
         for t in args.threads[shift:] + args.threads[:shift]:
-            with fronde(args.port, t, args.log) as (url, backend, _pid):
+            with fronde(args.port, t, args.log) as (url, backend):
                 one_round(url, backend, 2, "direct", 10_000 + k)  # warm both paths
                 for r in range(args.rounds):
                     first = "direct" if (r + block) % 2 == 0 else "fronde"

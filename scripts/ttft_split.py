@@ -34,6 +34,7 @@ from pathlib import Path
 import httpx
 
 WARMUP, PATHS, PORT = 3, ("direct", "fronde"), 18620  # WARMUP: requests a path not counted
+ROOT = Path(__file__).resolve().parent.parent
 FORCE = {"x-fronde-mode": "baseline"}  # llama-server ignores it
 
 
@@ -79,13 +80,23 @@ def spread(xs: list[float]) -> str:
     return f"{statistics.median(xs):7.2f} [{q[0]:.2f}, {q[2]:.2f}]"
 
 
-def start(port: int, log: str) -> tuple[subprocess.Popen[bytes], str]:
-    """Start ``fronde serve`` on ``port`` (stderr to ``log``); return it and its backend's URL."""
-    env = os.environ | {"FRONDE_SERVER__STAMPS": "true", "FRONDE_LOG_FORMAT": "json"}
+def start(
+    port: int, log: str, env: dict[str, str] | None = None, ready_s: float = 120.0
+) -> tuple[subprocess.Popen[bytes], str]:
+    """Start ``fronde serve --mode baseline`` on ``port``; return it and its backend's URL.
+
+    Its stderr goes to ``log``. ``env`` adds to (or overrides) this process's environment
+    and the stamps this script reads (``server.stamps``, JSON log lines); also used by
+    ``scripts/server_decode.py``.
+
+    Raises:
+        SystemExit: it exited, or was not ready within ``ready_s`` seconds.
+    """
+    env = os.environ | {"FRONDE_SERVER__STAMPS": "true", "FRONDE_LOG_FORMAT": "json"} | (env or {})
     argv = [sys.executable, "-m", "fronde", "serve", "--port", str(port), "--mode", "baseline"]
     with open(log, "wb") as err:
-        proc = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=err)
-    for _ in range(240):
+        proc = subprocess.Popen(argv, env=env, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=err)
+    for _ in range(int(ready_s / 0.5)):
         time.sleep(0.5)
         if proc.poll() is not None:
             sys.exit(f"fronde serve exited; see {log}")
@@ -94,7 +105,7 @@ def start(port: int, log: str) -> tuple[subprocess.Popen[bytes], str]:
             if r.status_code == 200:
                 return proc, r.json()["backends"]["baseline"]["url"]
     proc.terminate()
-    sys.exit("fronde serve was not ready in 120 s")
+    sys.exit(f"fronde serve was not ready in {ready_s:.0f} s")
 
 
 def report(runs: dict[str, list[Sample]], log: str) -> None:
@@ -124,9 +135,7 @@ def context_text(kb: int) -> str:
     """``kb`` KB of this repository's Python source, then a blank line ("" for 0)."""
     if kb <= 0:
         return ""
-    source = (
-        Path(__file__).resolve().parent.parent / "fronde" / "request" / "relay.py"
-    ).read_text()
+    source = (ROOT / "fronde" / "request" / "relay.py").read_text()
     return (source * (kb * 1024 // len(source) + 1))[: kb * 1024] + "\n\n"
 
 

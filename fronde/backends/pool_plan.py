@@ -27,7 +27,6 @@ from fronde.runtime.models import Profile, chat_template_file, model_path
 
 __all__ = [
     "LOG_RUNS_KEPT",
-    "NO_CACHE_IDLE_SLOTS",
     "PlanTopology",
     "PoolPlan",
     "plan_pool",

@@ -673,7 +673,7 @@ def test_every_server_saves_idle_slots_lazily_but_pinned_cis(
     fake_gemma: Callable[[int], Settings], tmp_path: Path
 ) -> None:
     from fronde.backends.pool import plan_pool
-    from fronde.backends.pool_plan import NO_CACHE_IDLE_SLOTS
+    from fronde.backends.process import NO_CACHE_IDLE_SLOTS
     from fronde.bench.arms import ARMS, static_argv
     from fronde.bench.load import PINNED, PINNED_CIS
     from fronde.runtime.local import profile_of

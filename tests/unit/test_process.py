@@ -65,8 +65,7 @@ async def test_a_flag_the_binary_does_not_know_names_the_setting(tmp_path: Path)
 
 
 def test_a_start_hint_only_for_a_flag_fronde_adds() -> None:
-    from fronde.backends.pool_plan import NO_CACHE_IDLE_SLOTS
-    from fronde.backends.process import UNKNOWN_FLAG_SETTINGS, start_hint
+    from fronde.backends.process import NO_CACHE_IDLE_SLOTS, UNKNOWN_FLAG_SETTINGS, start_hint
 
     assert NO_CACHE_IDLE_SLOTS in UNKNOWN_FLAG_SETTINGS
     assert start_hint("error: invalid argument: --no-such-flag") == ""

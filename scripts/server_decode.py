@@ -47,10 +47,11 @@ READY_S = 300.0
 
 
 class Answer(NamedTuple):
-    """One answer: the server's decode rate (tok/s) and first token − prefill (ms)."""
+    """One answer: the server's decode rate (tok/s), first token − prefill and prefill (ms)."""
 
     rate: float
     outside_ms: float
+    prompt_ms: float
 
 
 @contextlib.contextmanager
@@ -78,10 +79,10 @@ def fronde(port: int, threads: int, log: Path) -> Generator[tuple[str, str], Non
 
 
 def answer(client: httpx.Client, base: str, k: int, headers: dict[str, str]) -> Answer | None:
-    """One streamed chat: its server's decode rate (tok/s) and first token − prefill (ms).
+    """One streamed chat: its server's decode rate (tok/s), first token − prefill, prefill (ms).
 
     The second is the client's time to the first text event less the server's own
-    ``prompt_ms``: what the path adds outside the prefill. None without timings.
+    ``prompt_ms`` (the third): what the path adds outside the prefill. None without timings.
     """
     body = {
         "messages": [{"role": "user", "content": f"Item {k}: a short paragraph on {k}."}],
@@ -102,15 +103,18 @@ def answer(client: httpx.Client, base: str, k: int, headers: dict[str, str]) -> 
                 timings = event.get("timings") or timings
     if first is None or "predicted_per_second" not in timings:
         return None
-    outside = (first - t0) * 1000 - float(timings.get("prompt_ms", 0.0))
-    return Answer(float(timings["predicted_per_second"]), outside)
+    prompt_ms = float(timings.get("prompt_ms", 0.0))
+    return Answer(
+        float(timings["predicted_per_second"]), (first - t0) * 1000 - prompt_ms, prompt_ms
+    )
 
 
 def one_round(url: str, backend: str, n: int, first: str, k0: int) -> dict[str, float]:
     """Each path's median decode rate and first token − prefill over ``n`` answers.
 
-    Keys ``direct``, ``fronde`` (tok/s) and ``direct_out_ms``, ``fronde_out_ms``; each path
-    keeps one connection (an SDK's keep-alive), ``first`` path first.
+    Keys ``direct``, ``fronde`` (tok/s), ``direct_out_ms``, ``fronde_out_ms`` and the
+    prefill's ``direct_prompt_ms``, ``fronde_prompt_ms``; each path keeps one connection
+    (an SDK's keep-alive), ``first`` path first.
     """
     paths: dict[str, tuple[str, dict[str, str]]] = {
         "direct": (backend, {}),
@@ -125,6 +129,7 @@ def one_round(url: str, backend: str, n: int, first: str, k0: int) -> dict[str, 
         done = [a for a in got if a is not None]
         out[path] = statistics.median(a.rate for a in done)
         out[f"{path}_out_ms"] = statistics.median(a.outside_ms for a in done)
+        out[f"{path}_prompt_ms"] = statistics.median(a.prompt_ms for a in done)
     return out
 
 
@@ -140,12 +145,13 @@ def summary(rows: list[dict[str, Any]]) -> list[str]:
             f"straight {statistics.median(r['direct'] for r in mine):.1f}, "
             f"through Fronde {statistics.median(r['fronde'] for r in mine):.1f}"
         )
-        extra = [r["fronde_out_ms"] - r["direct_out_ms"] for r in mine if "fronde_out_ms" in r]
-        if extra:
-            lines.append(
-                f"      first token − prefill, through Fronde − straight: "
-                f"{statistics.median(extra):+.2f} ms [{min(extra):+.2f}, {max(extra):+.2f}]"
-            )
+        for key, what in (("out_ms", "first token − prefill"), ("prompt_ms", "prefill")):
+            extra = [r[f"fronde_{key}"] - r[f"direct_{key}"] for r in mine if f"fronde_{key}" in r]
+            if extra:
+                lines.append(
+                    f"      {what}, through Fronde − straight: "
+                    f"{statistics.median(extra):+.2f} ms [{min(extra):+.2f}, {max(extra):+.2f}]"
+                )
     return lines
 
 

@@ -27,9 +27,10 @@ from starlette.types import Receive, Scope, Send
 from fronde import __version__
 from fronde.api.apis import COUNT_TOKENS_PATH, EMBEDDING_PATHS, agents
 from fronde.api.direct import keep_server_send
+from fronde.api.hot import HotRoutes
 from fronde.api.middleware import GateMiddleware
 from fronde.api.passthrough import NATIVE_GET, NATIVE_POST, native
-from fronde.api.routes import router
+from fronde.api.routes import chat_completions, completions, router
 from fronde.api.ui import ui
 from fronde.backends.pool import BackendPool
 from fronde.compose import Runtime, build_pool, build_runtime
@@ -38,6 +39,7 @@ from fronde.errors import BackendUnavailableError, FrondeError, openai_error_bod
 from fronde.json_types import JSONObject
 from fronde.logging import get_logger
 from fronde.modes import Mode
+from fronde.request import PATHS
 from fronde.request.agent_apis import INFILL, MESSAGES, RESPONSES, error_body_for
 
 __all__ = ["FrondeApp", "build_pool", "create_app"]
@@ -201,6 +203,12 @@ def create_app(
     app = FrondeApp(title="Fronde", version=__version__, lifespan=lifespan)
     app.state.runtime = runtime
     _add_error_handlers(app)
+    # Added first, so it is the innermost layer: CORS and the gate still wrap it.
+    app.add_middleware(
+        HotRoutes,
+        routes={PATHS["chat"]: chat_completions, PATHS["text"]: completions},
+        handlers=app.exception_handlers,
+    )
     if settings.server.cors_origins:
         app.add_middleware(
             CORSMiddleware,

@@ -10,7 +10,8 @@ less to the upstream call without them (``server.stamps``, 2-core CPU;
 calls them itself for ``POST`` to their exact paths, and turns what they raise into the
 response the app's exception handlers give, as Starlette's exception middleware would
 (an exception no handler takes goes up to the server-error layer, as before). Every
-other request, a ``HEAD`` or ``OPTIONS`` to these paths included, goes the ordinary way.
+other request, a ``HEAD`` or ``OPTIONS`` to these paths included, goes the ordinary way,
+and so does every request where FastAPI traces requests (:data:`TELEMETRY`).
 """
 
 from __future__ import annotations
@@ -28,6 +29,11 @@ Endpoint = Callable[[Request], Awaitable[Response]]
 """A route function that takes the request alone and returns its response."""
 
 Handler = Callable[[Request, Exception], Any]
+
+TELEMETRY = "fastapi.telemetry"
+"""The scope key under which FastAPI's native telemetry keeps a request's span; set only
+where an OpenTelemetry provider is configured. Such a request goes the ordinary way, so
+that its span names its route and its endpoint as FastAPI records them."""
 
 
 class HotRoutes:
@@ -62,7 +68,7 @@ class HotRoutes:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         """Serve a hot route's request here; any other goes to ``app``."""
         endpoint = self.routes.get(scope["path"]) if scope["type"] == "http" else None
-        if endpoint is None or scope["method"] != "POST":
+        if endpoint is None or scope["method"] != "POST" or TELEMETRY in scope:
             await self.app(scope, receive, send)
             return
         started = False

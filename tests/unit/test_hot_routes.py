@@ -10,6 +10,7 @@ import pytest
 from fastapi import FastAPI
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.types import Message, Scope
 
 from fronde.api.hot import HotRoutes
 
@@ -101,3 +102,31 @@ def send_raising(app: FastAPI, what: str) -> httpx.Response:
             return await client.post("/hot", json={"n": 3}, headers={"x-what": what})
 
     return asyncio.run(go())
+
+
+def test_a_traced_request_goes_through_the_router() -> None:
+    calls: list[str] = []
+    app = make_app(calls)
+
+    async def go() -> int:
+        async def receive() -> Message:
+            return {"type": "http.request", "body": b'{"n": 1}', "more_body": False}
+
+        sent: list[Message] = []
+
+        async def send(message: Message) -> None:
+            sent.append(message)
+
+        scope: Scope = {
+            "type": "http",
+            "method": "POST",
+            "path": "/hot",
+            "headers": [(b"content-type", b"application/json")],
+            "query_string": b"",
+            "fastapi.telemetry": object(),
+        }
+        await app(scope, receive, send)
+        return int(str(sent[0]["status"]))
+
+    assert asyncio.run(go()) == 200
+    assert calls == ["router", "hot:"]

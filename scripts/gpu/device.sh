@@ -12,6 +12,7 @@
 #   hop            what each part of Fronde's hop does to a server (scripts/gpu/hop_probe.py)
 #   batched        llama-batched-bench: one model's decode tok/s against parallel sequences
 #   decode         the server's decode rate through Fronde and straight by -t (scripts/server_decode.py)
+#   ttft           Fronde's marks on the way to the first token, one request at a time (ttft_split.py)
 #   burst-hop      what Fronde adds to a burst's first tokens, fake servers (scripts/burst_hop.py)
 #   topology       memory, start time and a mode-changing workload of each topology, every
 #                  model carried (scripts/topology_cost.py; TOPO_SLOTS, TOPO_CTX, TOPO_ROUNDS)
@@ -198,6 +199,15 @@ case "${1:?step}" in
       FRONDE_BACKEND__CTX_SIZE=65536 python3 scripts/server_decode.py "${threads[@]}" \
       --blocks "${DECODE_BLOCKS:-2}" --rounds "${DECODE_ROUNDS:-4}" --n "${DECODE_N:-24}" \
       --out "$OUT/decode-$profile${DECODE_TAG:-}.jsonl"
+    ;;
+  ttft)
+    # Where the first token's time goes, one request at a time (scripts/ttft_split.py):
+    # Fronde's own marks beside the client's times; TTFT_THREADS sets llama-server's -t.
+    profile=${PROFILE:-cpu-gemma-270m}
+    env FRONDE_PROFILE="$profile" FRONDE_BACKEND__PLAIN_ARGS="${LOAD_PLAIN:-[]}" \
+      FRONDE_BACKEND__EXTRA_ARGS="${LOAD_EXTRA:-[]}" FRONDE_BACKEND__PARALLEL=32 \
+      FRONDE_BACKEND__CTX_SIZE=65536 ${TTFT_THREADS:+FRONDE_BACKEND__THREADS=$TTFT_THREADS} \
+      python3 scripts/ttft_split.py --n "${TTFT_N:-40}" | tee "$OUT/ttft-$profile${TTFT_TAG:-}.txt"
     ;;
   burst-hop)
     # The host's CPU alone: fake llama-servers, no model, no build, no GPU work; only the

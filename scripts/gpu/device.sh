@@ -204,7 +204,8 @@ case "${1:?step}" in
     # Where the first token's time goes, one request at a time (scripts/ttft_split.py):
     # Fronde's own marks beside the client's times; TTFT_THREADS sets llama-server's -t.
     profile=${PROFILE:-cpu-gemma-270m}
-    env FRONDE_PROFILE="$profile" FRONDE_BACKEND__PLAIN_ARGS="${LOAD_PLAIN:-[]}" \
+    # The marks are an info line: the level this script sets for every other step hides them.
+    env FRONDE_LOG_LEVEL=info FRONDE_PROFILE="$profile" FRONDE_BACKEND__PLAIN_ARGS="${LOAD_PLAIN:-[]}" \
       FRONDE_BACKEND__EXTRA_ARGS="${LOAD_EXTRA:-[]}" FRONDE_BACKEND__PARALLEL=32 \
       FRONDE_BACKEND__CTX_SIZE=65536 ${TTFT_THREADS:+FRONDE_BACKEND__THREADS=$TTFT_THREADS} \
       python3 scripts/ttft_split.py --n "${TTFT_N:-40}" | tee "$OUT/ttft-$profile${TTFT_TAG:-}.txt"

@@ -30,7 +30,7 @@ from fronde.api.direct import keep_server_send
 from fronde.api.hot import HotRoutes
 from fronde.api.middleware import GateMiddleware
 from fronde.api.passthrough import NATIVE_GET, NATIVE_POST, native
-from fronde.api.routes import chat_completions, completions, router
+from fronde.api.routes import HOT_ROUTES, router
 from fronde.api.ui import ui
 from fronde.backends.pool import BackendPool
 from fronde.compose import Runtime, build_pool, build_runtime
@@ -39,7 +39,6 @@ from fronde.errors import BackendUnavailableError, FrondeError, openai_error_bod
 from fronde.json_types import JSONObject
 from fronde.logging import get_logger
 from fronde.modes import Mode
-from fronde.request import PATHS
 from fronde.request.agent_apis import INFILL, MESSAGES, RESPONSES, error_body_for
 
 __all__ = ["FrondeApp", "build_pool", "create_app"]
@@ -206,7 +205,7 @@ def create_app(
     # Added first, so it is the innermost layer: CORS and the gate still wrap it.
     app.add_middleware(
         HotRoutes,
-        routes={PATHS["chat"]: chat_completions, PATHS["text"]: completions},
+        routes=HOT_ROUTES,
         handlers=app.exception_handlers,
     )
     if settings.server.cors_origins:

@@ -14,6 +14,7 @@ from fastapi.responses import JSONResponse, Response
 
 from fronde.api.asgi import answered, until_disconnect
 from fronde.api.deps import RuntimeDep, runtime_of
+from fronde.api.hot import Endpoint
 from fronde.api.schema import check_chat, check_completion, read_json_body
 from fronde.client_request import ChatRequest, CompletionRequest
 from fronde.errors import FrondeError, InvalidRequestError
@@ -22,12 +23,11 @@ from fronde.request import MAX_BATCH, PATHS, BatchItem, run_batch
 from fronde.request.prompts import check_prompt
 from fronde.stamps import stamp
 
-__all__ = ["router"]
+__all__ = ["HOT_ROUTES", "router"]
 
 router = APIRouter()
 
 
-@router.post(PATHS["chat"])
 async def chat_completions(request: Request) -> Response:
     """OpenAI ``POST /v1/chat/completions``, streamed or not."""
     rt = runtime_of(request)
@@ -39,7 +39,6 @@ async def chat_completions(request: Request) -> Response:
     return await answered(request.receive, work)
 
 
-@router.post(PATHS["text"])
 async def completions(request: Request) -> Response:
     """OpenAI ``POST /v1/completions`` (legacy text completions), streamed or not.
 
@@ -54,6 +53,14 @@ async def completions(request: Request) -> Response:
     stamp("parsed")
     work = rt.dispatcher.answer("text", text, request.headers.get("x-fronde-mode"))
     return await answered(request.receive, work)
+
+
+HOT_ROUTES: dict[str, Endpoint] = {PATHS["chat"]: chat_completions, PATHS["text"]: completions}
+"""The routes most requests take, by path: registered on :data:`router` for ``POST`` from
+here, and called without FastAPI's routing layers by :class:`~fronde.api.hot.HotRoutes`."""
+
+for _path, _endpoint in HOT_ROUTES.items():
+    router.add_api_route(_path, _endpoint, methods=["POST"])
 
 
 @router.api_route("/v1/models", methods=["GET", "HEAD"])

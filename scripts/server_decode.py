@@ -41,7 +41,7 @@ from typing import Any, NamedTuple
 import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from ttft_split import start
+from ttft_split import start, stream_chat
 
 READY_S = 300.0
 
@@ -84,29 +84,14 @@ def answer(client: httpx.Client, base: str, k: int, headers: dict[str, str]) -> 
     The second is the client's time to the first text event less the server's own
     ``prompt_ms`` (the third): what the path adds outside the prefill. None without timings.
     """
-    body = {
-        "messages": [{"role": "user", "content": f"Item {k}: a short paragraph on {k}."}],
-        "stream": True,
-        "max_tokens": 64,
-        "temperature": 0,
-        "stream_options": {"include_usage": True},
-    }
-    t0 = time.perf_counter()
-    first: float | None = None
-    timings: dict[str, Any] = {}
-    with client.stream("POST", base + "/v1/chat/completions", json=body, headers=headers) as r:
-        for line in r.iter_lines():
-            if first is None and '"content":"' in line.replace(": ", ":"):
-                first = time.perf_counter()
-            if line.startswith("data: {") and '"timings"' in line:
-                event: dict[str, Any] = json.loads(line[6:])
-                timings = event.get("timings") or timings
-    if first is None or "predicted_per_second" not in timings:
+    t0 = time.monotonic()
+    text = f"Item {k}: a short paragraph on {k}."
+    got = stream_chat(client, base, text, 64, headers, check=False)
+    if got.first is None or "predicted_per_second" not in got.timings:
         return None
-    prompt_ms = float(timings.get("prompt_ms", 0.0))
-    return Answer(
-        float(timings["predicted_per_second"]), (first - t0) * 1000 - prompt_ms, prompt_ms
-    )
+    prompt_ms = float(got.timings.get("prompt_ms", 0.0))
+    outside_ms = (got.first - t0) * 1000 - prompt_ms
+    return Answer(float(got.timings["predicted_per_second"]), outside_ms, prompt_ms)
 
 
 def one_round(url: str, backend: str, n: int, first: str, k0: int) -> dict[str, float]:

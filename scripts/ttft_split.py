@@ -30,6 +30,7 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import httpx
 
@@ -53,25 +54,63 @@ class Sample:
         return (getattr(self, name) - self.sent) * 1000
 
 
-def one(client: httpx.Client, url: str, text: str, max_tokens: int, t0: float = 0.0) -> Sample:
-    """Stream a chat request to ``url``, timed from ``t0`` (sent again once if stale)."""
+@dataclass
+class Streamed:
+    """One streamed chat as its client saw it.
+
+    When its response head and its first text came (``time.monotonic``, s; ``first`` None:
+    no text), and the server's ``timings``.
+    """
+
+    headers: float
+    first: float | None
+    timings: dict[str, Any]
+
+
+def stream_chat(
+    client: httpx.Client,
+    url: str,
+    text: str,
+    max_tokens: int,
+    headers: dict[str, str],
+    check: bool = True,
+) -> Streamed:
+    """Send ``text`` to ``url`` as a greedy streamed chat with usage and read it to its end.
+
+    Also used by ``scripts/server_decode.py``.
+
+    Raises:
+        httpx.HTTPStatusError: an error status, where ``check``.
+        httpx.HTTPError: the connection failed.
+    """
     body: dict[str, object] = {"messages": [{"role": "user", "content": text}], "stream": True}
     body |= {"max_tokens": max_tokens, "temperature": 0, "stream_options": {"include_usage": True}}
-    sent, first, prompt_ms = t0 or time.monotonic(), 0.0, float("nan")
-    try:
-        with client.stream("POST", url + "/v1/chat/completions", json=body, headers=FORCE) as r:
+    first: float | None = None
+    timings: dict[str, Any] = {}
+    with client.stream("POST", url + "/v1/chat/completions", json=body, headers=headers) as r:
+        if check:
             r.raise_for_status()
-            headers = time.monotonic()
-            for line in r.iter_lines():
-                if not first and '"content":"' in line and '"content":""' not in line:
-                    first = time.monotonic()
-                if line.startswith("data: {") and '"timings"' in line:
-                    prompt_ms = json.loads(line[6:])["timings"]["prompt_ms"]
+        head = time.monotonic()
+        for line in r.iter_lines():
+            squeezed = line.replace(": ", ":")
+            if first is None and '"content":"' in squeezed and '"content":""' not in squeezed:
+                first = time.monotonic()
+            if line.startswith("data: {") and '"timings"' in line:
+                timings = json.loads(line[6:]).get("timings") or timings
+    return Streamed(head, first, timings)
+
+
+def one(client: httpx.Client, url: str, text: str, max_tokens: int, t0: float = 0.0) -> Sample:
+    """Stream a chat request to ``url``, timed from ``t0`` (sent again once if stale)."""
+    sent = t0 or time.monotonic()
+    try:
+        got = stream_chat(client, url, text, max_tokens, FORCE)
     except httpx.RemoteProtocolError:  # a connection a llama-server without 0008 had closed
         if t0:
             raise
         return one(client, url, text, max_tokens, sent)
-    return Sample(sent, headers, first or time.monotonic(), time.monotonic(), prompt_ms)
+    prompt_ms = float(got.timings.get("prompt_ms", float("nan")))
+    return Sample(sent, got.headers, got.first or time.monotonic(), time.monotonic(), prompt_ms)
 
 
 def spread(xs: list[float]) -> str:
